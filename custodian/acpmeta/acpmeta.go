@@ -1,0 +1,177 @@
+// Package acpmeta is the ACP-level contract shared by the plugin (agent
+// side) and the custodian (client side): the `_meta` keys that opt a session
+// in and tag every callback, the `_tether/attach` extension method, and the
+// JSON-RPC error shape whose data carries a tether code.
+package acpmeta
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// Keys and method names of the contract.
+const (
+	// KeyBind is the session/new or session/load `_meta` key that opts in.
+	KeyBind = "tether/bind"
+	// KeyOp is the `_meta` key every fs/* and terminal/* request carries.
+	KeyOp = "tether/op"
+	// MethodAttach is the agent -> client extension method.
+	MethodAttach = "_tether/attach"
+	// DataKey is the key of the JSON-RPC error data that holds the code.
+	DataKey = "tether"
+	// ErrorCode is the JSON-RPC error code of every tether refusal; callers
+	// branch on the data's tether code, not on this number.
+	ErrorCode = -32010
+)
+
+// ErrMeta is wrapped by every malformed or missing `_meta` entry.
+var ErrMeta = errors.New("tether meta")
+
+// Bind is the value of `_meta["tether/bind"]`.
+type Bind struct {
+	Tuple         admission.Tuple `json:"tuple"`
+	LeaseNotAfter time.Time       `json:"lease_not_after"`
+}
+
+// Op is the value of `_meta["tether/op"]`.
+type Op struct {
+	TupleSHA256 string    `json:"tuple_sha256"`
+	OpKey       string    `json:"op_key"`
+	Deadline    time.Time `json:"deadline"`
+}
+
+// AttachRequest is the params of `_tether/attach`.
+type AttachRequest struct {
+	SessionID   string `json:"session_id"`
+	TupleSHA256 string `json:"tuple_sha256"`
+}
+
+// AttachResponse is the result of `_tether/attach`.
+type AttachResponse struct {
+	LeaseNotAfter   time.Time `json:"lease_not_after"`
+	GrantGeneration uint64    `json:"grant_generation"`
+}
+
+var (
+	sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	opKeyRE   = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
+)
+
+// ValidOpKey reports whether k is a well-formed operation key.
+func ValidOpKey(k string) bool { return opKeyRE.MatchString(k) }
+
+// ValidDigest reports whether d is a lowercase hex SHA-256.
+func ValidDigest(d string) bool { return sha256Hex.MatchString(d) }
+
+// BindFromMeta returns the bind request in meta. ok is false when the key
+// is absent; a present but malformed or invalid value is an error, never a
+// silent "not bound".
+func BindFromMeta(meta map[string]any) (b Bind, ok bool, err error) {
+	raw, ok := meta[KeyBind]
+	if !ok {
+		return Bind{}, false, nil
+	}
+	if err := remarshal(raw, &b); err != nil {
+		return Bind{}, true, fmt.Errorf("%w: %s: %w", ErrMeta, KeyBind, err)
+	}
+	if err := b.Tuple.Validate(); err != nil {
+		return Bind{}, true, fmt.Errorf("%w: %s: %w", ErrMeta, KeyBind, err)
+	}
+	if b.LeaseNotAfter.IsZero() {
+		return Bind{}, true, fmt.Errorf("%w: %s: lease_not_after is required", ErrMeta, KeyBind)
+	}
+	return b, true, nil
+}
+
+// Meta returns b as a `_meta` map.
+func (b Bind) Meta() map[string]any { return map[string]any{KeyBind: b} }
+
+// OpFromMeta returns the op tag in meta; a missing or malformed tag is an
+// error that wraps ErrMeta.
+func OpFromMeta(meta map[string]any) (Op, error) {
+	raw, ok := meta[KeyOp]
+	if !ok {
+		return Op{}, fmt.Errorf("%w: %s missing", ErrMeta, KeyOp)
+	}
+	var o Op
+	if err := remarshal(raw, &o); err != nil {
+		return Op{}, fmt.Errorf("%w: %s: %w", ErrMeta, KeyOp, err)
+	}
+	switch {
+	case !ValidDigest(o.TupleSHA256):
+		return Op{}, fmt.Errorf("%w: %s: tuple_sha256 is not a lowercase hex SHA-256", ErrMeta, KeyOp)
+	case !ValidOpKey(o.OpKey):
+		return Op{}, fmt.Errorf("%w: %s: op_key is not 1-128 of [A-Za-z0-9._:-]", ErrMeta, KeyOp)
+	case o.Deadline.IsZero():
+		return Op{}, fmt.Errorf("%w: %s: deadline is required", ErrMeta, KeyOp)
+	}
+	return o, nil
+}
+
+// Meta returns o as a `_meta` map.
+func (o Op) Meta() map[string]any { return map[string]any{KeyOp: o} }
+
+// remarshal turns a decoded `_meta` value back into a typed struct with
+// strict decoding: unknown fields are refused.
+func remarshal(v any, out any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	return dec.Decode(out)
+}
+
+// NewError returns the JSON-RPC error for a tether refusal. The SDK passes a
+// *acp.RequestError through unchanged only when it is returned unwrapped,
+// so handlers must return this value itself.
+func NewError(code wire.Code, format string, args ...any) *acp.RequestError {
+	msg := fmt.Sprintf(format, args...)
+	return &acp.RequestError{
+		Code:    ErrorCode,
+		Message: fmt.Sprintf("tether %s: %s", code, msg),
+		Data:    map[string]any{DataKey: string(code), "message": msg},
+	}
+}
+
+// FromWire converts a receiver error into the ACP error with the same code.
+func FromWire(e *wire.Error) *acp.RequestError { return NewError(e.Code, "%s", e.Message) }
+
+// CodeOf returns the tether code carried by err, if err is (or wraps) an
+// *acp.RequestError whose data names a member of the closed set, or a
+// *wire.Error.
+func CodeOf(err error) (wire.Code, bool) {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we.Code, we.Code.Valid()
+	}
+	var re *acp.RequestError
+	if !errors.As(err, &re) || re.Data == nil {
+		return "", false
+	}
+	var data struct {
+		Tether wire.Code `json:"tether"`
+	}
+	if remarshalLoose(re.Data, &data) != nil || !data.Tether.Valid() {
+		return "", false
+	}
+	return data.Tether, true
+}
+
+func remarshalLoose(v any, out any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, out)
+}

@@ -1,0 +1,71 @@
+// Package wire is the receiver's framed protocol: a 4-byte big-endian length
+// and one strict JSON object per frame, requests multiplexed by id on one
+// byte stream. The custodian imports it as the client side; the receiver
+// serves it. docs/protocol.md is its reference.
+package wire
+
+import "fmt"
+
+// Code is one member of the closed set of tether error codes. The same
+// codes travel in receiver responses and, as data {"tether": CODE}, in the
+// JSON-RPC errors the custodian returns over ACP. Callers branch on Code,
+// never on message text.
+type Code string
+
+// The closed set. docs/protocol.md explains each one; adding a code means
+// adding it here, to Codes, and to that page.
+const (
+	CodeTupleMismatch Code = "tuple_mismatch" // request digest differs from the binding's tuple
+	CodeNotAdmitted   Code = "not_admitted"   // no binding, or no grant covers the tuple
+	CodeLeaseExpired  Code = "lease_expired"  // the lease or grant has passed not_after
+	CodeFenced        Code = "fenced"         // binding fenced until an explicit reattach
+	CodeFateUnknown   Code = "fate_unknown"   // transport lost with the request in flight
+	CodePathEscape    Code = "path_escape"    // path resolves outside the grant root
+	CodeOpKeyConflict Code = "op_key_conflict"
+	CodeDenied        Code = "denied"      // op not allowed by the grant or the receiver
+	CodeTooLarge      Code = "too_large"   // a size bound of the grant or protocol
+	CodeInterrupted   Code = "interrupted" // op key dispatched before a crash; never replayed
+	CodeNotFound      Code = "not_found"   // file or terminal does not exist
+	CodeInvalid       Code = "invalid"     // malformed arguments
+	CodePrecondition  Code = "precondition_failed"
+	CodeTimeout       Code = "timeout"     // deadline reached
+	CodeUnavailable   Code = "unavailable" // receiver shutting down or not reachable
+	CodeInternal      Code = "internal"
+)
+
+// Codes lists every member of the closed set, in documentation order.
+var Codes = []Code{
+	CodeTupleMismatch, CodeNotAdmitted, CodeLeaseExpired, CodeFenced,
+	CodeFateUnknown, CodePathEscape, CodeOpKeyConflict, CodeDenied,
+	CodeTooLarge, CodeInterrupted, CodeNotFound, CodeInvalid,
+	CodePrecondition, CodeTimeout, CodeUnavailable, CodeInternal,
+}
+
+// Valid reports whether c is a member of the closed set.
+func (c Code) Valid() bool {
+	for _, k := range Codes {
+		if c == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Error is a failure that carries its Code. Message names the failed check.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Is lets errors.Is match any *Error with the same Code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code && (t.Message == "" || t.Message == e.Message)
+}
+
+// Errorf builds an *Error with a formatted message.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
