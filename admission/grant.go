@@ -1,0 +1,77 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Op is one operation a grant may allow.
+type Op string
+
+// The closed set of grant ops. A receiver op maps onto one of these:
+// read and stat and hash need read; write needs write; list needs list;
+// exec_start/output/wait/release need exec; exec_kill needs kill.
+const (
+	OpRead  Op = "read"
+	OpWrite Op = "write"
+	OpList  Op = "list"
+	OpExec  Op = "exec"
+	OpKill  Op = "kill"
+)
+
+// Limits bound what a grant's holder may consume.
+type Limits struct {
+	MaxProcs       int   `json:"max_procs"`
+	MaxRuntimeS    int64 `json:"max_runtime_s"`
+	MaxOutputBytes int64 `json:"max_output_bytes"`
+	MaxFileBytes   int64 `json:"max_file_bytes"`
+}
+
+// Grant admits one tuple: the unprivileged identity its children run as,
+// the ops it may use, its limits, and when it ends (never after the
+// snapshot's not_after, nor the lease's).
+type Grant struct {
+	Tuple    Tuple     `json:"tuple"`
+	UID      uint32    `json:"uid"`
+	GID      uint32    `json:"gid"`
+	Groups   []uint32  `json:"groups"`
+	Ops      []Op      `json:"ops"`
+	Limits   Limits    `json:"limits"`
+	NotAfter time.Time `json:"not_after"`
+}
+
+// Allows reports whether g lists op.
+func (g Grant) Allows(op Op) bool {
+	for _, o := range g.Ops {
+		if o == op {
+			return true
+		}
+	}
+	return false
+}
+
+// Snapshot is the signed payload of the admission file.
+type Snapshot struct {
+	Generation uint64    `json:"generation"`
+	NotAfter   time.Time `json:"not_after"`
+	Grants     []Grant   `json:"grants"`
+}
+
+// Errors a GrantSource returns; callers branch on them with errors.Is.
+var (
+	// ErrNoGrant: no grant in the current snapshot covers the tuple.
+	ErrNoGrant = errors.New("no grant covers the tuple")
+	// ErrGrantExpired: the covering grant, or the snapshot, has passed not_after.
+	ErrGrantExpired = errors.New("grant expired")
+	// ErrOpNotAllowed: the covering grant does not list the op.
+	ErrOpNotAllowed = errors.New("op not allowed by grant")
+)
+
+// GrantSource answers, at request time, "the current grant for the tuple
+// with this digest, allowing op". The receiver calls it on every request;
+// the admission Refresher implements it. Any error means refuse: there is
+// no cached or inline fallback. generation is the snapshot's.
+type GrantSource interface {
+	Lookup(ctx context.Context, tupleSHA256 string, op Op) (g Grant, generation uint64, err error)
+}

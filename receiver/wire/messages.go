@@ -1,0 +1,195 @@
+package wire
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Op names one member of the closed set of receiver operations. A request
+// whose op is not in Ops is a protocol violation, fatal to the connection.
+type Op string
+
+// The closed op set. docs/protocol.md documents every op, its args and its
+// result; each op's args decode strictly (unknown fields refused).
+const (
+	OpAttach      Op = "attach"       // AttachArgs -> AttachResult: is the tuple covered by a current grant?
+	OpRead        Op = "read"         // ReadArgs -> ReadResult
+	OpWrite       Op = "write"        // WriteArgs -> WriteResult
+	OpStat        Op = "stat"         // StatArgs -> StatResult
+	OpList        Op = "list"         // ListArgs -> ListResult
+	OpHash        Op = "hash"         // HashArgs -> HashResult
+	OpExecStart   Op = "exec_start"   // ExecStartArgs -> ExecStartResult
+	OpExecOutput  Op = "exec_output"  // TerminalArgs -> ExecOutputResult
+	OpExecWait    Op = "exec_wait"    // TerminalArgs -> ExecWaitResult (blocks until exit or deadline)
+	OpExecKill    Op = "exec_kill"    // TerminalArgs -> Empty (signals the whole process group)
+	OpExecRelease Op = "exec_release" // TerminalArgs -> Empty (kills the group if still running)
+)
+
+// Ops lists every member of the closed op set.
+var Ops = []Op{OpAttach, OpRead, OpWrite, OpStat, OpList, OpHash,
+	OpExecStart, OpExecOutput, OpExecWait, OpExecKill, OpExecRelease}
+
+// Valid reports whether o is a member of the closed op set.
+func (o Op) Valid() bool {
+	for _, k := range Ops {
+		if o == k {
+			return true
+		}
+	}
+	return false
+}
+
+// Request is one client -> receiver frame. ID multiplexes requests on one
+// stream and must be unique among the connection's in-flight requests.
+type Request struct {
+	ID          uint64          `json:"id"`
+	Op          Op              `json:"op"`
+	TupleSHA256 string          `json:"tuple_sha256"`
+	OpKey       string          `json:"op_key"`
+	Deadline    time.Time       `json:"deadline"`
+	Args        json.RawMessage `json:"args"`
+}
+
+// Response is one receiver -> client frame; exactly one of Result and Error
+// is set.
+type Response struct {
+	ID     uint64          `json:"id"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *Error          `json:"error,omitempty"`
+}
+
+// Empty is the args or result of ops that carry none.
+type Empty struct{}
+
+// AttachArgs asks whether a current grant covers the request's tuple.
+type AttachArgs struct{}
+
+// AttachResult describes the grant that covers the tuple.
+type AttachResult struct {
+	GrantGeneration uint64    `json:"grant_generation"` // admission snapshot generation
+	NotAfter        time.Time `json:"not_after"`        // the grant's not_after
+	Ops             []string  `json:"ops"`              // ops the grant allows
+}
+
+// ReadArgs reads a text file. Line is 1-based (0 = from the start); Limit is
+// a line count (0 = to the end). Path is relative to the grant root.
+type ReadArgs struct {
+	Path  string `json:"path"`
+	Line  int    `json:"line,omitempty"`
+	Limit int    `json:"limit,omitempty"`
+}
+
+// ReadResult carries the selected text and the digest of the whole file.
+type ReadResult struct {
+	Content string `json:"content"`
+	Size    int64  `json:"size"`   // size of the whole file
+	SHA256  string `json:"sha256"` // of the whole file, for edit preconditions
+}
+
+// WriteArgs creates or truncates a file. If ExpectSHA256 is set, the write
+// happens only when the current file's SHA-256 equals it ("" with
+// ExpectAbsent means the file must not exist); otherwise
+// precondition_failed. Mode defaults to 0644 and never depends on umask.
+type WriteArgs struct {
+	Path         string `json:"path"`
+	Content      string `json:"content"`
+	Mode         uint32 `json:"mode,omitempty"`
+	ExpectSHA256 string `json:"expect_sha256,omitempty"`
+	ExpectAbsent bool   `json:"expect_absent,omitempty"`
+}
+
+// WriteResult describes the file as written.
+type WriteResult struct {
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// StatArgs names one path relative to the grant root.
+type StatArgs struct {
+	Path string `json:"path"`
+}
+
+// StatResult describes one file system object (never following a final
+// symlink).
+type StatResult struct {
+	Type    string    `json:"type"` // "file", "dir", "symlink", "other"
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // permission bits
+	UID     uint32    `json:"uid"`
+	GID     uint32    `json:"gid"`
+	ModTime time.Time `json:"mtime"`
+}
+
+// ListArgs names a directory relative to the grant root.
+type ListArgs struct {
+	Path string `json:"path"`
+}
+
+// ListResult lists a directory, sorted by name.
+type ListResult struct {
+	Entries   []DirEntry `json:"entries"`
+	Truncated bool       `json:"truncated"`
+}
+
+// DirEntry is one directory entry.
+type DirEntry struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+}
+
+// HashArgs names files relative to the grant root.
+type HashArgs struct {
+	Paths []string `json:"paths"`
+}
+
+// HashResult maps each requested path to its hex SHA-256, or to "" when it
+// is missing or not a regular file.
+type HashResult struct {
+	SHA256 map[string]string `json:"sha256"`
+}
+
+// ExecStartArgs starts a child as the grant's uid/gid in its own session and
+// process group. Argv[0] is an absolute path or is looked up in Env["PATH"].
+// Cwd is relative to the grant root. Env is the whole environment: nothing
+// is inherited. OutputLimit is capped by the grant. HashAfterExit names
+// files (relative to the root) the receiver hashes after the child exits;
+// the digests arrive in ExecWaitResult.
+type ExecStartArgs struct {
+	Argv          []string          `json:"argv"`
+	Cwd           string            `json:"cwd,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	OutputLimit   int64             `json:"output_limit,omitempty"`
+	HashAfterExit []string          `json:"hash_after_exit,omitempty"`
+}
+
+// ExecStartResult names the new terminal.
+type ExecStartResult struct {
+	TerminalID string `json:"terminal_id"`
+	PID        int    `json:"pid"`
+}
+
+// TerminalArgs names a terminal started by exec_start on this tuple.
+type TerminalArgs struct {
+	TerminalID string `json:"terminal_id"`
+}
+
+// ExitStatus is how a child ended: an exit code or a signal name.
+type ExitStatus struct {
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+}
+
+// ExecOutputResult is the captured output so far (ACP terminal/output).
+type ExecOutputResult struct {
+	Output    string      `json:"output"`
+	Truncated bool        `json:"truncated"`
+	Exit      *ExitStatus `json:"exit,omitempty"`
+}
+
+// ExecWaitResult is the final status, plus the SHA-256 of each file named in
+// HashAfterExit ("" when missing or not a regular file).
+type ExecWaitResult struct {
+	Exit       ExitStatus        `json:"exit"`
+	FileSHA256 map[string]string `json:"file_sha256,omitempty"`
+}
