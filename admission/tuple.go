@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path"
@@ -107,24 +106,6 @@ func DecodeTuple(data []byte) (Tuple, error) {
 		return Tuple{}, err
 	}
 	return t, nil
-}
-
-// decodeStrict decodes exactly one JSON value, refusing unknown fields and
-// trailing bytes.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("strict json: %w", err)
-	}
-	if dec.More() {
-		return errors.New("strict json: trailing data after value")
-	}
-	var extra json.RawMessage
-	if err := dec.Decode(&extra); err == nil {
-		return errors.New("strict json: trailing data after value")
-	}
-	return nil
 }
 
 // Lease is a tuple together with the instant its lease ends.
