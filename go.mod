@@ -3,6 +3,7 @@ module github.com/tetherdev/tether
 go 1.26.0
 
 require (
+	github.com/cavaliergopher/cpio v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
 	github.com/coder/acp-go-sdk v0.13.0 // indirect
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242 // indirect
