@@ -1,0 +1,137 @@
+// Package opstore is the custodian's operation-key store: the durable
+// record that a keyed request was dispatched, and the receipt of what came
+// of it.
+//
+// One durable write is spent before a keyed request reaches the receiver:
+// an fdatasync'd append to an intent log beside a bbolt database. Results
+// and receipts are written to bbolt behind the request (group-committed),
+// so a crash can lose a result but never a dispatch: on the next Open every
+// dispatched key without a result becomes Interrupted, and it is never
+// dispatched again.
+package opstore
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Outcome is the closed set of what a receipt says about its request.
+type Outcome string
+
+// The outcomes. Pending is the only non-final one: an exec that started
+// and whose exit has not been observed yet.
+const (
+	// Verified: every requested relative file matched its expected SHA-256
+	// (for a write, the written file's digest equals the content's).
+	Verified Outcome = "verified"
+	// NeedsReview: the request succeeded (exit 0, or the receiver
+	// acknowledged) but nothing was verified by digest.
+	NeedsReview Outcome = "needs_review"
+	// Failed: the receiver refused, the child exited non-zero or by signal,
+	// or a file did not match its expected digest.
+	Failed Outcome = "failed"
+	// Interrupted: the request was dispatched and its result is unknown
+	// (custodian crash or transport loss). It is never dispatched again.
+	Interrupted Outcome = "interrupted"
+	// Pending: an exec started and its exit has not been observed.
+	Pending Outcome = "pending"
+)
+
+// Final reports whether o can no longer change.
+func (o Outcome) Final() bool {
+	switch o {
+	case Verified, NeedsReview, Failed, Interrupted:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether o is a member of the closed set.
+func (o Outcome) Valid() bool { return o.Final() || o == Pending }
+
+// FileCheck is one file an exec asked to verify: its path relative to the
+// grant root, the digest the caller expected and the digest the receiver
+// computed after the child exited ("" when missing or not a regular file).
+type FileCheck struct {
+	Path     string `json:"path"`
+	Expected string `json:"expected_sha256"`
+	Actual   string `json:"actual_sha256"`
+}
+
+// ResultError is the refusal a request got, as returned to the agent: a
+// tether code (receiver/wire's closed set) and a message naming the failed
+// check.
+type ResultError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// CodeInterrupted is the tether code of an Interrupted receipt's error
+// (receiver/wire.CodeInterrupted).
+const CodeInterrupted = "interrupted"
+
+// Exit is how a child ended: an exit code or a signal name.
+type Exit struct {
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+}
+
+// Receipt is the durable account of one keyed request. Response is the
+// exact ACP result returned to the agent (replayed byte for byte on a retry
+// with the same key and digest); Error is the refusal returned instead.
+// Records hold digests and sizes, never file contents or command output.
+type Receipt struct {
+	OpKey         string          `json:"op_key"`
+	RequestSHA256 string          `json:"request_sha256"`
+	Method        string          `json:"method"`
+	SessionID     string          `json:"session_id"`
+	TupleSHA256   string          `json:"tuple_sha256"`
+	Principal     string          `json:"principal"`
+	LeaseNotAfter time.Time       `json:"lease_not_after"`
+	DispatchedAt  time.Time       `json:"dispatched_at"`
+	CompletedAt   *time.Time      `json:"completed_at,omitempty"`
+	RetainUntil   time.Time       `json:"retain_until"`
+	Outcome       Outcome         `json:"outcome"`
+	Response      json.RawMessage `json:"response,omitempty"`
+	Error         *ResultError    `json:"error,omitempty"`
+	TerminalID    string          `json:"terminal_id,omitempty"`
+	Exit          *Exit           `json:"exit,omitempty"`
+	Files         []FileCheck     `json:"files,omitempty"`
+	Note          string          `json:"note,omitempty"`
+}
+
+// HasResult reports whether the receiver's answer (or a refusal standing
+// in for it) is recorded: a retry is then answered from the receipt.
+func (r *Receipt) HasResult() bool {
+	return r.Response != nil || r.Error != nil || r.Outcome == Interrupted
+}
+
+// Marshal returns the receipt's stored bytes.
+func (r *Receipt) Marshal() ([]byte, error) { return json.Marshal(r) }
+
+// Unmarshal decodes stored receipt bytes strictly and checks the outcome.
+func Unmarshal(data []byte) (*Receipt, error) {
+	var r Receipt
+	if err := decodeStrict(data, &r); err != nil {
+		return nil, fmt.Errorf("%w: receipt: %w", ErrCorrupt, err)
+	}
+	if !r.Outcome.Valid() {
+		return nil, fmt.Errorf("%w: receipt %q: outcome %q not in the closed set", ErrCorrupt, r.OpKey, r.Outcome)
+	}
+	return &r, nil
+}
+
+// interrupted returns the receipt an intent becomes when its result was
+// never recorded.
+func interrupted(in Intent, now time.Time, note string) *Receipt {
+	return &Receipt{
+		OpKey: in.OpKey, RequestSHA256: in.RequestSHA256, Method: in.Method,
+		SessionID: in.SessionID, TupleSHA256: in.TupleSHA256, Principal: in.Principal,
+		LeaseNotAfter: in.LeaseNotAfter, DispatchedAt: in.DispatchedAt,
+		CompletedAt: &now, RetainUntil: in.RetainUntil, Outcome: Interrupted,
+		Error: &ResultError{Code: CodeInterrupted, Message: fmt.Sprintf(
+			"op key %s was dispatched and its result is unknown (%s); it is never replayed", in.OpKey, note)},
+		Note: note,
+	}
+}

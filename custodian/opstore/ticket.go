@@ -1,0 +1,102 @@
+package opstore
+
+import (
+	"context"
+	"fmt"
+)
+
+// Ticket is a claimed op key whose dispatch is durable. Exactly one Finish
+// must follow; until then a request with the same key is a conflict.
+type Ticket struct {
+	s    *Store
+	in   Intent
+	seg  uint64
+	done bool
+}
+
+// Intent returns the durable intent, with DispatchedAt and RetainUntil set.
+func (t *Ticket) Intent() Intent { return t.in }
+
+// Finish records the result of the dispatched request and releases the
+// key: later requests with the key are answered from r. The identity
+// fields of r (key, digest, method, session, tuple, principal, lease,
+// dispatch and retention times) are taken from the intent; r.Outcome must
+// be final or Pending. The result reaches bbolt behind the caller, in
+// order; a crash before that turns the key Interrupted, never re-run.
+func (t *Ticket) Finish(r *Receipt) error {
+	if r.Outcome == Dispatched || !r.Outcome.Valid() {
+		return fmt.Errorf("%w: finish op key %s with outcome %q", ErrInvalid, t.in.OpKey, r.Outcome)
+	}
+	if r.Response == nil && r.Error == nil && r.Outcome != Interrupted {
+		return fmt.Errorf("%w: finish op key %s without a response or an error", ErrInvalid, t.in.OpKey)
+	}
+	s := t.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.done {
+		return fmt.Errorf("%w: op key %s finished twice", ErrInvalid, t.in.OpKey)
+	}
+	t.done = true
+	delete(s.inflight, t.in.OpKey)
+	rec := *r
+	stamp(&rec, &t.in)
+	if rec.CompletedAt == nil {
+		now := s.opts.Now().UTC()
+		rec.CompletedAt = &now
+	}
+	s.putLocked(t.in.OpKey, &rec, 0)
+	return s.werr
+}
+
+// stamp copies the identity fields of in into r.
+func stamp(r *Receipt, in *Intent) {
+	r.OpKey, r.RequestSHA256, r.Method = in.OpKey, in.RequestSHA256, in.Method
+	r.SessionID, r.TupleSHA256, r.Principal = in.SessionID, in.TupleSHA256, in.Principal
+	r.LeaseNotAfter, r.DispatchedAt, r.RetainUntil = in.LeaseNotAfter, in.DispatchedAt, in.RetainUntil
+}
+
+// Complete moves a Pending receipt (an exec whose exit was not yet
+// observed) to its final outcome; fn fills in the outcome, exit and file
+// checks. The response replayed to a retry never changes. Completing a
+// receipt that is already final is an error wrapping ErrInvalid.
+func (s *Store) Complete(ctx context.Context, key string, fn func(r *Receipt)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.usableLocked(); err != nil {
+		return err
+	}
+	r, err := s.lookupLocked(key)
+	if err != nil {
+		return err
+	}
+	if r.Outcome != Pending {
+		return fmt.Errorf("%w: op key %s is %s, not pending", ErrInvalid, key, r.Outcome)
+	}
+	next := *r
+	fn(&next)
+	next.OpKey, next.RequestSHA256, next.Response = r.OpKey, r.RequestSHA256, r.Response
+	if !next.Outcome.Final() {
+		return fmt.Errorf("%w: complete op key %s with non-final outcome %q", ErrInvalid, key, next.Outcome)
+	}
+	now := s.opts.Now().UTC()
+	next.CompletedAt = &now
+	s.putLocked(key, &next, 0)
+	return nil
+}
+
+// Get returns the stored bytes of key's receipt, exactly as stored.
+func (s *Store) Get(key string) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	data, err := s.rawLocked(key)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), data...), nil
+}
