@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -129,6 +130,8 @@ type Loader struct {
 	mu         sync.Mutex
 	lastGen    uint64
 	lastDigest string
+
+	loads atomic.Int64 // Load calls that reached the file, for tests
 }
 
 // Loaded is a snapshot that passed every check, with the file it came from.
@@ -186,6 +189,7 @@ func (l *Loader) Load(ctx context.Context) (*Loaded, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	l.loads.Add(1)
 	data, info, err := l.read()
 	if err != nil {
 		return nil, err
