@@ -1,0 +1,133 @@
+// Package audit is the custodian's transparency log: every binding,
+// attach, refusal, dispatch, result, cancel and fence is appended as one
+// record, hashed into a Merkle tree with golang.org/x/mod/sumdb/tlog, and
+// covered by checkpoints signed in the signed-note format
+// (golang.org/x/mod/sumdb/note). Records hold digests and sizes only,
+// never file contents or command output.
+//
+// Appends are group-committed by a background writer (one fdatasync per
+// batch), off the request path, in exactly the order Append was called.
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Kind is the closed set of audited events.
+type Kind string
+
+// The audited events.
+const (
+	KindBind     Kind = "bind"     // a session was bound to a tuple
+	KindAttach   Kind = "attach"   // an attach was confirmed or refused by the receiver
+	KindRefusal  Kind = "refusal"  // a callback was refused before anything was sent
+	KindDispatch Kind = "dispatch" // a request was sent to the receiver
+	KindResult   Kind = "result"   // the receiver's answer (or its loss)
+	KindCancel   Kind = "cancel"   // a cancel or kill was sent for a running child
+	KindFence    Kind = "fence"    // a binding was fenced until reattach
+	KindLease    Kind = "lease"    // a binding's lease was extended
+)
+
+var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease}
+
+// Valid reports whether k is in the closed set.
+func (k Kind) Valid() bool {
+	for _, x := range kinds {
+		if k == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Record is one audited event. Seq is its index in the log, set by
+// Append. Digests are lowercase hex SHA-256 keyed by what they cover
+// ("content", "output", "path", "file:<path sha256>", ...); Sizes are byte
+// counts keyed the same way. No field carries file contents, command
+// output, paths or argv in clear.
+type Record struct {
+	Seq             int64             `json:"seq"`
+	Time            time.Time         `json:"time"`
+	Kind            Kind              `json:"kind"`
+	SessionID       string            `json:"session_id,omitempty"`
+	TupleSHA256     string            `json:"tuple_sha256,omitempty"`
+	Principal       string            `json:"principal,omitempty"`
+	Method          string            `json:"method,omitempty"`
+	OpKey           string            `json:"op_key,omitempty"`
+	RequestSHA256   string            `json:"request_sha256,omitempty"`
+	Code            string            `json:"code,omitempty"`
+	Outcome         string            `json:"outcome,omitempty"`
+	GrantGeneration uint64            `json:"grant_generation,omitempty"`
+	LeaseNotAfter   *time.Time        `json:"lease_not_after,omitempty"`
+	ExitCode        *int              `json:"exit_code,omitempty"`
+	Signal          string            `json:"signal,omitempty"`
+	Digests         map[string]string `json:"digests,omitempty"`
+	Sizes           map[string]int64  `json:"sizes,omitempty"`
+}
+
+// MaxRecordBytes bounds one encoded record.
+const MaxRecordBytes = 16 << 10
+
+// ErrCorrupt is wrapped when the log or a record does not decode.
+var ErrCorrupt = errors.New("audit log corrupt")
+
+// encode returns the record's bytes as stored and hashed: compact JSON,
+// which never contains a newline.
+func (r *Record) encode() ([]byte, error) {
+	if !r.Kind.Valid() {
+		return nil, fmt.Errorf("audit: kind %q not in the closed set", r.Kind)
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("audit: encode record: %w", err)
+	}
+	if len(data) > MaxRecordBytes {
+		return nil, fmt.Errorf("audit: record of %d bytes exceeds %d", len(data), MaxRecordBytes)
+	}
+	return data, nil
+}
+
+// DecodeRecord strictly decodes one stored record.
+func DecodeRecord(data []byte) (*Record, error) {
+	if len(data) > MaxRecordBytes {
+		return nil, fmt.Errorf("%w: record of %d bytes exceeds %d", ErrCorrupt, len(data), MaxRecordBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var r Record
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: trailing data after record", ErrCorrupt)
+	}
+	if !r.Kind.Valid() {
+		return nil, fmt.Errorf("%w: kind %q not in the closed set", ErrCorrupt, r.Kind)
+	}
+	return &r, nil
+}
+
+// SplitLog splits the log file's bytes into records. complete is the
+// length of the prefix made of newline-terminated records; a last line
+// without its newline is a torn append and is not returned. An empty line
+// is corruption.
+func SplitLog(data []byte) (records [][]byte, complete int, err error) {
+	off := 0
+	for off < len(data) {
+		i := bytes.IndexByte(data[off:], '\n')
+		if i < 0 {
+			break
+		}
+		if i == 0 {
+			return records, off, fmt.Errorf("%w: empty line at offset %d", ErrCorrupt, off)
+		}
+		records = append(records, data[off:off+i])
+		off += i + 1
+	}
+	return records, off, nil
+}

@@ -1,0 +1,5 @@
+package credfile
+
+import "golang.org/x/sys/unix"
+
+func mkfifo(p string) error { return unix.Mkfifo(p, 0o600) }
