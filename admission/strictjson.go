@@ -127,3 +127,9 @@ func snakeCase(s string) bool {
 	}
 	return true
 }
+
+// DecodeStrictJSON decodes one JSON object into v with the rules of every
+// admission document: unknown, duplicate or non-snake_case keys, deep
+// nesting and trailing data are refused (errors wrap ErrStrictJSON). Other
+// tether configuration files use it too.
+func DecodeStrictJSON(data []byte, v any) error { return decodeStrict(data, v) }
