@@ -1,0 +1,162 @@
+// Package binding is the plugin's session table: which ACP session asked to
+// bind, to which tuple, on which connection, until when, and whether it is
+// fenced. It enforces binding rules 1-7 (SECURITY.md "Plugin: binding
+// rules"); it performs no I/O except the `_tether/attach` call it is handed.
+package binding
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// State is a session's binding state.
+type State int
+
+// The states. The zero value is never used.
+const (
+	// Unbound: the session never asked to bind; the host keeps its tools.
+	Unbound State = iota + 1
+	// Pending: the session asked to bind; no bind has succeeded yet.
+	Pending
+	// Bound: tuple pinned, attached on one connection, lease current.
+	Bound
+	// Fenced: was bound; refused until an explicit reattach.
+	Fenced
+)
+
+func (s State) String() string {
+	switch s {
+	case Unbound:
+		return "unbound"
+	case Pending:
+		return "pending"
+	case Bound:
+		return "bound"
+	case Fenced:
+		return "fenced"
+	}
+	return "invalid"
+}
+
+// Method is the ACP method that opened a session.
+type Method int
+
+// The two methods that may carry `_meta["tether/bind"]`.
+const (
+	MethodNew Method = iota + 1
+	MethodLoad
+)
+
+// AttachFunc calls `_tether/attach` for sessionID on the connection that
+// asked to bind, and returns the client's confirmation.
+type AttachFunc func(ctx context.Context, sessionID, tupleSHA256 string) (leaseNotAfter time.Time, grantGeneration uint64, err error)
+
+// Status is a snapshot of one session.
+type Status struct {
+	SessionID       string
+	State           State
+	Tuple           admission.Tuple // zero unless a tuple is pinned
+	TupleSHA256     string
+	LeaseNotAfter   time.Time
+	GrantGeneration uint64
+	// Code and Message describe the last refusal or fence.
+	Code    wire.Code
+	Message string
+}
+
+// Grant is what a tool may act on: valid for one epoch of one binding.
+type Grant struct {
+	SessionID   string
+	Tuple       admission.Tuple
+	TupleSHA256 string
+	NotAfter    time.Time
+	Epoch       uint64
+}
+
+// session is one row. Guarded by Table.mu, except that open serializes
+// OpenSession calls on one session (the attach call runs without Table.mu).
+type session struct {
+	open sync.Mutex
+
+	id        string
+	principal string // who opened it first; nobody else may touch it
+	conn      string // the connection it lives on
+
+	intent   bool             // asked to bind, ever (sticky)
+	tuple    *admission.Tuple // pinned by the first well-formed bind request
+	attached bool             // a bind succeeded on conn and was not fenced since
+	fenced   bool
+	bound    bool // ever bound: a failed reattach fences instead of pending
+
+	leaseMeta  time.Time // lease_not_after of the latest accepted bind meta
+	notAfter   time.Time // min(leaseMeta, attach's lease_not_after)
+	generation uint64
+	epoch      uint64 // bumps on every attach and every fence
+	code       wire.Code
+	message    string
+}
+
+func (s *session) state() State {
+	switch {
+	case !s.intent:
+		return Unbound
+	case s.fenced:
+		return Fenced
+	case s.attached:
+		return Bound
+	}
+	return Pending
+}
+
+func (s *session) status() Status {
+	st := Status{SessionID: s.id, State: s.state(), LeaseNotAfter: s.notAfter,
+		GrantGeneration: s.generation, Code: s.code, Message: s.message}
+	if s.tuple != nil {
+		st.Tuple = *s.tuple
+		st.TupleSHA256 = s.tuple.SHA256()
+	}
+	return st
+}
+
+// Table is the plugin's session table. The zero value is not usable; call
+// New. All methods are safe for concurrent use.
+type Table struct {
+	mu       sync.Mutex
+	sessions map[string]*session
+	now      func() time.Time
+}
+
+// New returns an empty table that reads time from now (time.Now if nil).
+func New(now func() time.Time) *Table {
+	if now == nil {
+		now = time.Now
+	}
+	return &Table{sessions: make(map[string]*session), now: now}
+}
+
+// refuse builds the error every refusal returns: a *wire.Error naming the
+// failed check.
+func refuse(code wire.Code, format string, args ...any) error {
+	return wire.Errorf(code, format, args...)
+}
+
+func (t *Table) snapshot(s *session) Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return s.status()
+}
+
+// Status returns the session's snapshot; an unknown session is not_admitted.
+func (t *Table) Status(sessionID string) (Status, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s, ok := t.sessions[sessionID]
+	if !ok {
+		return Status{}, refuse(wire.CodeNotAdmitted, "session %q is unknown to the plugin", sessionID)
+	}
+	return s.status(), nil
+}

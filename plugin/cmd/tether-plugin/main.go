@@ -1,0 +1,18 @@
+// Command tether-plugin is the go-plugin binary a host agent loads with
+// plugin/host.Load. Run by hand it explains itself and exits non-zero.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/tetherdev/tether/plugin/impl"
+)
+
+func main() {
+	os.Exit(run(context.Background()))
+}
+
+func run(ctx context.Context) int {
+	return impl.Main(ctx, os.Args[1:], os.Stderr, impl.Config{})
+}

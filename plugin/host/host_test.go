@@ -1,0 +1,146 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/plugin/host"
+	pb "github.com/tetherdev/tether/plugin/proto"
+)
+
+// TestIntegrationReadTextFileThroughPlugin is the vertical slice: a real
+// plugin process (this test binary), the real host library, a real ACP
+// connection whose client checks the op tag on every callback.
+func TestIntegrationReadTextFileThroughPlugin(t *testing.T) {
+	p := loadPlugin(t)
+	lease := time.Now().Add(time.Hour)
+	client := newClient(t, lease)
+	l := newLink(t, p, client, "alice")
+	if err := os.WriteFile(filepath.Join(client.Root, "hello.txt"), []byte("hello, computer\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tu := tuple("alice", client.Root)
+	ctx := ctxT(t)
+	st, err := l.conn.OpenSession(ctx, host.MethodNew, "s1", bindMeta(t, tu, lease))
+	if err != nil {
+		t.Fatalf("bind: %v", err)
+	}
+	if st.GetState() != pb.BindingState_BINDING_STATE_BOUND || st.GetTupleSha256() != tu.SHA256() || st.GetGrantGeneration() != 7 {
+		t.Fatalf("status after bind = %v", st)
+	}
+	resp, err := l.conn.ReadTextFile(ctx, "s1", nil, "hello.txt", 0, 0)
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	if resp.GetContent() != "hello, computer\n" || resp.GetPath() != filepath.Join(client.Root, "hello.txt") {
+		t.Fatalf("read = %q at %q", resp.GetContent(), resp.GetPath())
+	}
+	reads := callsOf(client, "fs/read_text_file")
+	if len(reads) != 1 {
+		t.Fatalf("client saw %d reads, want 1", len(reads))
+	}
+	op := reads[0].Op
+	if reads[0].OpErr != nil || op.TupleSHA256 != tu.SHA256() || !strings.HasPrefix(op.OpKey, resp.GetOpKey()+":") ||
+		!op.Deadline.After(time.Now()) || op.Deadline.After(time.Now().Add(61*time.Second)) {
+		t.Fatalf("op meta = %+v (err %v), op key %q", op, reads[0].OpErr, resp.GetOpKey())
+	}
+	if n := len(callsOf(client, acpmeta.MethodAttach)); n != 1 {
+		t.Fatalf("attach calls = %d, want 1", n)
+	}
+}
+
+func TestLoadRefusesWrongChecksum(t *testing.T) {
+	path, sum := selfBinary(t)
+	bad := strings.Repeat("0", 64)
+	_, err := host.Load(context.Background(), path, bad, host.WithArgs(helperArg))
+	var ce *host.ChecksumError
+	if !errors.Is(err, host.ErrChecksum) || !errors.As(err, &ce) || ce.Got != sum || ce.Want != bad {
+		t.Fatalf("Load with wrong sum: %v", err)
+	}
+	if _, err := host.Load(context.Background(), path, "xyz"); !errors.Is(err, host.ErrChecksum) {
+		t.Fatalf("Load with malformed sum: %v", err)
+	}
+}
+
+// TestLoadRunsTheBytesItHashed replaces the file after Load verified it:
+// the plugin that runs is still the verified copy (sealed memfd), so a
+// swap between check and exec cannot smuggle in other code.
+func TestLoadRunsTheBytesItHashed(t *testing.T) {
+	path, sum := selfBinary(t)
+	dir := t.TempDir()
+	copyPath := filepath.Join(dir, "tether-plugin")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copyPath, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := host.Load(ctxT(t), copyPath, sum, host.WithArgs(helperArg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := os.WriteFile(copyPath, []byte("#!/bin/sh\necho pwned\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The running plugin still answers the real protocol.
+	l := newLink(t, p, newClient(t, time.Now().Add(time.Hour)), "alice")
+	if _, err := l.conn.OpenSession(ctxT(t), host.MethodNew, "s1", nil); err != nil {
+		t.Fatalf("plugin no longer serves: %v", err)
+	}
+	// And the swapped file is refused by the next Load.
+	if _, err := host.Load(ctxT(t), copyPath, sum); !errors.Is(err, host.ErrChecksum) {
+		t.Fatalf("swapped binary loaded: %v", err)
+	}
+}
+
+func TestLoadVersionMismatchNamesBothSides(t *testing.T) {
+	path, sum := selfBinary(t)
+	_, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg, "versions=2,3"))
+	if !errors.Is(err, host.ErrStart) {
+		t.Fatalf("Load against a v2/v3 plugin: %v", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"speaks protocol versions [2 3]", "host speaks [1]", "the host speaks protocol versions [1]"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("mismatch error %q does not say %q", msg, want)
+		}
+	}
+}
+
+// TestPluginRunByHandExplainsAndFails runs the real command's code path
+// without the handshake environment.
+func TestPluginRunByHandExplainsAndFails(t *testing.T) {
+	path, _ := selfBinary(t)
+	cmd := exec.Command(path, helperArg)
+	cmd.Env = []string{}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("run by hand: err=%v", err)
+	}
+	if !strings.Contains(string(out), "not meant to be run by hand") || !strings.Contains(string(out), "plugin/host.Load") {
+		t.Fatalf("run by hand printed %q", out)
+	}
+}
+
+// TestPluginRefusesWithoutMutualTLS: a host that does not enable AutoMTLS
+// gets no plugin.
+func TestPluginRefusesWithoutMutualTLS(t *testing.T) {
+	path, _ := selfBinary(t)
+	cmd := exec.Command(path, helperArg)
+	cmd.Env = []string{"TETHER_PLUGIN_COOKIE=c0a1d2b7-tether-plugin-v1-5f0e9c4a", "PLUGIN_PROTOCOL_VERSIONS=1"}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(string(out), "mutual TLS") {
+		t.Fatalf("no-mTLS start: err=%v out=%q", err, out)
+	}
+}

@@ -1,0 +1,104 @@
+package impl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	goplugin "github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/tetherdev/tether/plugin/shared"
+)
+
+// Config is what Main serves. Versions defaults to shared.ProtocolVersions;
+// tests set others to exercise a mismatch.
+type Config struct {
+	Versions []int
+}
+
+const usage = `tether-plugin is a hashicorp/go-plugin binary (gRPC, AutoMTLS, protocol versions %v).
+It is not meant to be run by hand: a host agent loads it with plugin/host.Load(ctx, path, sha256),
+which checks the binary's SHA-256, starts it and talks to it over mutual TLS.
+See docs/plugin.md.
+
+Usage: tether-plugin [--help]
+`
+
+// Main runs tether-plugin with the command-line arguments after the program
+// name and returns the exit code. Run by hand it prints how it is meant to
+// be used and returns 2.
+func Main(ctx context.Context, args []string, stderr io.Writer, cfg Config) int {
+	if len(cfg.Versions) == 0 {
+		cfg.Versions = shared.ProtocolVersions
+	}
+	fs := flag.NewFlagSet("tether-plugin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintf(stderr, usage, cfg.Versions) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 || os.Getenv(shared.Handshake.MagicCookieKey) != shared.Handshake.MagicCookieValue {
+		fs.Usage()
+		return 2
+	}
+	if err := checkLaunch(os.Getenv("PLUGIN_PROTOCOL_VERSIONS"), os.Getenv("PLUGIN_CLIENT_CERT"), cfg.Versions); err != nil {
+		fmt.Fprintf(stderr, "tether-plugin: %v\n", err)
+		return 3
+	}
+	if err := detachStdin(); err != nil {
+		fmt.Fprintf(stderr, "tether-plugin: %v\n", err)
+		return 1
+	}
+	serve(ctx, stderr, cfg.Versions)
+	return 0
+}
+
+// ErrVersionMismatch: host and plugin share no protocol version.
+var ErrVersionMismatch = errors.New("protocol version mismatch")
+
+// ErrNoMTLS: the host did not start the plugin with AutoMTLS.
+var ErrNoMTLS = errors.New("host did not enable AutoMTLS")
+
+// checkLaunch refuses a host that offers no version this plugin speaks (the
+// error names both lists) or that did not enable AutoMTLS.
+func checkLaunch(offered, clientCert string, versions []int) error {
+	var host []int
+	for _, f := range strings.Split(offered, ",") {
+		if v, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			host = append(host, v)
+		}
+	}
+	common := slices.ContainsFunc(host, func(v int) bool { return slices.Contains(versions, v) })
+	switch {
+	case !common:
+		slices.Sort(host)
+		return fmt.Errorf("%w: this plugin speaks protocol versions %v; the host speaks %v (upgrade the older side)",
+			ErrVersionMismatch, versions, host)
+	case clientCert == "":
+		return fmt.Errorf("%w: refusing to serve without mutual TLS (set ClientConfig.AutoMTLS)", ErrNoMTLS)
+	}
+	return nil
+}
+
+func serve(ctx context.Context, stderr io.Writer, versions []int) {
+	goplugin.Serve(&goplugin.ServeConfig{
+		HandshakeConfig:  shared.Handshake,
+		VersionedPlugins: shared.PluginSets(versions, New(nil)),
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			opts = append(opts, grpc.MaxRecvMsgSize(shared.MaxMessageBytes), grpc.MaxSendMsgSize(shared.MaxMessageBytes))
+			return grpc.NewServer(opts...)
+		},
+		Logger: hclog.New(&hclog.LoggerOptions{Name: "tether-plugin", Level: hclog.Info, Output: stderr, JSONFormat: true}),
+	})
+}

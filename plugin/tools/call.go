@@ -1,0 +1,96 @@
+// Package tools implements the plugin's five tools (read_text_file,
+// write_text_file, edit_text_file, list_directory, run_command) and the
+// secondary glob and grep on one Backend: the ACP client calls of the
+// session's connection. Every request carries `_meta["tether/op"]`.
+// Binding checks are the caller's (plugin/impl); this package only speaks
+// ACP and refuses malformed arguments before anything is sent.
+package tools
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"strings"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// Backend is the set of ACP client calls the tools may make.
+type Backend = shared.ACPClient
+
+// MaxCallerOpKey is the longest operation key a caller may supply: the
+// tools append ":<step>" (at most 8 bytes) and acpmeta caps keys at 128.
+const MaxCallerOpKey = 112
+
+// Call is one tool invocation in a bound session.
+type Call struct {
+	Backend     Backend
+	SessionID   string
+	Root        string // the tuple's root: absolute, clean
+	TupleSHA256 string
+	// OpKey is the base operation key; request i carries OpKey + ":" + step.
+	OpKey string
+	// Deadline is the tool's deadline; every request's op meta carries it.
+	Deadline time.Time
+}
+
+// OpKey returns callerKey when it is set and well formed, else a fresh
+// random key. A malformed caller key is refused, never replaced, so that a
+// retry cannot silently turn into a second execution.
+func OpKey(callerKey string) (string, error) {
+	if callerKey == "" {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return "", fmt.Errorf("fresh op key: %w", err)
+		}
+		return "op-" + hex.EncodeToString(b[:]), nil
+	}
+	if len(callerKey) > MaxCallerOpKey || !acpmeta.ValidOpKey(callerKey) {
+		return "", wire.Errorf(wire.CodeInvalid, "op_key must be 1-%d of [A-Za-z0-9._:-]", MaxCallerOpKey)
+	}
+	return callerKey, nil
+}
+
+// meta returns the `_meta` of the request for step, with deadline.
+func (c Call) meta(step string, deadline time.Time) map[string]any {
+	return acpmeta.Op{TupleSHA256: c.TupleSHA256, OpKey: c.OpKey + ":" + step, Deadline: deadline.UTC()}.Meta()
+}
+
+func (c Call) sid() acp.SessionId { return acp.SessionId(c.SessionID) }
+
+// Resolve maps a tool path to the absolute path inside the computer: a
+// relative path is taken from the root; the result must be the root or
+// below it. This is a lexical check only: the receiver resolves symlinks
+// and is the authority on confinement.
+func Resolve(root, p string) (string, error) {
+	if p == "" {
+		return "", wire.Errorf(wire.CodeInvalid, "path is required")
+	}
+	if strings.ContainsAny(p, "\x00") {
+		return "", wire.Errorf(wire.CodeInvalid, "path contains NUL")
+	}
+	abs := path.Clean(p)
+	if !path.IsAbs(p) {
+		abs = path.Join(root, p)
+	}
+	if !within(root, abs) {
+		return "", wire.Errorf(wire.CodePathEscape, "path %q resolves to %q, outside the tuple root %q", p, abs, root)
+	}
+	return abs, nil
+}
+
+func within(root, abs string) bool {
+	if root == "/" {
+		return path.IsAbs(abs)
+	}
+	return abs == root || strings.HasPrefix(abs, root+"/")
+}
+
+// Resolve resolves p against c's root.
+func (c Call) Resolve(p string) (string, error) { return Resolve(c.Root, p) }
