@@ -121,7 +121,7 @@ func TestCheckNamesEachMissing(t *testing.T) {
 	for _, c := range Required {
 		t.Run(Name(c), func(t *testing.T) {
 			cmd := exec.Command(capsh, "--drop=cap_"+c.String(), "--", "-c", `exec "$0"`, os.Args[0])
-			cmd.Env = append(os.Environ(), helperEnv+"=check")
+			cmd.Env = append(os.Environ(), helperEnv+"=check", "GORACE=atexit_sleep_ms=0")
 			out, err := cmd.Output()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
@@ -148,7 +148,7 @@ func TestCheckNamesEachMissing(t *testing.T) {
 func TestCheckRefusesNonRoot(t *testing.T) {
 	testenv.Require(t, "root")
 	cmd := exec.Command(worldExecutableCopy(t))
-	cmd.Env = append(os.Environ(), helperEnv+"=check")
+	cmd.Env = append(os.Environ(), helperEnv+"=check", "GORACE=atexit_sleep_ms=0")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 60010, Gid: 60010, Groups: []uint32{}}}
 	out, err := cmd.Output()
 	if err == nil || !strings.Contains(string(out), "receiver must run as uid 0") {

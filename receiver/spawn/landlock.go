@@ -1,0 +1,129 @@
+package spawn
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// MinLandlockABI is the Landlock ABI a Ruleset needs: file system rights
+// up to ABI 5 (including truncate and device ioctl) and the signal and
+// abstract-unix-socket scopes of ABI 6. A kernel below it is refused;
+// there is no downgrade.
+const MinLandlockABI = 6
+
+// Access is a set of Landlock file system rights.
+type Access uint64
+
+// Access sets for rules.
+const (
+	// AccessAll is every right a Ruleset handles (ABI 5 file system set).
+	AccessAll Access = 1<<16 - 1
+	// AccessReadExec reads files and directories and executes files.
+	AccessReadExec Access = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
+	// AccessReadWriteFile reads, writes and truncates files (devices such
+	// as /dev/null), with ioctl on devices.
+	AccessReadWriteFile Access = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_WRITE_FILE |
+		unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+	// fileRights are the rights that apply to a non-directory.
+	fileRights Access = unix.LANDLOCK_ACCESS_FS_EXECUTE | unix.LANDLOCK_ACCESS_FS_READ_FILE |
+		unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
+	// scopes isolate abstract unix sockets and signals to the domain.
+	scopes = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
+)
+
+// ErrLandlock wraps every Landlock failure, including a kernel whose ABI
+// is below MinLandlockABI.
+var ErrLandlock = errors.New("landlock")
+
+// Rule grants Access beneath one file or directory, given as an open
+// descriptor (O_PATH is enough).
+type Rule struct {
+	File   *os.File
+	Access Access
+}
+
+// Ruleset is a Landlock ruleset. Start enforces it on the spawning thread
+// alone (landlock_restrict_self without TSYNC) right before the fork, so
+// the child and its descendants are confined and the receiver is not.
+// Close releases it; a Ruleset may be used by many concurrent Starts.
+type Ruleset struct {
+	fd int
+}
+
+// rulesetAttr is struct landlock_ruleset_attr as of ABI 6.
+type rulesetAttr struct {
+	handledFS, handledNet, scoped uint64
+}
+
+// LandlockABI returns the kernel's Landlock ABI version, 0 if Landlock is
+// unsupported or disabled.
+func LandlockABI() int {
+	v, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if e != 0 {
+		return 0
+	}
+	return int(v)
+}
+
+// NewRuleset builds a ruleset that handles AccessAll and both scopes and
+// allows exactly rules. It fails, never downgrades, when the kernel's ABI
+// is below MinLandlockABI.
+func NewRuleset(rules []Rule) (*Ruleset, error) {
+	if abi := LandlockABI(); abi < MinLandlockABI {
+		return nil, fmt.Errorf("%w: kernel ABI %d, need %d", ErrLandlock, abi, MinLandlockABI)
+	}
+	attr := rulesetAttr{handledFS: uint64(AccessAll), scoped: scopes}
+	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if e != 0 {
+		return nil, fmt.Errorf("%w: create ruleset: %w", ErrLandlock, e)
+	}
+	rs := &Ruleset{fd: int(fd)}
+	for _, r := range rules {
+		if err := rs.add(r); err != nil {
+			rs.Close()
+			return nil, err
+		}
+	}
+	return rs, nil
+}
+
+func (rs *Ruleset) add(r Rule) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(r.File.Fd()), &st); err != nil {
+		return fmt.Errorf("%w: fstat %s: %w", ErrLandlock, r.File.Name(), err)
+	}
+	access := r.Access & AccessAll
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		access &= fileRights
+	}
+	pb := unix.LandlockPathBeneathAttr{Allowed_access: uint64(access), Parent_fd: int32(r.File.Fd())}
+	_, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs.fd), unix.LANDLOCK_RULE_PATH_BENEATH,
+		uintptr(unsafe.Pointer(&pb)), 0, 0, 0)
+	if e != 0 {
+		return fmt.Errorf("%w: add rule for %s: %w", ErrLandlock, r.File.Name(), e)
+	}
+	return nil
+}
+
+// Close releases the ruleset. It is safe to call twice.
+func (rs *Ruleset) Close() error {
+	if rs == nil || rs.fd < 0 {
+		return nil
+	}
+	err := unix.Close(rs.fd)
+	rs.fd = -1
+	return err
+}
+
+// restrictThread enforces the ruleset on the calling thread only; the
+// thread must have no_new_privs set already.
+func (rs *Ruleset) restrictThread() error {
+	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rs.fd), 0, 0); e != 0 {
+		return fmt.Errorf("%w: restrict the spawning thread: %w", ErrLandlock, e)
+	}
+	return nil
+}

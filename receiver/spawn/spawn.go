@@ -1,0 +1,176 @@
+// Package spawn starts every child of the receiver. Start is the one
+// function that does it: on a fresh goroutine locked to its OS thread it
+// empties that thread's bounding, inheritable and ambient capability sets,
+// sets no_new_privs, optionally enforces a Landlock ruleset on that thread
+// alone, and forks the child with the grant's credentials in a new session
+// with SIGKILL as its parent-death signal. The thread stays locked until
+// the child is reaped and is then destroyed, never reused.
+//
+// spawn owns every child of the process: one reaper goroutine waits for
+// all of them (and, because the process becomes a child subreaper, for
+// orphaned grandchildren too). A process that uses spawn must not start
+// children by other means.
+package spawn
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// The main goroutine never runs a spawn: a locked goroutine that ends on
+// the main thread would leave that thread wedged with a child's
+// restrictions instead of destroying it. Pinning main to the main thread
+// keeps every other goroutine off it.
+func init() { runtime.LockOSThread() }
+
+// Mode selects how a child's restrictions are applied.
+type Mode int
+
+const (
+	// ModeThread applies them to a locked spawning thread that the child
+	// inherits them from: no extra exec, the default.
+	ModeThread Mode = iota
+	// ModeHelper re-executes the receiver binary as a small helper that
+	// restricts itself and then executes the command (tailscale's be-child
+	// pattern): one extra Go start per child, for kernels or builds where
+	// a per-thread attribute cannot be set.
+	ModeHelper
+)
+
+// Spec describes one child. Start does not modify it or take ownership of
+// its files; the caller closes Dir and Output after Start returns.
+type Spec struct {
+	Mode Mode
+	// Path is the absolute path of the executable; Argv includes argv[0].
+	Path string
+	Argv []string
+	// Env is the child's whole environment ("KEY=value"); nothing is
+	// inherited. Loader variables are refused (see CheckEnv).
+	Env []string
+	// Dir is the child's working directory, an open directory (O_PATH is
+	// enough) the spawning thread fchdirs to.
+	Dir *os.File
+	// UID, GID and Groups are the child's credentials; none may be 0.
+	UID, GID uint32
+	Groups   []uint32
+	// Output receives the child's stdout and stderr; stdin is /dev/null.
+	Output *os.File
+	// Landlock, when non-nil, is enforced on the child (and only on the
+	// spawning thread of the receiver).
+	Landlock *Ruleset
+	// HelperPath is the receiver binary for ModeHelper ("" means
+	// /proc/self/exe).
+	HelperPath string
+}
+
+// Errors callers branch on.
+var (
+	// ErrSpec wraps every invalid Spec.
+	ErrSpec = errors.New("invalid child spec")
+	// ErrLoaderEnv is wrapped when Env names a loader variable.
+	ErrLoaderEnv = errors.New("loader variable refused")
+	// ErrCapability wraps *CapError: the spawning thread lacks a capability
+	// it needs to start and control a child. No child is started.
+	ErrCapability = errors.New("spawning thread lacks a capability")
+	// ErrStart wraps a failure to prepare the thread or execute the child.
+	ErrStart = errors.New("start child")
+)
+
+// validate checks the spec before any thread is touched.
+func (s *Spec) validate() error {
+	switch {
+	case !filepath.IsAbs(s.Path) || strings.ContainsRune(s.Path, 0):
+		return fmt.Errorf("%w: path %q is not absolute", ErrSpec, s.Path)
+	case len(s.Argv) == 0:
+		return fmt.Errorf("%w: argv is empty", ErrSpec)
+	case s.Dir == nil || s.Output == nil:
+		return fmt.Errorf("%w: Dir and Output are required", ErrSpec)
+	case s.UID == 0 || s.GID == 0:
+		return fmt.Errorf("%w: uid %d gid %d: a child never runs with id 0", ErrSpec, s.UID, s.GID)
+	case s.Mode != ModeThread && s.Mode != ModeHelper:
+		return fmt.Errorf("%w: unknown mode %d", ErrSpec, s.Mode)
+	}
+	for _, g := range s.Groups {
+		if g == 0 {
+			return fmt.Errorf("%w: supplementary group 0", ErrSpec)
+		}
+	}
+	for _, a := range s.Argv {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("%w: argv contains NUL", ErrSpec)
+		}
+	}
+	return CheckEnv(s.Env)
+}
+
+// Status is how a child ended.
+type Status struct {
+	Code   int            // exit code; -1 when Signal is set
+	Signal syscall.Signal // the terminating signal, 0 after a normal exit
+}
+
+// Child is a started child, the leader of its own session and process
+// group. Its methods are safe for concurrent use.
+type Child struct {
+	pid    int
+	done   chan struct{}
+	mu     sync.Mutex // guards status, reaped
+	reaped bool
+	status Status
+}
+
+// PID returns the child's pid, which is also its process group id.
+func (c *Child) PID() int { return c.pid }
+
+// Done is closed once the child has exited, every member of its process
+// group has been sent SIGKILL, and the child has been reaped.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Status returns how the child ended; valid once Done is closed.
+func (c *Child) Status() Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.status
+}
+
+// Kill sends SIGKILL to the child's whole process group. After the child
+// is reaped it does nothing: its pgid may then belong to someone else.
+func (c *Child) Kill() error { return c.Signal(syscall.SIGKILL) }
+
+// Signal sends sig to the child's whole process group while the child is
+// not reaped (the zombie pins the pgid, so the signal cannot reach an
+// unrelated group). Signalling an exited group is not an error.
+func (c *Child) Signal(sig syscall.Signal) error {
+	reg.mu.RLock() // the reaper reaps under the write lock
+	defer reg.mu.RUnlock()
+	c.mu.Lock()
+	reaped := c.reaped
+	c.mu.Unlock()
+	if reaped {
+		return nil
+	}
+	if err := syscall.Kill(-c.pid, sig); err != nil && err != syscall.ESRCH {
+		return fmt.Errorf("signal process group %d: %w", c.pid, err)
+	}
+	return nil
+}
+
+// finish records the status; the caller holds reg.mu for writing.
+func (c *Child) finish(ws syscall.WaitStatus) {
+	c.mu.Lock()
+	c.reaped = true
+	switch {
+	case ws.Signaled():
+		c.status = Status{Code: -1, Signal: ws.Signal()}
+	default:
+		c.status = Status{Code: ws.ExitStatus()}
+	}
+	c.mu.Unlock()
+	close(c.done)
+}

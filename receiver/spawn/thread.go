@@ -1,0 +1,174 @@
+package spawn
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Start starts one child as described by spec and returns once it runs
+// (or failed to start, in which case no child exists). It is the only
+// function that starts children. The child is reaped by the package's
+// reaper; wait on Child.Done.
+func Start(spec Spec) (*Child, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open %s: %w", ErrStart, os.DevNull, err)
+	}
+	defer devNull.Close()
+	startReaper()
+	c := &Child{done: make(chan struct{})}
+	started := make(chan error, 1)
+	// WARNING: order- and thread-sensitive. The goroutine locks its OS
+	// thread and never unlocks it: prepareThread changes attributes of that
+	// thread only (fs context, bounding set, inheritable and ambient sets,
+	// no_new_privs, Landlock), the child inherits them, and the thread's
+	// exit is what delivers the child's parent-death signal. When the
+	// goroutine returns while locked, the runtime destroys the thread, so
+	// no restriction leaks into the receiver. Tested as root by
+	//   go test -race -run 'TestChildMasks|TestNoLeak|TestPdeathsig' ./receiver/spawn/
+	go func() {
+		runtime.LockOSThread()
+		err := c.launch(&spec, devNull)
+		started <- err
+		if err != nil {
+			return
+		}
+		<-c.done // keep the thread, and so the parent-death signal, until the child is reaped
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// launch runs on the locked spawning thread: it prepares the thread (in
+// ModeThread), forks the child and registers it with the reaper before the
+// reaper can see it exit.
+func (c *Child) launch(spec *Spec, devNull *os.File) error {
+	if err := checkThreadCaps(); err != nil {
+		return err
+	}
+	attr, err := procAttr(spec, devNull)
+	if err != nil {
+		return err
+	}
+	if spec.Mode == ModeThread {
+		if err := prepareThread(spec); err != nil {
+			return fmt.Errorf("%w: prepare spawning thread: %w", ErrStart, err)
+		}
+	}
+	path, argv := spec.Path, spec.Argv
+	var helper *helperLaunch
+	if spec.Mode == ModeHelper {
+		if helper, err = newHelperLaunch(spec, attr); err != nil {
+			return err
+		}
+		defer helper.close()
+		path, argv = helper.exe, []string{helper.exe, HelperArg}
+	}
+	reg.mu.RLock()
+	p, err := os.StartProcess(path, argv, attr)
+	if err == nil {
+		c.pid = p.Pid
+		reg.children[c.pid] = c
+		_ = p.Release() // the reaper waits by pid; drop os's pidfd
+	}
+	reg.mu.RUnlock()
+	if err != nil {
+		return fmt.Errorf("%w: execute %s: %w", ErrStart, spec.Path, err)
+	}
+	wakeReaper()
+	if helper != nil {
+		return helper.finish(c)
+	}
+	return nil
+}
+
+// procAttr builds the fork attributes: stdin /dev/null, stdout and stderr
+// the output, a new session (and so a new process group), SIGKILL on the
+// death of this thread, and in ModeThread the grant's credentials. Env is
+// never nil, so nothing is inherited.
+func procAttr(spec *Spec, devNull *os.File) (*os.ProcAttr, error) {
+	env := append([]string{}, spec.Env...)
+	sys := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.Mode == ModeThread {
+		groups := append([]uint32{}, spec.Groups...)
+		sys.Credential = &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: groups}
+	} else {
+		env = []string{}
+	}
+	return &os.ProcAttr{Env: env, Files: []*os.File{devNull, spec.Output, spec.Output}, Sys: sys}, nil
+}
+
+// prepareThread restricts the calling (locked) thread so that a child
+// forked from it inherits exactly: its own working directory and umask
+// 022, an empty bounding set, empty inheritable and ambient sets,
+// no_new_privs, and the Landlock ruleset if any. The effective and
+// permitted sets stay, because the fork still needs SETUID and SETGID;
+// the child's setuid and execve clear them.
+func prepareThread(spec *Spec) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare CLONE_FS: %w", err)
+	}
+	if err := unix.Fchdir(int(spec.Dir.Fd())); err != nil {
+		return fmt.Errorf("fchdir to the working directory: %w", err)
+	}
+	unix.Umask(0o022)
+	return restrictSelf(spec.Landlock)
+}
+
+// restrictSelf is the part of the restriction shared with the helper:
+// bounding set, inheritable and ambient sets, no_new_privs, Landlock.
+func restrictSelf(rs *Ruleset) error {
+	if err := dropBoundingSet(); err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear the ambient set: %w", err)
+	}
+	if err := clearInheritable(); err != nil {
+		return err
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	if rs != nil {
+		if err := rs.restrictThread(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropBoundingSet drops every capability the kernel knows from the
+// calling thread's bounding set (this is what SETPCAP is kept for).
+func dropBoundingSet() error {
+	for c := 0; c <= lastCap(); c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// clearInheritable empties the calling thread's inheritable set and
+// leaves its effective and permitted sets alone.
+func clearInheritable() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear the inheritable set: %w", err)
+	}
+	return nil
+}
