@@ -46,6 +46,8 @@ type Client struct {
 	// AfterRead, if set, runs after each successful fs/read_text_file
 	// (tests use it to race a concurrent writer).
 	AfterRead func(path string)
+	// OnTerminal, if set, runs before each terminal/* callback is served.
+	OnTerminal func(method string)
 
 	mu        sync.Mutex
 	bound     map[string]string // session id -> tuple_sha256

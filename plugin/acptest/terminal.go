@@ -55,6 +55,9 @@ func (c *Client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	if _, err := c.check("terminal/create", p.SessionId, "", p.Meta); err != nil {
 		return acp.CreateTerminalResponse{}, err
 	}
+	if c.OnTerminal != nil {
+		c.OnTerminal("terminal/create")
+	}
 	cwd := c.Root
 	if p.Cwd != nil {
 		lp, err := c.local(*p.Cwd)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -133,7 +134,9 @@ func newLink(t testing.TB, p *host.Plugin, client *acptest.Client, principal str
 	a2cR, a2cW := io.Pipe()
 	asc := acp.NewAgentSideConnection(nopAgent{}, a2cW, c2aR)
 	csc := acp.NewClientSideConnection(client, c2aW, a2cR)
-	_ = csc
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	asc.SetLogger(quiet)
+	csc.SetLogger(quiet)
 	cut := func() {
 		_ = c2aW.Close()
 		_ = a2cW.Close()

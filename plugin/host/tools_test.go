@@ -1,0 +1,219 @@
+package host_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/plugin/acptest"
+	"github.com/tetherdev/tether/plugin/host"
+	pb "github.com/tetherdev/tether/plugin/proto"
+	"github.com/tetherdev/tether/plugin/tools"
+)
+
+// bound returns a link with session "s1" bound to a tuple rooted at the
+// client's directory.
+func bound(t *testing.T, p *host.Plugin) (*link, string) {
+	t.Helper()
+	lease := time.Now().Add(time.Hour)
+	client := newClient(t, lease)
+	l := newLink(t, p, client, "alice")
+	tu := tuple("alice", client.Root)
+	if _, err := l.conn.OpenSession(ctxT(t), host.MethodNew, "s1", bindMeta(t, tu, lease)); err != nil {
+		t.Fatalf("bind: %v", err)
+	}
+	return l, tu.SHA256()
+}
+
+// checkOpTags asserts that every fs/terminal callback carried a valid op
+// tag with the tuple's digest, and returns the distinct base keys.
+func checkOpTags(t *testing.T, c *acptest.Client, digest string) map[string]bool {
+	t.Helper()
+	bases := map[string]bool{}
+	for _, call := range c.Calls() {
+		if !strings.HasPrefix(call.Method, "fs/") && !strings.HasPrefix(call.Method, "terminal/") {
+			continue
+		}
+		if call.OpErr != nil || call.Op.TupleSHA256 != digest {
+			t.Errorf("%s carried op tag %+v (err %v)", call.Method, call.Op, call.OpErr)
+			continue
+		}
+		base, _, _ := strings.Cut(call.Op.OpKey, ":")
+		bases[base] = true
+	}
+	return bases
+}
+
+func TestIntegrationFiveToolsAndGlobGrep(t *testing.T) {
+	p := loadPlugin(t)
+	l, digest := bound(t, p)
+	ctx, root := ctxT(t), l.client.Root
+
+	if _, err := l.conn.WriteTextFile(ctx, "s1", nil, "src/main.go", "package main\n\nfunc main() {}\n"); err == nil {
+		t.Fatal("write into a missing directory succeeded")
+	}
+	if err := os.MkdirAll(filepath.Join(root, "src", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.conn.WriteTextFile(ctx, "s1", nil, "src/main.go", "package main\n\nfunc main() {}\n")
+	if err != nil || w.GetBytes() != 29 {
+		t.Fatalf("write: %v %v", w, err)
+	}
+	if _, err := l.conn.WriteTextFile(ctx, "s1", nil, "src/sub/notes.txt", "one\ntwo\nthree\n"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := l.conn.ReadTextFile(ctx, "s1", nil, "src/sub/notes.txt", 2, 1)
+	if err != nil || r.GetContent() != "two\n" {
+		t.Fatalf("read line 2: %q %v", r.GetContent(), err)
+	}
+	e, err := l.conn.EditTextFile(ctx, "s1", nil, "src/main.go", "func main() {}", "func main() { println(1) }")
+	if err != nil || e.GetPreviousSha256() != tools.SHA256Hex("package main\n\nfunc main() {}\n") {
+		t.Fatalf("edit: %v %v", e, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "src/main.go")); string(b) != "package main\n\nfunc main() { println(1) }\n" {
+		t.Fatalf("after edit: %q", b)
+	}
+	ls, err := l.conn.ListDirectory(ctx, "s1", nil, "src")
+	if err != nil || len(ls.GetEntries()) != 2 || ls.GetEntries()[0].GetName() != "main.go" ||
+		ls.GetEntries()[0].GetType() != "file" || ls.GetEntries()[1].GetType() != "dir" {
+		t.Fatalf("list: %v %v", ls, err)
+	}
+	run, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sh",
+		Args: []string{"-c", "pwd; echo out; exit 3"}, Cwd: "src"})
+	if err != nil || run.GetExit().GetExitCode() != 3 || run.GetOutput() != filepath.Join(root, "src")+"\nout\n" {
+		t.Fatalf("run: %v %v", run, err)
+	}
+	g, err := l.conn.Glob(ctx, "s1", nil, "**/*.txt", "")
+	if err != nil || len(g.GetMatches()) != 1 || g.GetMatches()[0] != filepath.Join(root, "src/sub/notes.txt") {
+		t.Fatalf("glob: %v %v", g, err)
+	}
+	gr, err := l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "TWO", IgnoreCase: true, Dir: "src"})
+	if err != nil || len(gr.GetMatches()) != 1 || gr.GetMatches()[0].GetLine() != 2 || gr.GetMatches()[0].GetText() != "two" {
+		t.Fatalf("grep: %v %v", gr, err)
+	}
+	if l.client.Running() != 0 {
+		t.Fatalf("%d terminals left unreleased", l.client.Running())
+	}
+	// Every callback carried the tag; every tool call got its own fresh key.
+	if bases := checkOpTags(t, l.client, digest); len(bases) != 9 {
+		t.Fatalf("distinct op keys = %d, want one per tool call (9): %v", len(bases), bases)
+	}
+}
+
+func TestOpKeyRetryReusesCallersKey(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	ctx := ctxT(t)
+	for i := 0; i < 2; i++ {
+		if _, err := l.conn.WriteTextFile(ctx, "s1", &pb.ToolContext{OpKey: "retry-7"}, "f.txt", "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writes := callsOf(l.client, "fs/write_text_file")
+	if len(writes) != 2 || writes[0].Op.OpKey != "retry-7:write" || writes[1].Op.OpKey != "retry-7:write" {
+		t.Fatalf("retry keys: %+v", writes)
+	}
+	_, err := l.conn.WriteTextFile(ctx, "s1", &pb.ToolContext{OpKey: "bad key!"}, "f.txt", "x")
+	wantCode(t, err, "invalid")
+}
+
+func TestWriteEmptyContentRefusedBeforeSending(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	_, err := l.conn.WriteTextFile(ctxT(t), "s1", nil, "empty.txt", "")
+	wantCode(t, err, "invalid")
+	if !strings.Contains(err.Error(), "WriteTextFileRequest.Validate") {
+		t.Fatalf("refusal does not explain itself: %v", err)
+	}
+	if n := len(callsOf(l.client, "fs/write_text_file")); n != 0 {
+		t.Fatalf("%d writes were sent", n)
+	}
+}
+
+// TestEditLosesNoUpdate races a writer between edit's read and its write:
+// the write carries the read content's hash, so it is refused and the
+// other writer's content survives.
+func TestEditLosesNoUpdate(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	f := filepath.Join(l.client.Root, "doc.txt")
+	if err := os.WriteFile(f, []byte("alpha beta\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.client.AfterRead = func(string) { _ = os.WriteFile(f, []byte("alpha beta gamma\n"), 0o644) }
+	_, err := l.conn.EditTextFile(ctxT(t), "s1", nil, "doc.txt", "beta", "BETA")
+	wantCode(t, err, "precondition_failed")
+	if b, _ := os.ReadFile(f); string(b) != "alpha beta gamma\n" {
+		t.Fatalf("concurrent update lost: %q", b)
+	}
+	w := callsOf(l.client, "fs/write_text_file")
+	if len(w) != 1 || w[0].Expect == nil || w[0].Expect.SHA256 != tools.SHA256Hex("alpha beta\n") {
+		t.Fatalf("write did not carry the expected hash: %+v", w)
+	}
+	l.client.AfterRead = nil
+	_, err = l.conn.EditTextFile(ctxT(t), "s1", nil, "doc.txt", "a", "A")
+	wantCode(t, err, "precondition_failed") // "a" occurs more than once
+}
+
+func TestRunCommandDeadlineKillsAndReleases(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	start := time.Now()
+	run, err := l.conn.RunCommand(ctxT(t), "s1", &pb.RunCommandToolRequest{Ctx: &pb.ToolContext{TimeoutMs: 300},
+		Command: "/bin/sh", Args: []string{"-c", "echo started; exec sleep 30"}})
+	if err != nil || !run.GetTimedOut() || run.GetExit().GetSignal() != "killed" || run.GetOutput() != "started\n" {
+		t.Fatalf("run past deadline: %v %v", run, err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatalf("kill took %v", time.Since(start))
+	}
+	if len(callsOf(l.client, "terminal/kill")) != 1 || l.client.Running() != 0 {
+		t.Fatal("terminal not killed and released")
+	}
+}
+
+func TestRunCommandCancelKills(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	l.client.OnTerminal = func(string) { time.AfterFunc(200*time.Millisecond, cancel) }
+	_, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sleep", Args: []string{"30"}})
+	if err == nil {
+		t.Fatal("cancelled command reported success")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for l.client.Running() != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(callsOf(l.client, "terminal/kill")) != 1 || l.client.Running() != 0 {
+		t.Fatalf("cancel did not kill and release: kills=%d running=%d", len(callsOf(l.client, "terminal/kill")), l.client.Running())
+	}
+}
+
+func TestPathEscapeRefusedBeforeSending(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	for _, bad := range []string{"../outside.txt", "/etc/passwd", "a/../../b"} {
+		_, err := l.conn.ReadTextFile(ctxT(t), "s1", nil, bad, 0, 0)
+		wantCode(t, err, "path_escape")
+	}
+	if n := len(callsOf(l.client, "fs/read_text_file")); n != 0 {
+		t.Fatalf("%d escaping reads were sent", n)
+	}
+}
+
+// TestClientErrorCodeSurvivesTheHop: the client's JSON-RPC error (data
+// {"tether": CODE}) reaches the host with its code.
+func TestClientErrorCodeSurvivesTheHop(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	_, err := l.conn.ReadTextFile(ctxT(t), "s1", nil, "missing.txt", 0, 0)
+	wantCode(t, err, "not_found")
+	if code, _ := acpmeta.CodeOf(err); code != "not_found" || !strings.Contains(err.Error(), "missing.txt does not exist") {
+		t.Fatalf("message lost: %v", err)
+	}
+}
