@@ -79,7 +79,11 @@ func LoadConfig(path string) (Config, error) {
 	if err := admission.DecodeStrictJSON(data, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
 	}
-	c.resolve(filepath.Dir(path))
+	base, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c.resolve(base)
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}

@@ -71,10 +71,17 @@ func newFixture(t *testing.T, mode string, ttl int, grants admission.PublishInpu
 	if mode == coordinator.RenewLease {
 		e.LeaseID = "database/creds/tether/abc123"
 	}
-	f.bao = baotest.NewServer(t, e, ttl)
+	f.bao, err = baotest.NewServer(t, e, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := f.bao.WriteCACert(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	zero := 0
 	f.cfg = coordinator.Config{
-		OpenBao: coordinator.OpenBaoConfig{Address: f.bao.URL, TokenFile: "token", CACert: f.bao.WriteCACert(f.dir),
+		OpenBao: coordinator.OpenBaoConfig{Address: f.bao.URL, TokenFile: "token", CACert: ca,
 			Renew: mode, LeaseID: e.LeaseID, IncrementS: 3600, MaxRetries: &zero},
 		Dir: "admission", Key: "admission.key", Grants: "grants.json", IntervalS: 60,
 	}

@@ -18,8 +18,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"sync"
-	"testing"
 )
+
+// Reporter receives a failure for every unexpected request; a
+// *testing.T is one. If it also has Cleanup (as testing.TB does), the
+// server closes itself at cleanup.
+type Reporter interface {
+	Errorf(format string, args ...any)
+}
 
 // Expect is the one request the server accepts.
 type Expect struct {
@@ -33,7 +39,7 @@ type Expect struct {
 // constructor registers Close with t.Cleanup as well).
 type Server struct {
 	*httptest.Server
-	t      testing.TB
+	t      Reporter
 	expect Expect
 
 	mu      sync.Mutex
@@ -44,15 +50,19 @@ type Server struct {
 	onRenew func()
 }
 
-// NewServer starts a server that grants ttl seconds on each renewal.
-func NewServer(t testing.TB, e Expect, ttl int) *Server {
+// NewServer starts a server that grants ttl seconds on each renewal. Mode
+// must be "token" or "lease". The caller closes it (automatically when t
+// has Cleanup).
+func NewServer(t Reporter, e Expect, ttl int) (*Server, error) {
 	if e.Mode != "token" && e.Mode != "lease" {
-		t.Fatalf("baotest: mode %q", e.Mode)
+		return nil, fmt.Errorf("baotest: mode %q is not token or lease", e.Mode)
 	}
 	s := &Server{t: t, expect: e, ttl: ttl}
 	s.Server = httptest.NewTLSServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.Close)
-	return s
+	if c, ok := t.(interface{ Cleanup(func()) }); ok {
+		c.Cleanup(s.Close)
+	}
+	return s, nil
 }
 
 // Path is the endpoint the server serves.
@@ -83,13 +93,10 @@ func (s *Server) Calls() int { s.mu.Lock(); defer s.mu.Unlock(); return s.calls 
 
 // WriteCACert writes the server's certificate as a PEM CA bundle in dir and
 // returns its path.
-func (s *Server) WriteCACert(dir string) string {
+func (s *Server) WriteCACert(dir string) (string, error) {
 	p := filepath.Join(dir, "openbao-ca.pem")
 	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.Certificate().Raw})
-	if err := os.WriteFile(p, pemBytes, 0o644); err != nil {
-		s.t.Fatalf("baotest: %v", err)
-	}
-	return p
+	return p, os.WriteFile(p, pemBytes, 0o644)
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {

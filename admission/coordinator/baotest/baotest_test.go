@@ -9,8 +9,8 @@ import (
 	"testing"
 )
 
-// recorder is a testing.TB that records Errorf instead of failing, so the
-// test can prove the fake fails the test it serves.
+// recorder records Errorf instead of failing, so the test can prove the
+// fake fails the test it serves.
 type recorder struct {
 	testing.TB
 	mu   sync.Mutex
@@ -27,7 +27,10 @@ func (r *recorder) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.
 
 func TestServerFailsTheTestOnAnyOtherRequest(t *testing.T) {
 	rec := &recorder{TB: t}
-	s := NewServer(rec, Expect{Token: "tok", Mode: "token", Increment: 60}, 30)
+	s, err := NewServer(rec, Expect{Token: "tok", Mode: "token", Increment: 60}, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs}}}
 	do := func(method, path, tok, body string) int {
 		req, _ := http.NewRequest(method, s.URL+path, bytes.NewBufferString(body))

@@ -1,0 +1,18 @@
+// Command tether-admission writes, checks and coordinates the admission
+// file: keygen, publish, inspect and coordinate. Run it with --help, or
+// any subcommand with --help. docs/admission.md is its reference.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
