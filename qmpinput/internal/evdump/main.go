@@ -1,6 +1,6 @@
 // Command evdump runs inside the qmpinput test guest: it opens every
 // /dev/input/event* device (rescanning, since USB devices appear late) and
-// prints each key, button and absolute-axis event it reads to stdout, one
+// prints each key, button, relative-axis (wheel) and absolute-axis event it reads to stdout, one
 // line per event:
 //
 //	evdump: open event2 name="QEMU QEMU USB Tablet"
@@ -29,6 +29,7 @@ type inputEvent struct {
 
 const (
 	evKey = 1
+	evRel = 2
 	evAbs = 3
 )
 
@@ -63,7 +64,7 @@ func dump(path string) {
 			say("evdump: %s read: %v", dev, err)
 			return
 		}
-		if ev.Type == evKey || ev.Type == evAbs {
+		if ev.Type == evKey || ev.Type == evRel || ev.Type == evAbs {
 			say("evdump: %s type=%d code=%d value=%d", dev, ev.Type, ev.Code, ev.Value)
 		}
 	}
