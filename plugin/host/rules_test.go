@@ -1,0 +1,303 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/plugin/host"
+	pb "github.com/tetherdev/tether/plugin/proto"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// The binding rules of issue 5, one test each (SECURITY.md "Plugin:
+// binding rules"). Every test runs the real plugin process.
+
+func readOK(t *testing.T, l *link, sid string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(l.client.Root, "probe.txt"), []byte("probe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.conn.ReadTextFile(ctxT(t), sid, nil, "probe.txt", 0, 0); err != nil {
+		t.Fatalf("tool in a bound session: %v", err)
+	}
+}
+
+func readRefused(t *testing.T, l *link, sid, code string) {
+	t.Helper()
+	before := len(callsOf(l.client, "fs/read_text_file"))
+	_, err := l.conn.ReadTextFile(ctxT(t), sid, nil, "probe.txt", 0, 0)
+	wantCode(t, err, code)
+	if after := len(callsOf(l.client, "fs/read_text_file")); after != before {
+		t.Fatalf("a refused tool still sent %d reads", after-before)
+	}
+}
+
+func state(t *testing.T, l *link, sid string) pb.BindingState {
+	t.Helper()
+	st, err := l.conn.Status(ctxT(t), sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.GetState()
+}
+
+// Rule 1: only `_meta["tether/bind"]` from the authenticated owner binds.
+func TestRule1BindsOnlyThroughMetaFromTheOwner(t *testing.T) {
+	p := loadPlugin(t)
+	lease := time.Now().Add(time.Hour)
+	l := newLink(t, p, newClient(t, lease), "alice")
+	ctx, tu := ctxT(t), tuple("alice", l.client.Root)
+
+	// No bind meta (the client may well advertise fs and terminal): unbound,
+	// and the plugin's tools refuse.
+	if _, err := l.conn.OpenSession(ctx, host.MethodNew, "plain", map[string]any{"other": 1}); err != nil {
+		t.Fatal(err)
+	}
+	readRefused(t, l, "plain", "not_admitted")
+
+	// The principal is the host's, never the meta's: bob cannot bind
+	// alice's tuple, and a principal smuggled into the meta is refused.
+	lb := newLink(t, p, l.client, "bob")
+	_, err := lb.conn.OpenSession(ctx, host.MethodNew, "by-bob", bindMeta(t, tu, lease))
+	wantCode(t, err, "denied")
+	smuggled := bindMeta(t, tu, lease)
+	smuggled[acpmeta.KeyBind].(map[string]any)["principal"] = "alice"
+	_, err = lb.conn.OpenSession(ctx, host.MethodNew, "smuggled", smuggled)
+	wantCode(t, err, "invalid")
+	if n := len(callsOf(l.client, acpmeta.MethodAttach)); n != 0 {
+		t.Fatalf("refused binds still called attach %d times", n)
+	}
+
+	if _, err := l.conn.OpenSession(ctx, host.MethodNew, "owned", bindMeta(t, tu, lease)); err != nil {
+		t.Fatalf("owner bind: %v", err)
+	}
+	readOK(t, l, "owned")
+}
+
+// Rule 2: once a session asked to bind, tools are refused until a bind
+// succeeds, even when the first admission failed.
+func TestRule2IntentIsSticky(t *testing.T) {
+	p := loadPlugin(t)
+	lease := time.Now().Add(time.Hour)
+	client := newClient(t, lease)
+	admit := client.Attach
+	client.Attach = func(context.Context, acpmeta.AttachRequest) (acpmeta.AttachResponse, error) {
+		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeNotAdmitted, "no grant yet")
+	}
+	l := newLink(t, p, client, "alice")
+	ctx, tu := ctxT(t), tuple("alice", client.Root)
+
+	_, err := l.conn.OpenSession(ctx, host.MethodNew, "s1", bindMeta(t, tu, lease))
+	wantCode(t, err, "not_admitted")
+	if state(t, l, "s1") != pb.BindingState_BINDING_STATE_PENDING {
+		t.Fatalf("state after failed admission = %v", state(t, l, "s1"))
+	}
+	readRefused(t, l, "s1", "not_admitted")
+	wantCode(t, l.conn.AllowHostTool(ctx, "s1", "bash", host.HostProcess), "denied")
+	// A load without the meta cannot quietly unbind it.
+	_, err = l.conn.OpenSession(ctx, host.MethodLoad, "s1", nil)
+	wantCode(t, err, "not_admitted")
+	readRefused(t, l, "s1", "not_admitted")
+
+	client.Attach = admit
+	if _, err := l.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, lease)); err != nil {
+		t.Fatalf("bind after admission: %v", err)
+	}
+	readOK(t, l, "s1")
+}
+
+// Rule 3: the tuple is immutable; only a same-tuple lease extension is
+// accepted.
+func TestRule3TupleIsImmutable(t *testing.T) {
+	p := loadPlugin(t)
+	lease := time.Now().Add(time.Hour)
+	l := newLink(t, p, newClient(t, lease.Add(time.Hour)), "alice")
+	ctx, tu := ctxT(t), tuple("alice", l.client.Root)
+	if _, err := l.conn.OpenSession(ctx, host.MethodNew, "s1", bindMeta(t, tu, lease)); err != nil {
+		t.Fatal(err)
+	}
+	// Same tuple, earlier lease: refused, binding untouched.
+	_, err := l.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, lease.Add(-time.Minute)))
+	wantCode(t, err, "invalid")
+	readOK(t, l, "s1")
+	// Same tuple, later lease: accepted and extended.
+	st, err := l.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, lease.Add(30*time.Minute)))
+	if err != nil || st.GetLeaseNotAfter() != lease.Add(30*time.Minute).UTC().Format(time.RFC3339Nano) {
+		t.Fatalf("extension: %v %v", st, err)
+	}
+	// Any changed field: refused, and the binding fences.
+	for _, change := range []func(*admission.Tuple){
+		func(x *admission.Tuple) { x.Generation++ },
+		func(x *admission.Tuple) { x.Sandbox = "other" },
+		func(x *admission.Tuple) { x.Root = x.Root + "/sub" },
+	} {
+		other := tu
+		change(&other)
+		_, err := l.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, other, lease.Add(time.Hour)))
+		wantCode(t, err, "tuple_mismatch")
+		readRefused(t, l, "s1", "fenced")
+	}
+}
+
+// Rule 4: a new ACP connection reattaches explicitly (session/load with the
+// same tuple, then `_tether/attach`) before any tool runs.
+func TestRule4NewConnectionMustReattach(t *testing.T) {
+	p := loadPlugin(t)
+	lease := time.Now().Add(time.Hour)
+	a := newLink(t, p, newClient(t, lease), "alice")
+	ctx, tu := ctxT(t), tuple("alice", a.client.Root)
+	if _, err := a.conn.OpenSession(ctx, host.MethodNew, "s1", bindMeta(t, tu, lease)); err != nil {
+		t.Fatal(err)
+	}
+	b := newLink(t, p, a.client, "alice")
+	readRefused(t, b, "s1", "fenced")
+	_, err := b.conn.OpenSession(ctx, host.MethodLoad, "s1", nil)
+	wantCode(t, err, "not_admitted")
+	readRefused(t, b, "s1", "fenced")
+	attaches := len(callsOf(a.client, acpmeta.MethodAttach))
+	if _, err := b.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, lease)); err != nil {
+		t.Fatalf("reattach: %v", err)
+	}
+	if len(callsOf(a.client, acpmeta.MethodAttach)) != attaches+1 {
+		t.Fatal("reattach did not call _tether/attach")
+	}
+	readOK(t, b, "s1")
+	readRefused(t, a, "s1", "fenced") // the old connection lost it
+}
+
+// Rule 5: foreign principals and session operators cannot bind or reattach
+// another owner's tuple, and their attempts change nothing.
+func TestRule5ForeignAndOperatorRefused(t *testing.T) {
+	p := loadPlugin(t)
+	lease := time.Now().Add(time.Hour)
+	a := newLink(t, p, newClient(t, lease), "alice")
+	ctx, tu := ctxT(t), tuple("alice", a.client.Root)
+	if _, err := a.conn.OpenSession(ctx, host.MethodNew, "s1", bindMeta(t, tu, lease)); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []string{"bob", "operator", "alice-operator"} {
+		f := newLink(t, p, a.client, who)
+		_, err := f.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, lease))
+		wantCode(t, err, "denied")
+		_, err = f.conn.OpenSession(ctx, host.MethodLoad, "s1", nil)
+		wantCode(t, err, "denied")
+		_, err = f.conn.OpenSession(ctx, host.MethodNew, "fresh-"+who, bindMeta(t, tu, lease))
+		wantCode(t, err, "denied")
+		readRefused(t, f, "s1", "fenced")
+	}
+	readOK(t, a, "s1") // alice's binding is untouched
+}
+
+// Rule 6: expiry, a mismatch from the client and transport loss fence the
+// binding; the fence is sticky until an explicit reattach.
+func TestRule6FencesAreSticky(t *testing.T) {
+	p := loadPlugin(t)
+	t.Run("expiry", func(t *testing.T) {
+		client := newClient(t, time.Now().Add(time.Hour))
+		client.Attach = grantUntil(time.Now().Add(400*time.Millisecond), 3)
+		l := newLink(t, p, client, "alice")
+		ctx, tu := ctxT(t), tuple("alice", client.Root)
+		if _, err := l.conn.OpenSession(ctx, host.MethodNew, "s1", bindMeta(t, tu, time.Now().Add(time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+		readOK(t, l, "s1")
+		time.Sleep(500 * time.Millisecond)
+		readRefused(t, l, "s1", "lease_expired")
+		readRefused(t, l, "s1", "fenced")
+		client.Attach = grantUntil(time.Now().Add(time.Hour), 4)
+		if _, err := l.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, time.Now().Add(time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+		readOK(t, l, "s1")
+	})
+	t.Run("mismatch", func(t *testing.T) {
+		l, digest := bound(t, loadPlugin(t))
+		l.client.Bind("s1", "0000000000000000000000000000000000000000000000000000000000000000")
+		readOK2 := func() error {
+			_, err := l.conn.ReadTextFile(ctxT(t), "s1", nil, "probe.txt", 0, 0)
+			return err
+		}
+		wantCode(t, readOK2(), "tuple_mismatch")
+		l.client.Bind("s1", digest) // the client is fine again; the fence holds
+		readRefused(t, l, "s1", "fenced")
+		if state(t, l, "s1") != pb.BindingState_BINDING_STATE_FENCED {
+			t.Fatal("not fenced")
+		}
+	})
+	t.Run("transport", func(t *testing.T) {
+		p := loadPlugin(t)
+		l, _ := bound(t, p)
+		ctx, tu := ctxT(t), tuple("alice", l.client.Root)
+		l.cut()
+		deadline := time.Now().Add(10 * time.Second)
+		for state(t, l, "s1") != pb.BindingState_BINDING_STATE_FENCED && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if state(t, l, "s1") != pb.BindingState_BINDING_STATE_FENCED {
+			t.Fatal("transport loss did not fence")
+		}
+		n := newLink(t, p, l.client, "alice")
+		readRefused(t, n, "s1", "fenced")
+		if _, err := n.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, time.Now().Add(time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+		readOK(t, n, "s1")
+	})
+}
+
+// Rule 7: in a bound scope the host's own filesystem and process tools are
+// refused; other sessions keep their own backends.
+func TestRule7HostToolsRefusedInBoundScope(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	ctx := ctxT(t)
+	if _, err := l.conn.OpenSession(ctx, host.MethodNew, "other", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []host.HostToolKind{host.HostFilesystem, host.HostProcess} {
+		wantCode(t, l.conn.AllowHostTool(ctx, "s1", "host-tool", k), "denied")
+		if err := l.conn.AllowHostTool(ctx, "other", "host-tool", k); err != nil {
+			t.Fatalf("unbound session lost its backend: %v", err)
+		}
+	}
+	if err := l.conn.AllowHostTool(ctx, "s1", "calculator", host.HostOther); err != nil {
+		t.Fatalf("non-fs tool refused: %v", err)
+	}
+	wantCode(t, l.conn.AllowHostTool(ctx, "never-reported", "bash", host.HostProcess), "not_admitted")
+	wantCode(t, l.conn.AllowHostTool(ctx, "other", "bash", host.HostToolKind(0)), "invalid")
+	// A dead plugin cannot say yes.
+	_ = p.Close()
+	if err := l.conn.AllowHostTool(ctx, "other", "bash", host.HostProcess); err == nil {
+		t.Fatal("policy allowed a host tool with the plugin gone")
+	}
+}
+
+// TestGlobFailsWhenBindingLostMidway: glob checks the binding after its
+// commands; a binding lost in between is a failure, not partial success.
+func TestGlobFailsWhenBindingLostMidway(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	ctx, tu := ctxT(t), tuple("alice", l.client.Root)
+	if err := os.WriteFile(filepath.Join(l.client.Root, "a.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l.client.OnTerminal = func(string) {
+		other := tu
+		other.Generation = 99
+		_, err := l.conn.OpenSession(context.WithoutCancel(ctx), host.MethodLoad, "s1", bindMeta(t, other, time.Now().Add(time.Hour)))
+		if code, _ := acpmeta.CodeOf(err); code != wire.CodeTupleMismatch {
+			t.Errorf("substitution: %v", errors.Join(err))
+		}
+	}
+	_, err := l.conn.Glob(ctx, "s1", nil, "*.txt", "")
+	wantCode(t, err, "fenced")
+	l.client.OnTerminal = nil
+	_, err = l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "x"})
+	wantCode(t, err, "fenced")
+}
