@@ -1,0 +1,109 @@
+package custodian
+
+import (
+	"context"
+	"time"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// admit runs the checks every fs/* and terminal/* callback passes before
+// anything is sent: the session is bound on this connection (else
+// not_admitted); `_meta["tether/op"]` is present and names the binding's
+// tuple digest (else tuple_mismatch, and the binding is fenced); the
+// binding is attached, on the live connection, within its lease (else
+// fenced or lease_expired); and the deadline, min(the request's, the
+// command budget, the lease's end), has not passed.
+func (h *client) admit(ctx context.Context, method, sessionID string, meta map[string]any) (*call, error) {
+	c := h.c
+	b := h.conn.table.get(sessionID)
+	if b == nil {
+		c.auditRefusal(sessionID, nil, method, "", wire.CodeNotAdmitted)
+		return nil, acpmeta.NewError(wire.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
+	}
+	op, err := acpmeta.OpFromMeta(meta)
+	if err != nil && !sameDigest(meta, b.digest) {
+		return nil, h.mismatch(b, method, "%s: %v", acpmeta.KeyOp, err)
+	}
+	if err != nil {
+		c.auditRefusal(sessionID, b, method, "", wire.CodeInvalid)
+		return nil, acpmeta.NewError(wire.CodeInvalid, "%v", err)
+	}
+	if op.TupleSHA256 != b.digest {
+		return nil, h.mismatch(b, method, "%s names tuple_sha256 %s, the session is bound to %s",
+			acpmeta.KeyOp, op.TupleSHA256, b.digest)
+	}
+	now := c.now()
+	epoch, err := b.usable(now)
+	if err != nil {
+		code, _ := acpmeta.CodeOf(err)
+		c.auditRefusal(sessionID, b, method, op.OpKey, code)
+		return nil, err
+	}
+	deadline, err := c.deadline(now, op.Deadline, b.lease())
+	if err != nil {
+		code, _ := acpmeta.CodeOf(err)
+		c.auditRefusal(sessionID, b, method, op.OpKey, code)
+		return nil, err
+	}
+	return &call{c: c, b: b, epoch: epoch, method: method, op: op, deadline: deadline}, nil
+}
+
+// mismatch refuses a callback whose op tag does not name the binding's
+// tuple and fences the binding: the agent side disagrees about what this
+// session is bound to, so nothing more runs until it reattaches.
+func (h *client) mismatch(b *binding, method, format string, args ...any) error {
+	h.c.auditRefusal(b.sessionID, b, method, "", wire.CodeTupleMismatch)
+	if b.fence(wire.CodeTupleMismatch, "a callback named another tuple") {
+		h.c.auditFence(b, wire.CodeTupleMismatch)
+	}
+	return acpmeta.NewError(wire.CodeTupleMismatch, format, args...)
+}
+
+// sameDigest reports whether a malformed op tag still names digest, so a
+// bad op key or deadline is refused as invalid without fencing.
+func sameDigest(meta map[string]any, digest string) bool {
+	m, ok := meta[acpmeta.KeyOp].(map[string]any)
+	if !ok {
+		return false
+	}
+	d, ok := m["tuple_sha256"].(string)
+	return ok && d == digest
+}
+
+// deadline is min(the request's deadline, now + the command budget, the
+// lease's end); a deadline already passed is refused before dispatch.
+func (c *Custodian) deadline(now, requested, lease time.Time) (time.Time, error) {
+	d := requested
+	if budget := now.Add(c.opts.CommandBudget); budget.Before(d) {
+		d = budget
+	}
+	if lease.Before(d) {
+		d = lease
+	}
+	if !d.After(now) {
+		if !lease.After(now) {
+			return time.Time{}, acpmeta.NewError(wire.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
+		}
+		return time.Time{}, acpmeta.NewError(wire.CodeTimeout, "request deadline %s has passed",
+			requested.UTC().Format(time.RFC3339Nano))
+	}
+	return d, nil
+}
+
+// auditRefusal records a callback refused before anything was sent.
+func (c *Custodian) auditRefusal(sessionID string, b *binding, method, opKey string, code wire.Code) {
+	r := audit.Record{Kind: audit.KindRefusal, SessionID: sessionID, Method: method, OpKey: opKey, Code: string(code)}
+	if b != nil {
+		r.TupleSHA256, r.Principal = b.digest, b.Principal
+	}
+	c.audit(r)
+}
+
+// auditFence records that a binding was fenced.
+func (c *Custodian) auditFence(b *binding, code wire.Code) {
+	c.audit(audit.Record{Kind: audit.KindFence, SessionID: b.sessionID, TupleSHA256: b.digest,
+		Principal: b.Principal, Code: string(code)})
+}

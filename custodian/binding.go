@@ -1,0 +1,163 @@
+package custodian
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// bindState is where a binding is in its life.
+type bindState int
+
+const (
+	// stateAwaitAttach: the bind was sent; nothing is dispatched until the
+	// agent's `_tether/attach` is confirmed by the receiver.
+	stateAwaitAttach bindState = iota
+	// stateActive: callbacks are dispatched on the attach's epoch.
+	stateActive
+	// stateFenced: transport loss, a tuple mismatch or lease expiry;
+	// nothing is dispatched until `_tether/attach` succeeds again.
+	stateFenced
+)
+
+func (s bindState) String() string {
+	return [...]string{"awaiting attach", "active", "fenced"}[s]
+}
+
+// Binding is what a session is bound to: the immutable tuple, the lease,
+// the receiver it runs on and the principal it acts for.
+type Binding struct {
+	Tuple         admission.Tuple
+	LeaseNotAfter time.Time
+	Principal     string
+	Receiver      *Receiver
+}
+
+// validate refuses a binding the custodian could not enforce.
+func (b Binding) validate() error {
+	switch {
+	case b.Receiver == nil:
+		return fmt.Errorf("%w: binding has no receiver", ErrConfig)
+	case b.Principal == "":
+		return fmt.Errorf("%w: binding has no principal", ErrConfig)
+	case b.Principal != b.Tuple.Owner:
+		return fmt.Errorf("%w: principal %q is not the tuple's owner %q", ErrConfig, b.Principal, b.Tuple.Owner)
+	case b.LeaseNotAfter.IsZero():
+		return fmt.Errorf("%w: binding has no lease_not_after", ErrConfig)
+	}
+	return b.Tuple.Validate()
+}
+
+// binding is one row of a connection's binding table.
+type binding struct {
+	sessionID string
+	Binding
+	digest string
+
+	mu        sync.Mutex
+	state     bindState
+	fenceCode wire.Code
+	fenceWhy  string
+	epoch     uint64
+	grantGen  uint64
+	terminals map[string]*terminal
+}
+
+// terminal is a child started through this binding.
+type terminal struct {
+	createKey string            // op key of the terminal/create receipt
+	expect    map[string]string // relative path -> expected SHA-256
+}
+
+func newBinding(sessionID string, b Binding) *binding {
+	return &binding{sessionID: sessionID, Binding: b, digest: b.Tuple.SHA256(),
+		state: stateAwaitAttach, terminals: map[string]*terminal{}}
+}
+
+// usable returns the epoch to dispatch on, or the refusal.
+func (b *binding) usable(now time.Time) (uint64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state {
+	case stateAwaitAttach:
+		return 0, acpmeta.NewError(wire.CodeFenced,
+			"session %s is bound but not attached; call %s first", b.sessionID, acpmeta.MethodAttach)
+	case stateFenced:
+		return 0, acpmeta.NewError(wire.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
+			b.sessionID, b.fenceCode, b.fenceWhy, acpmeta.MethodAttach)
+	}
+	if !now.Before(b.LeaseNotAfter) {
+		return 0, acpmeta.NewError(wire.CodeLeaseExpired, "session %s: lease ended at %s",
+			b.sessionID, b.LeaseNotAfter.UTC().Format(time.RFC3339))
+	}
+	return b.epoch, nil
+}
+
+// fence moves an attached binding to fenced; it reports whether the state
+// changed (so the fence is audited once).
+func (b *binding) fence(code wire.Code, why string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == stateFenced {
+		return false
+	}
+	b.state, b.fenceCode, b.fenceWhy = stateFenced, code, why
+	return true
+}
+
+// fenceEpoch fences the binding if it was attached on epoch.
+func (b *binding) fenceEpoch(epoch uint64, why string) bool {
+	b.mu.Lock()
+	attachedHere := b.state == stateActive && b.epoch == epoch
+	b.mu.Unlock()
+	return attachedHere && b.fence(wire.CodeFateUnknown, why)
+}
+
+// attached records a confirmed attach on epoch.
+func (b *binding) attached(epoch, gen uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.state, b.epoch, b.grantGen, b.fenceCode, b.fenceWhy = stateActive, epoch, gen, "", ""
+}
+
+func (b *binding) lease() time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.LeaseNotAfter
+}
+
+// extend applies a same-tuple lease extension.
+func (b *binding) extend(notAfter time.Time) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	next, err := admission.Lease{Tuple: b.Tuple, NotAfter: b.LeaseNotAfter}.Extend(
+		admission.Lease{Tuple: b.Tuple, NotAfter: notAfter})
+	if err != nil {
+		return err
+	}
+	b.LeaseNotAfter = next.NotAfter
+	return nil
+}
+
+func (b *binding) addTerminal(id string, t *terminal) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.terminals[id] = t
+}
+
+func (b *binding) terminal(id string) (*terminal, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.terminals[id]
+	return t, ok
+}
+
+func (b *binding) dropTerminal(id string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.terminals, id)
+}

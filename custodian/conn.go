@@ -1,0 +1,212 @@
+package custodian
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/custodian/audit"
+)
+
+// ConnOptions tune one served ACP connection.
+type ConnOptions struct {
+	// OnUpdate receives the agent's session/update notifications, in the
+	// order the agent sent them. Nil discards them.
+	OnUpdate func(ctx context.Context, n acp.SessionNotification) error
+	// Permission answers session/request_permission. Nil picks the first
+	// reject option offered (or cancels): the custodian grants nothing on
+	// its own.
+	Permission func(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error)
+}
+
+// Conn is one ACP connection to an agent, served by a Custodian: the agent
+// is the ACP agent, the custodian its client. Every fs/* and terminal/*
+// callback goes through the connection's binding table. The caller owns
+// the two streams; closing them ends the connection. Close must be called.
+type Conn struct {
+	c     *Custodian
+	acp   *acp.ClientSideConnection
+	table *table
+	opts  ConnOptions
+
+	mu      sync.Mutex
+	watches map[*Receiver]func()
+}
+
+// client is the acp.Client a Conn serves.
+type client struct {
+	c    *Custodian
+	conn *Conn
+}
+
+var (
+	_ acp.Client                 = (*client)(nil)
+	_ acp.ExtensionMethodHandler = (*client)(nil)
+)
+
+// Serve starts serving an ACP connection: toAgent is the agent's input
+// (its stdin), fromAgent its output (its stdout).
+func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptions) *Conn {
+	cn := &Conn{c: c, table: newTable(), opts: opts, watches: map[*Receiver]func(){}}
+	cn.acp = acp.NewClientSideConnection(&client{c: c, conn: cn}, toAgent, fromAgent)
+	cn.acp.SetLogger(c.log.With("acp", "client"))
+	return cn
+}
+
+// Agent returns the SDK connection, for agent methods this type does not
+// wrap (authenticate, set mode, cancel, ...).
+func (cn *Conn) Agent() *acp.ClientSideConnection { return cn.acp }
+
+// Done is closed when the agent's side of the connection ends.
+func (cn *Conn) Done() <-chan struct{} { return cn.acp.Done() }
+
+// Initialize announces the fs and terminal capabilities. They only make
+// the agent send callbacks; nothing is dispatched for a session unless it
+// is bound and attached.
+func (cn *Conn) Initialize(ctx context.Context) (acp.InitializeResponse, error) {
+	return cn.acp.Initialize(ctx, acp.InitializeRequest{
+		ProtocolVersion: acp.ProtocolVersionNumber,
+		ClientCapabilities: acp.ClientCapabilities{
+			Fs:       acp.FileSystemCapabilities{ReadTextFile: true, WriteTextFile: true},
+			Terminal: true,
+		},
+		ClientInfo: &acp.Implementation{Name: "tether-custodian", Version: Version},
+	})
+}
+
+// NewSession sends session/new carrying `_meta["tether/bind"]` for b. The
+// binding waits for the agent's `_tether/attach` before anything runs.
+func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Binding) (acp.NewSessionResponse, error) {
+	meta, err := cn.bindMeta(req.Meta, b)
+	if err != nil {
+		return acp.NewSessionResponse{}, err
+	}
+	req.Meta = meta
+	p := cn.table.addPending(b)
+	resp, err := cn.acp.NewSession(ctx, req)
+	bnd, cerr := cn.table.confirmNew(p, string(resp.SessionId), err != nil)
+	if err != nil {
+		return resp, err
+	}
+	if cerr != nil {
+		return resp, cerr
+	}
+	cn.auditBind(bnd)
+	return resp, nil
+}
+
+// LoadSession sends session/load carrying `_meta["tether/bind"]` for b. A
+// session already bound on this connection must name the same tuple (only
+// a later lease is taken) and must reattach.
+func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b Binding) (acp.LoadSessionResponse, error) {
+	meta, err := cn.bindMeta(req.Meta, b)
+	if err != nil {
+		return acp.LoadSessionResponse{}, err
+	}
+	req.Meta = meta
+	bnd, created, err := cn.table.addLoad(string(req.SessionId), b)
+	if err != nil {
+		return acp.LoadSessionResponse{}, err
+	}
+	resp, err := cn.acp.LoadSession(ctx, req)
+	if err != nil {
+		if created {
+			cn.table.remove(string(req.SessionId), bnd)
+		}
+		return resp, err
+	}
+	cn.auditBind(bnd)
+	return resp, nil
+}
+
+// bindMeta validates b and adds its bind entry to meta.
+func (cn *Conn) bindMeta(meta map[string]any, b Binding) (map[string]any, error) {
+	if err := b.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBind, err)
+	}
+	if _, ok := meta[acpmeta.KeyBind]; ok {
+		return nil, fmt.Errorf("%w: the request already carries %s", ErrBind, acpmeta.KeyBind)
+	}
+	return acpmeta.MergeMeta(meta, acpmeta.Bind{Tuple: b.Tuple, LeaseNotAfter: b.LeaseNotAfter.UTC()}.Meta()), nil
+}
+
+func (cn *Conn) auditBind(b *binding) {
+	lease := b.lease()
+	cn.c.audit(audit.Record{Kind: audit.KindBind, SessionID: b.sessionID, TupleSHA256: b.digest,
+		Principal: b.Principal, LeaseNotAfter: &lease})
+}
+
+// ExtendLease applies a same-tuple lease extension to a bound session.
+func (cn *Conn) ExtendLease(sessionID string, notAfter time.Time) error {
+	b := cn.table.get(sessionID)
+	if b == nil {
+		return fmt.Errorf("%w: session %q is not bound", ErrBind, sessionID)
+	}
+	if err := b.extend(notAfter); err != nil {
+		return err
+	}
+	na := notAfter.UTC()
+	cn.c.audit(audit.Record{Kind: audit.KindLease, SessionID: sessionID, TupleSHA256: b.digest,
+		Principal: b.Principal, LeaseNotAfter: &na})
+	return nil
+}
+
+// Prompt sends session/prompt.
+func (cn *Conn) Prompt(ctx context.Context, req acp.PromptRequest) (acp.PromptResponse, error) {
+	return cn.acp.Prompt(ctx, req)
+}
+
+// watch fences every binding of this connection attached on a receiver
+// connection when that connection is lost.
+func (cn *Conn) watch(r *Receiver) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if _, ok := cn.watches[r]; ok {
+		return
+	}
+	cn.watches[r] = r.Watch(func(epoch uint64, cause error) {
+		for _, b := range cn.table.all() {
+			if b.Receiver == r && b.fenceEpoch(epoch, cause.Error()) {
+				cn.c.auditFence(b, "fate_unknown")
+			}
+		}
+	})
+}
+
+// Close stops watching receivers for this connection. The caller closes
+// the streams it passed to Serve. Safe to call twice.
+func (cn *Conn) Close() error {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	for r, cancel := range cn.watches {
+		cancel()
+		delete(cn.watches, r)
+	}
+	return nil
+}
+
+// SessionUpdate hands a session/update to OnUpdate.
+func (h *client) SessionUpdate(ctx context.Context, n acp.SessionNotification) error {
+	if h.conn.opts.OnUpdate == nil {
+		return nil
+	}
+	return h.conn.opts.OnUpdate(ctx, n)
+}
+
+// RequestPermission answers with ConnOptions.Permission, or rejects.
+func (h *client) RequestPermission(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+	if h.conn.opts.Permission != nil {
+		return h.conn.opts.Permission(ctx, req)
+	}
+	for _, o := range req.Options {
+		if o.Kind == acp.PermissionOptionKindRejectOnce || o.Kind == acp.PermissionOptionKindRejectAlways {
+			return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(o.OptionId)}, nil
+		}
+	}
+	return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}, nil
+}

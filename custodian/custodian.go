@@ -1,0 +1,161 @@
+// Package custodian is the ACP client side of tether: it serves the fs/*
+// and terminal/* callbacks of an ACP agent by sending them to the receiver
+// inside the one computer a session is bound to, never to the host.
+//
+// An orchestrator embeds it:
+//
+//	c, err := custodian.New(custodian.Options{StateDir: dir, AuditKey: skey})
+//	defer c.Close()
+//	r := custodian.NewReceiver(dialer, custodian.Backoff{}, nil)
+//	defer r.Close()
+//	conn := c.Serve(agentStdin, agentStdout, custodian.ConnOptions{OnUpdate: print})
+//	defer conn.Close()
+//	conn.Initialize(ctx)
+//	sess, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: tuple.Root, McpServers: []acp.McpServer{}},
+//		custodian.Binding{Tuple: tuple, LeaseNotAfter: lease, Principal: tuple.Owner, Receiver: r})
+//	conn.Prompt(ctx, acp.PromptRequest{SessionId: sess.SessionId, Prompt: ...})
+//
+// Every state-changing callback is keyed by its operation key in a durable
+// store (custodian/opstore) and every decision is appended to a signed
+// transparency log (custodian/audit).
+package custodian
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/credfile"
+	"github.com/tetherdev/tether/custodian/opstore"
+)
+
+// Version is reported to agents in clientInfo.
+const Version = "0.1.0"
+
+// Sub-directories of the state directory.
+const (
+	OpKeysDir = "opkeys"
+	AuditDir  = "audit"
+)
+
+// Options configure a Custodian.
+type Options struct {
+	// StateDir holds the operation-key store (opkeys/) and the audit log
+	// (audit/). It is created 0700; an existing one must be owned by this
+	// user and not writable by group or others.
+	StateDir string
+	// AuditKey is the note signing key (PRIVATE+KEY+name+hash+key) of the
+	// audit checkpoints. LoadAuditKey reads it from a checked file.
+	AuditKey []byte
+	// Retention is how long operation keys are kept past the later of
+	// their dispatch and their lease's end. Zero means 24 h (the minimum).
+	Retention time.Duration
+	// CommandBudget caps every callback's deadline. Zero means 10 min.
+	CommandBudget time.Duration
+	// AttachTimeout bounds `_tether/attach`, including waiting for the
+	// receiver connection. Zero means 15 s.
+	AttachTimeout time.Duration
+	// CheckpointEvery is the period of signed audit checkpoints. Zero
+	// means 30 s. A checkpoint is also written at Close.
+	CheckpointEvery time.Duration
+	// Logger receives diagnostics; nil discards them.
+	Logger *slog.Logger
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Custodian holds what every connection shares: the operation-key store
+// and the audit log of one state directory. Close must be called.
+type Custodian struct {
+	opts  Options
+	log   *slog.Logger
+	store *opstore.Store
+	alog  *audit.Log
+}
+
+// New opens the state directory: it recovers the operation-key store
+// (keys dispatched before a crash become interrupted) and opens the audit
+// log, refusing one that does not match its own signed checkpoint.
+func New(opts Options) (*Custodian, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	signer, verifier, err := audit.LoadSigner(opts.AuditKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := ensureStateDir(opts.StateDir); err != nil {
+		return nil, err
+	}
+	store, err := opstore.Open(filepath.Join(opts.StateDir, OpKeysDir), opstore.Options{Retention: opts.Retention, Now: opts.Now})
+	if err != nil {
+		return nil, err
+	}
+	alog, err := audit.Open(filepath.Join(opts.StateDir, AuditDir), audit.Options{Signer: signer, Verifier: verifier,
+		CheckpointEvery: opts.CheckpointEvery, Now: opts.Now})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return &Custodian{opts: opts, log: opts.Logger, store: store, alog: alog}, nil
+}
+
+func (o *Options) fill() error {
+	if o.StateDir == "" {
+		return fmt.Errorf("%w: state directory is required", ErrConfig)
+	}
+	if o.Retention != 0 && o.Retention < opstore.MinRetention {
+		return fmt.Errorf("%w: retention %s is below the minimum %s", ErrConfig, o.Retention, opstore.MinRetention)
+	}
+	if o.CommandBudget <= 0 {
+		o.CommandBudget = 10 * time.Minute
+	}
+	if o.AttachTimeout <= 0 {
+		o.AttachTimeout = 15 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+func ensureStateDir(dir string) error {
+	if err := mkdirPrivate(dir); err != nil {
+		return err
+	}
+	return credfile.CheckPrivateDir(dir)
+}
+
+func (c *Custodian) now() time.Time { return c.opts.Now() }
+
+// audit appends r; a failure is logged, and auditErr then refuses every
+// dispatch.
+func (c *Custodian) audit(r audit.Record) {
+	if _, err := c.alog.Append(r); err != nil {
+		c.log.Error("audit append", "kind", r.Kind, "err", err)
+	}
+}
+
+// auditErr refuses to act when the audit log cannot record it.
+func (c *Custodian) auditErr() error {
+	if err := c.alog.Err(); err != nil {
+		return refusalUnavailable("audit log unavailable, refusing to act unaudited: %v", err)
+	}
+	return nil
+}
+
+// Checkpoint makes the audit log durable and writes a signed checkpoint,
+// which it returns (keep a copy elsewhere to check consistency later).
+func (c *Custodian) Checkpoint() ([]byte, error) { return c.alog.Checkpoint(contextBackground()) }
+
+// Close flushes receipts, writes the final audit checkpoint and releases
+// the state directory. Connections should be closed first.
+func (c *Custodian) Close() error {
+	return errors.Join(c.store.Close(), c.alog.Close())
+}

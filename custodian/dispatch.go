@@ -1,0 +1,212 @@
+package custodian
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// call is one callback that passed its binding checks.
+type call struct {
+	c        *Custodian
+	b        *binding
+	epoch    uint64
+	method   string
+	op       acpmeta.Op
+	deadline time.Time
+}
+
+// record returns an audit record describing this call.
+func (cl *call) record(kind audit.Kind) audit.Record {
+	return audit.Record{Kind: kind, SessionID: cl.b.sessionID, TupleSHA256: cl.b.digest,
+		Principal: cl.b.Principal, Method: cl.method, OpKey: cl.op.OpKey}
+}
+
+// readOnly sends a request that changes nothing in the computer. It is not
+// keyed durably; a cancel of the ACP request abandons it. annotate, if set,
+// adds digests and sizes of the result to the audit record.
+func (cl *call) readOnly(ctx context.Context, op wire.Op, args, result any, annotate func(*audit.Record)) error {
+	conn, err := cl.conn()
+	if err != nil {
+		return err
+	}
+	cl.c.audit(cl.record(audit.KindDispatch))
+	ctx, cancel := context.WithDeadline(ctx, cl.deadline)
+	defer cancel()
+	err = conn.Call(ctx, op, cl.b.digest, cl.op.OpKey, cl.deadline, args, result)
+	rec := cl.record(audit.KindResult)
+	if err != nil {
+		code, _ := codeMessage(err)
+		rec.Code = string(code)
+		cl.c.audit(rec)
+		return refusal(err)
+	}
+	if annotate != nil {
+		annotate(&rec)
+	}
+	cl.c.audit(rec)
+	return nil
+}
+
+// conn returns the receiver connection of the binding's attach epoch, or
+// fenced when the connection changed since: nothing is sent for a binding
+// that has not reattached after a loss.
+func (cl *call) conn() (ReceiverConn, error) {
+	if err := cl.c.auditErr(); err != nil {
+		return nil, err
+	}
+	conn, err := cl.b.Receiver.onEpoch(cl.epoch)
+	if err != nil {
+		if cl.b.fenceEpoch(cl.epoch, err.Error()) {
+			cl.c.auditFence(cl.b, wire.CodeFateUnknown)
+		}
+		return nil, acpmeta.NewError(wire.CodeFenced, "session %s: %v; reattach with %s",
+			cl.b.sessionID, err, acpmeta.MethodAttach)
+	}
+	return conn, nil
+}
+
+// keyed describes one request that changes the computer.
+type keyed struct {
+	op     wire.Op
+	args   any
+	extra  any // more fields covered by the request digest
+	result any // the receiver's result is decoded into it
+	// settle builds the ACP response and the receipt from the result.
+	settle func() (resp any, r *opstore.Receipt)
+	// annotate adds digests and sizes to the dispatch audit record.
+	annotate func(*audit.Record)
+}
+
+// keyed runs a request at most once per op key: the dispatch is made
+// durable (one fdatasync) before the receiver sees it; a retry with the
+// same key and digest gets the stored answer without running anything; a
+// different digest or a duplicate in flight is op_key_conflict. It returns
+// the ACP result's JSON, exactly as stored in the receipt.
+func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
+	digest, err := requestDigest(cl.method, cl.b.sessionID, cl.b.digest, k.op, k.args, k.extra)
+	if err != nil {
+		return nil, refusal(err)
+	}
+	if err := cl.c.auditErr(); err != nil {
+		return nil, err
+	}
+	t, replay, err := cl.c.store.Begin(ctx, cl.intent(digest))
+	switch {
+	case errors.Is(err, opstore.ErrConflict):
+		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeOpKeyConflict)
+		return nil, acpmeta.NewError(wire.CodeOpKeyConflict, "%v", err)
+	case err != nil:
+		return nil, acpmeta.NewError(wire.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
+	case replay != nil:
+		return cl.replay(replay)
+	}
+	return cl.dispatch(ctx, t, digest, k)
+}
+
+func (cl *call) intent(digest string) opstore.Intent {
+	return opstore.Intent{OpKey: cl.op.OpKey, RequestSHA256: digest, Method: cl.method,
+		SessionID: cl.b.sessionID, TupleSHA256: cl.b.digest, Principal: cl.b.Principal,
+		LeaseNotAfter: cl.b.lease()}
+}
+
+// dispatch sends a claimed keyed request and records its receipt.
+func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, k keyed) (json.RawMessage, error) {
+	conn, err := cl.conn()
+	if err != nil {
+		cl.finish(t, &opstore.Receipt{Outcome: opstore.Failed, Error: resultError(err), Note: "not sent"})
+		return nil, err
+	}
+	rec := cl.record(audit.KindDispatch)
+	rec.RequestSHA256 = digest
+	if k.annotate != nil {
+		k.annotate(&rec)
+	}
+	cl.c.audit(rec)
+	// The request runs to its own deadline even if the agent cancels the
+	// ACP call: abandoning it would turn a known result into fate_unknown.
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), cl.deadline)
+	defer cancel()
+	err = conn.Call(callCtx, k.op, cl.b.digest, cl.op.OpKey, cl.deadline, k.args, k.result)
+	if err != nil {
+		code, msg := codeMessage(err)
+		outcome := opstore.Failed
+		if code == wire.CodeFateUnknown {
+			outcome = opstore.Interrupted
+		}
+		cl.finish(t, &opstore.Receipt{Outcome: outcome, Error: &opstore.ResultError{Code: string(code), Message: msg}})
+		return nil, acpmeta.NewError(code, "%s", msg)
+	}
+	resp, r := k.settle()
+	raw, err := json.Marshal(resp)
+	if err != nil {
+		cl.finish(t, &opstore.Receipt{Outcome: opstore.Failed, Error: resultError(err)})
+		return nil, refusal(err)
+	}
+	r.Response = raw
+	cl.finish(t, r)
+	return raw, nil
+}
+
+// finish records the receipt and audits the result.
+func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) {
+	if err := t.Finish(r); err != nil {
+		cl.c.log.Error("record receipt", "op_key", cl.op.OpKey, "err", err)
+	}
+	rec := cl.record(audit.KindResult)
+	rec.RequestSHA256, rec.Outcome = t.Intent().RequestSHA256, string(r.Outcome)
+	if r.Error != nil {
+		rec.Code = r.Error.Code
+	}
+	if r.Exit != nil {
+		rec.ExitCode, rec.Signal = r.Exit.ExitCode, r.Exit.Signal
+	}
+	cl.c.audit(rec)
+}
+
+// replay answers a retry from its receipt, running nothing.
+func (cl *call) replay(r *opstore.Receipt) (json.RawMessage, error) {
+	rec := cl.record(audit.KindResult)
+	rec.RequestSHA256, rec.Outcome, rec.Code = r.RequestSHA256, string(r.Outcome), "replay"
+	cl.c.audit(rec)
+	if r.Error != nil && r.Response == nil {
+		code := wire.Code(r.Error.Code)
+		if !code.Valid() {
+			code = wire.CodeInternal
+		}
+		return nil, acpmeta.NewError(code, "%s", r.Error.Message)
+	}
+	return r.Response, nil
+}
+
+// resultError is the receipt form of a refusal: its code and the message
+// it was built from, so a replay rebuilds the identical ACP error.
+func resultError(err error) *opstore.ResultError {
+	re := refusal(err)
+	code, _ := acpmeta.CodeOf(re)
+	msg := re.Message
+	if data, ok := re.Data.(map[string]any); ok {
+		if m, ok := data["message"].(string); ok {
+			msg = m
+		}
+	}
+	return &opstore.ResultError{Code: string(code), Message: msg}
+}
+
+// decodeResponse turns the stored ACP result back into its typed value.
+func decodeResponse[T any](raw json.RawMessage, err error) (T, error) {
+	var out T
+	if err != nil {
+		return out, err
+	}
+	if uerr := json.Unmarshal(raw, &out); uerr != nil {
+		return out, acpmeta.NewError(wire.CodeInternal, "stored response does not decode")
+	}
+	return out, nil
+}

@@ -1,0 +1,52 @@
+package custodian
+
+import (
+	"errors"
+	"fmt"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// Errors callers branch on with errors.Is.
+var (
+	// ErrConfig: a configuration or binding the custodian cannot enforce.
+	ErrConfig = errors.New("custodian: invalid configuration")
+	// ErrClosed: the custodian was closed.
+	ErrClosed = errors.New("custodian: closed")
+	// ErrBind: a session could not be bound (the receiver refused the
+	// tuple, or the agent answered with another session).
+	ErrBind = errors.New("custodian: bind failed")
+)
+
+// refusal converts any error into the JSON-RPC error returned to the
+// agent: a tether code from the closed set and a message naming the check.
+// Errors that carry no code become internal, with a generic message, so
+// internals never leak to the agent.
+func refusal(err error) *acp.RequestError {
+	var re *acp.RequestError
+	if errors.As(err, &re) {
+		if _, ok := acpmeta.CodeOf(re); ok {
+			return re
+		}
+	}
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code.Valid() {
+		return acpmeta.NewError(we.Code, "%s", we.Message)
+	}
+	return acpmeta.NewError(wire.CodeInternal, "custodian internal error")
+}
+
+// codeMessage splits err into the code and message a receipt records.
+func codeMessage(err error) (wire.Code, string) {
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code.Valid() {
+		if we.Code == wire.CodeFateUnknown {
+			return we.Code, err.Error() // keep the cause (ctx, lost connection)
+		}
+		return we.Code, we.Message
+	}
+	return wire.CodeInternal, fmt.Sprintf("custodian: %v", err)
+}

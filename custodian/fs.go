@@ -1,0 +1,93 @@
+package custodian
+
+import (
+	"context"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// ReadTextFile serves fs/read_text_file from the computer through the
+// receiver, never from the host. It is read-only, so it is not keyed
+// durably. The response's `_meta["tether/file"]` carries the SHA-256 and
+// size of the whole file.
+func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
+	cl, err := h.admit(ctx, acp.ClientMethodFsReadTextFile, string(p.SessionId), p.Meta)
+	if err != nil {
+		return acp.ReadTextFileResponse{}, err
+	}
+	rel, err := cl.path(p.Path)
+	if err != nil {
+		return acp.ReadTextFileResponse{}, err
+	}
+	args := wire.ReadArgs{Path: rel, Line: deref(p.Line), Limit: deref(p.Limit)}
+	var res wire.ReadResult
+	err = cl.readOnly(ctx, wire.OpRead, &args, &res, func(r *audit.Record) {
+		r.Digests = map[string]string{"path": sha256Hex([]byte(rel)), "file": res.SHA256}
+		r.Sizes = map[string]int64{"file": res.Size, "content": int64(len(res.Content))}
+	})
+	if err != nil {
+		return acp.ReadTextFileResponse{}, err
+	}
+	return acp.ReadTextFileResponse{Content: res.Content,
+		Meta: acpmeta.File{SHA256: res.SHA256, Size: res.Size}.Meta()}, nil
+}
+
+// WriteTextFile serves fs/write_text_file: keyed (at most once per op key),
+// with `_meta["tether/expect"]` passed to the receiver as an atomic
+// precondition. The receipt is verified when the receiver reports the
+// written file's digest equal to the content's.
+func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
+	cl, err := h.admit(ctx, acp.ClientMethodFsWriteTextFile, string(p.SessionId), p.Meta)
+	if err != nil {
+		return acp.WriteTextFileResponse{}, err
+	}
+	rel, err := cl.path(p.Path)
+	if err != nil {
+		return acp.WriteTextFileResponse{}, err
+	}
+	exp, _, err := acpmeta.ExpectFromMeta(p.Meta)
+	if err != nil {
+		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeInvalid)
+		return acp.WriteTextFileResponse{}, acpmeta.NewError(wire.CodeInvalid, "%v", err)
+	}
+	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
+	want := sha256Hex([]byte(p.Content))
+	var res wire.WriteResult
+	raw, err := cl.keyed(ctx, keyed{op: wire.OpWrite, args: &args, result: &res,
+		settle: func() (any, *opstore.Receipt) {
+			outcome := opstore.Verified
+			if res.SHA256 != want {
+				outcome = opstore.Failed
+			}
+			return acp.WriteTextFileResponse{Meta: acpmeta.File{SHA256: res.SHA256, Size: res.Size}.Meta()},
+				&opstore.Receipt{Outcome: outcome, Files: []opstore.FileCheck{{Path: rel, Expected: want, Actual: res.SHA256}}}
+		},
+		annotate: func(r *audit.Record) {
+			r.Digests = map[string]string{"path": sha256Hex([]byte(rel)), "content": want}
+			r.Sizes = map[string]int64{"content": int64(len(p.Content))}
+		},
+	})
+	return decodeResponse[acp.WriteTextFileResponse](raw, err)
+}
+
+// path maps an ACP path onto the binding's root, auditing a refusal.
+func (cl *call) path(p string) (string, error) {
+	rel, err := relPath(cl.b.Tuple.Root, p)
+	if err != nil {
+		code, _ := acpmeta.CodeOf(err)
+		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, code)
+	}
+	return rel, err
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

@@ -1,0 +1,43 @@
+package custodian
+
+import (
+	"path"
+	"strings"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// relPath maps an ACP path (absolute, in the computer's namespace) to the
+// path relative to the tuple's root that the receiver takes. It is a pure
+// string check that never touches the host: anything that is not root
+// itself or strictly beneath it, or that names "..", is refused with
+// path_escape before anything is sent (the receiver resolves it again with
+// openat2 beneath the root; this only keeps obvious escapes off the wire).
+func relPath(root, p string) (string, error) {
+	switch {
+	case p == "":
+		return "", acpmeta.NewError(wire.CodeInvalid, "path is empty")
+	case strings.IndexByte(p, 0) >= 0:
+		return "", acpmeta.NewError(wire.CodeInvalid, "path contains NUL")
+	case !path.IsAbs(p):
+		return "", acpmeta.NewError(wire.CodeInvalid, "path %q is not absolute", p)
+	}
+	for _, el := range strings.Split(p, "/") {
+		if el == ".." {
+			return "", acpmeta.NewError(wire.CodePathEscape, "path %q contains ..", p)
+		}
+	}
+	clean := path.Clean(p)
+	if clean == root {
+		return ".", nil
+	}
+	prefix := root + "/"
+	if root == "/" {
+		prefix = "/"
+	}
+	if !strings.HasPrefix(clean, prefix) {
+		return "", acpmeta.NewError(wire.CodePathEscape, "path %q is outside the root %q", p, root)
+	}
+	return strings.TrimPrefix(clean, prefix), nil
+}

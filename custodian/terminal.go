@@ -1,0 +1,178 @@
+package custodian
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// CreateTerminal serves terminal/create: the child starts inside the
+// computer, as the grant's user, keyed at most once per op key. With
+// `_meta["tether/verify"]` the receiver hashes the named files after exit
+// and the receipt can become verified. If the agent cancels the request
+// while the child starts, the child is killed through the receiver.
+func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
+	cl, err := h.admit(ctx, acp.ClientMethodTerminalCreate, string(p.SessionId), p.Meta)
+	if err != nil {
+		return acp.CreateTerminalResponse{}, err
+	}
+	args, verify, err := cl.execArgs(p)
+	if err != nil {
+		return acp.CreateTerminalResponse{}, err
+	}
+	var res wire.ExecStartResult
+	k := keyed{op: wire.OpExecStart, args: args, result: &res,
+		settle: func() (any, *opstore.Receipt) {
+			cl.b.addTerminal(res.TerminalID, &terminal{createKey: cl.op.OpKey, expect: verify})
+			return acp.CreateTerminalResponse{TerminalId: res.TerminalID},
+				&opstore.Receipt{Outcome: opstore.Pending, TerminalID: res.TerminalID}
+		},
+		annotate: func(r *audit.Record) {
+			r.Digests = map[string]string{"argv": digestJSON(args.Argv), "cwd": sha256Hex([]byte(args.Cwd))}
+			r.Sizes = map[string]int64{"argv": int64(len(args.Argv)), "env": int64(len(args.Env)), "verify": int64(len(verify))}
+		},
+	}
+	if len(verify) > 0 {
+		k.extra = verify
+	}
+	resp, err := decodeResponse[acp.CreateTerminalResponse](cl.keyed(ctx, k))
+	if err == nil && ctx.Err() != nil {
+		cl.kill(resp.TerminalId, "terminal/create cancelled by the agent")
+		return acp.CreateTerminalResponse{}, acp.NewRequestCancelled(map[string]any{"terminalId": resp.TerminalId})
+	}
+	return resp, err
+}
+
+// execArgs maps a terminal/create request onto exec_start args.
+func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[string]string, error) {
+	cwd := "."
+	if p.Cwd != nil {
+		var err error
+		if cwd, err = cl.path(*p.Cwd); err != nil {
+			return nil, nil, err
+		}
+	}
+	env := make(map[string]string, len(p.Env))
+	for _, e := range p.Env {
+		if _, dup := env[e.Name]; dup {
+			return nil, nil, cl.invalid("env names %q twice", e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	v, _, err := acpmeta.VerifyFromMeta(p.Meta)
+	if err != nil {
+		return nil, nil, cl.invalid("%v", err)
+	}
+	paths := make([]string, 0, len(v.Files))
+	for p := range v.Files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var limit int64
+	if p.OutputByteLimit != nil {
+		if *p.OutputByteLimit < 0 {
+			return nil, nil, cl.invalid("outputByteLimit is negative")
+		}
+		limit = int64(*p.OutputByteLimit)
+	}
+	return &wire.ExecStartArgs{Argv: append([]string{p.Command}, p.Args...), Cwd: cwd, Env: env,
+		OutputLimit: limit, HashAfterExit: paths}, v.Files, nil
+}
+
+func (cl *call) invalid(format string, args ...any) error {
+	cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeInvalid)
+	return acpmeta.NewError(wire.CodeInvalid, format, args...)
+}
+
+// terminalOf returns a terminal this binding started; a terminal of
+// another session, or of an earlier custodian process, is not_found and
+// nothing is forwarded.
+func (cl *call) terminalOf(id string) (*terminal, error) {
+	t, ok := cl.b.terminal(id)
+	if !ok {
+		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeNotFound)
+		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
+	}
+	return t, nil
+}
+
+// WaitForTerminalExit serves terminal/wait_for_exit and completes the
+// exec's receipt from the exit status and the after-exit digests. If the
+// agent cancels the wait ($/cancel_request), the child is killed through
+// the receiver.
+func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
+	cl, err := h.admit(ctx, acp.ClientMethodTerminalWaitForExit, string(p.SessionId), p.Meta)
+	if err != nil {
+		return acp.WaitForTerminalExitResponse{}, err
+	}
+	t, err := cl.terminalOf(p.TerminalId)
+	if err != nil {
+		return acp.WaitForTerminalExitResponse{}, err
+	}
+	var res wire.ExecWaitResult
+	err = cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, exitAnnotate(&res.Exit))
+	if err != nil {
+		if ctx.Err() != nil {
+			cl.kill(p.TerminalId, "terminal/wait_for_exit cancelled by the agent")
+		}
+		return acp.WaitForTerminalExitResponse{}, err
+	}
+	cl.complete(t, res)
+	return acp.WaitForTerminalExitResponse{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}, nil
+}
+
+// TerminalOutput serves terminal/output (read-only). The output goes to
+// the agent; the audit log keeps only its size.
+func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
+	cl, err := h.admit(ctx, acp.ClientMethodTerminalOutput, string(p.SessionId), p.Meta)
+	if err != nil {
+		return acp.TerminalOutputResponse{}, err
+	}
+	t, err := cl.terminalOf(p.TerminalId)
+	if err != nil {
+		return acp.TerminalOutputResponse{}, err
+	}
+	var res wire.ExecOutputResult
+	err = cl.readOnly(ctx, wire.OpExecOutput, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, func(r *audit.Record) {
+		r.Sizes = map[string]int64{"output": int64(len(res.Output))}
+		r.Digests = map[string]string{"output": sha256Hex([]byte(res.Output))}
+	})
+	if err != nil {
+		return acp.TerminalOutputResponse{}, err
+	}
+	out := acp.TerminalOutputResponse{Output: res.Output, Truncated: res.Truncated}
+	if res.Exit != nil {
+		out.ExitStatus = &acp.TerminalExitStatus{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}
+		cl.completeAfterExit(ctx, t, p.TerminalId)
+	}
+	return out, nil
+}
+
+func exitAnnotate(e *wire.ExitStatus) func(*audit.Record) {
+	return func(r *audit.Record) { r.ExitCode, r.Signal = e.ExitCode, e.Signal }
+}
+
+func signalPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func digestJSON(v []string) string {
+	var b []byte
+	for _, s := range v {
+		b = append(append(b, s...), 0)
+	}
+	return sha256Hex(b)
+}
+
+// killTimeout bounds the kill sent when the agent cancels.
+const killTimeout = 10 * time.Second

@@ -1,0 +1,252 @@
+package custodian
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// scriptExec makes exec_start answer terminal "t1"; exec_wait answers
+// exit with the given code and file digests.
+func (h *harness) scriptExec(code int, files map[string]string) {
+	h.fr.on(wire.OpExecStart, func(_ context.Context, _ *wire.Request, a any) (any, error) {
+		return wire.ExecStartResult{TerminalID: "t1", PID: 4242}, nil
+	})
+	h.fr.on(wire.OpExecWait, func(_ context.Context, _ *wire.Request, a any) (any, error) {
+		return wire.ExecWaitResult{Exit: wire.ExitStatus{ExitCode: &code}, FileSHA256: files}, nil
+	})
+	h.fr.on(wire.OpExecOutput, func(context.Context, *wire.Request, any) (any, error) {
+		return wire.ExecOutputResult{Output: "SECRET-OUTPUT", Exit: &wire.ExitStatus{ExitCode: &code}}, nil
+	})
+	h.fr.on(wire.OpExecRelease, func(context.Context, *wire.Request, any) (any, error) { return wire.Empty{}, nil })
+	h.fr.on(wire.OpExecKill, func(context.Context, *wire.Request, any) (any, error) { return wire.Empty{}, nil })
+}
+
+// run drives create, wait, output, release with op keys prefixed by key.
+func (h *harness) run(key string, verify map[string]string) (*opstore.Receipt, error) {
+	ctx := context.Background()
+	meta := h.op(key + ":create")
+	if verify != nil {
+		meta = acpmeta.MergeMeta(meta, acpmeta.Verify{Files: verify}.Meta())
+	}
+	cwd := h.tuple.Root + "/build"
+	created, err := h.agent.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid(h), Command: "make",
+		Args: []string{"all"}, Cwd: &cwd, Env: []acp.EnvVariable{{Name: "PATH", Value: "/usr/bin"}}, Meta: meta})
+	if err != nil {
+		return nil, err
+	}
+	tid := created.TerminalId
+	if _, err := h.agent.conn.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid(h), TerminalId: tid, Meta: h.op(key + ":wait")}); err != nil {
+		return nil, err
+	}
+	if _, err := h.agent.conn.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid(h), TerminalId: tid, Meta: h.op(key + ":output")}); err != nil {
+		return nil, err
+	}
+	if _, err := h.agent.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid(h), TerminalId: tid, Meta: h.op(key + ":release")}); err != nil {
+		return nil, err
+	}
+	raw, err := h.c.store.Get(key + ":create")
+	if err != nil {
+		return nil, err
+	}
+	return opstore.Unmarshal(raw)
+}
+
+func TestExecOutcomes(t *testing.T) {
+	good, bad := strings.Repeat("1", 64), strings.Repeat("2", 64)
+	cases := []struct {
+		name   string
+		code   int
+		verify map[string]string
+		got    map[string]string
+		want   opstore.Outcome
+	}{
+		{"exit 0 alone", 0, nil, nil, opstore.NeedsReview},
+		{"verified", 0, map[string]string{"out/a": good}, map[string]string{"out/a": good}, opstore.Verified},
+		{"digest mismatch", 0, map[string]string{"out/a": good}, map[string]string{"out/a": bad}, opstore.Failed},
+		{"file missing", 0, map[string]string{"out/a": good}, map[string]string{"out/a": ""}, opstore.Failed},
+		{"exit 2", 2, map[string]string{"out/a": good}, map[string]string{"out/a": good}, opstore.Failed},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.scriptExec(c.code, c.got)
+			h.bind()
+			r, err := h.run("x", c.verify)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Outcome != c.want {
+				t.Fatalf("outcome %s, want %s (receipt %+v)", r.Outcome, c.want, r)
+			}
+			start := h.fr.calls[1]
+			args, _ := start.DecodeArgs()
+			ea := args.(*wire.ExecStartArgs)
+			if ea.Cwd != "build" || ea.Argv[0] != "make" || ea.Env["PATH"] != "/usr/bin" || len(ea.HashAfterExit) != len(c.verify) {
+				t.Fatalf("exec_start args %+v", ea)
+			}
+		})
+	}
+}
+
+func TestExecCreateRetryReplaysTerminal(t *testing.T) {
+	h := newHarness(t)
+	h.scriptExec(0, nil)
+	h.bind()
+	ctx := context.Background()
+	req := acp.CreateTerminalRequest{SessionId: sid(h), Command: "/bin/date", Meta: h.op("c1")}
+	a, err := h.agent.conn.CreateTerminal(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.agent.conn.CreateTerminal(ctx, req)
+	if err != nil || a.TerminalId != b.TerminalId || h.fr.count(wire.OpExecStart) != 1 {
+		t.Fatalf("retry: %v %v, %d starts", b, err, h.fr.count(wire.OpExecStart))
+	}
+	req.Args = []string{"-u"}
+	_, err = h.agent.conn.CreateTerminal(ctx, req)
+	wantCode(t, err, wire.CodeOpKeyConflict)
+}
+
+func TestForeignTerminalIsNotFound(t *testing.T) {
+	h := newHarness(t)
+	h.scriptExec(0, nil)
+	h.bind()
+	n := len(h.fr.ops())
+	_, err := h.agent.conn.KillTerminal(context.Background(), acp.KillTerminalRequest{SessionId: sid(h), TerminalId: "someone-elses", Meta: h.op("k")})
+	wantCode(t, err, wire.CodeNotFound)
+	if len(h.fr.ops()) != n {
+		t.Fatal("a kill for an unknown terminal reached the receiver")
+	}
+}
+
+func TestTerminalKillReachesReceiver(t *testing.T) {
+	h := newHarness(t)
+	h.scriptExec(0, nil)
+	h.bind()
+	ctx := context.Background()
+	c, err := h.agent.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid(h), Command: "sleep", Args: []string{"60"}, Meta: h.op("c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.agent.conn.KillTerminal(ctx, acp.KillTerminalRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("k")}); err != nil {
+		t.Fatal(err)
+	}
+	if req := h.fr.last(); req.Op != wire.OpExecKill || req.OpKey != "k" {
+		t.Fatalf("last receiver call %+v, want exec_kill", req)
+	}
+}
+
+// TestCancelledWaitKillsTheChild: the agent cancels its wait
+// ($/cancel_request, sent by the SDK when the caller's ctx ends); the
+// custodian kills the child through the receiver.
+func TestCancelledWaitKillsTheChild(t *testing.T) {
+	h := newHarness(t)
+	h.scriptExec(0, nil)
+	killed := make(chan string, 1)
+	h.fr.on(wire.OpExecWait, func(ctx context.Context, _ *wire.Request, _ any) (any, error) {
+		<-ctx.Done()
+		return nil, wire.Errorf(wire.CodeTimeout, "wait ended")
+	})
+	h.fr.on(wire.OpExecKill, func(_ context.Context, _ *wire.Request, a any) (any, error) {
+		killed <- a.(*wire.TerminalArgs).TerminalID
+		return wire.Empty{}, nil
+	})
+	h.bind()
+	c, err := h.agent.conn.CreateTerminal(context.Background(), acp.CreateTerminalRequest{SessionId: sid(h), Command: "sleep", Meta: h.op("c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		waitFor(t, func() bool { return h.fr.count(wire.OpExecWait) == 1 })
+		cancel()
+	}()
+	_, err = h.agent.conn.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("w")})
+	if err == nil {
+		t.Fatal("cancelled wait returned no error")
+	}
+	select {
+	case id := <-killed:
+		if id != c.TerminalId {
+			t.Fatalf("killed %q, want %q", id, c.TerminalId)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the child was not killed after the agent cancelled")
+	}
+}
+
+// TestTransportLoss: a request in flight when the receiver connection
+// breaks ends fate_unknown, its key is interrupted and never re-sent, the
+// binding is fenced until a new attach succeeds on the new connection.
+func TestTransportLoss(t *testing.T) {
+	h := newHarness(t)
+	h.scriptExec(0, nil)
+	h.fr.on(wire.OpExecStart, func(ctx context.Context, _ *wire.Request, _ any) (any, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	h.bind()
+	ctx := context.Background()
+	go func() {
+		waitFor(t, func() bool { return h.fr.count(wire.OpExecStart) == 1 })
+		h.dropReceiver()
+	}()
+	req := acp.CreateTerminalRequest{SessionId: sid(h), Command: "/usr/bin/make", Meta: h.op("lost")}
+	_, err := h.agent.conn.CreateTerminal(ctx, req)
+	wantCode(t, err, wire.CodeFateUnknown)
+	raw, _ := h.c.store.Get("lost")
+	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Interrupted {
+		t.Fatalf("receipt after loss = %s", raw)
+	}
+	_, err = h.agent.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid(h), Command: "/bin/true", Meta: h.op("next")})
+	wantCode(t, err, wire.CodeFenced)
+	waitFor(t, func() bool { _, _, err := h.recv.current(ctx, false); return err == nil })
+	if err := h.attach(); err != nil {
+		t.Fatalf("reattach after reconnect: %v", err)
+	}
+	_, err = h.agent.conn.CreateTerminal(ctx, req)
+	wantCode(t, err, wire.CodeFateUnknown) // the replayed receipt, not a re-send
+	if n := h.fr.count(wire.OpExecStart); n != 1 {
+		t.Fatalf("exec_start sent %d times; a lost request must never be re-sent", n)
+	}
+}
+
+// TestAuditHoldsDigestsNotContents writes a secret and reads output; the
+// audit log must hold neither, and must verify.
+func TestAuditHoldsDigestsNotContents(t *testing.T) {
+	h := newHarness(t)
+	h.scriptFiles()
+	h.scriptExec(0, nil)
+	h.bind()
+	ctx := context.Background()
+	secret := "SECRET-CONTENT-4f1c"
+	if _, err := h.agent.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/private/notes.txt", Content: secret, Meta: h.op("w")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.run("e", nil); err != nil {
+		t.Fatal(err)
+	}
+	h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: "nope", Path: "/x", Meta: h.op("z")})
+	log := auditRecords(t, h)
+	for _, leak := range []string{secret, "SECRET-OUTPUT", "private/notes.txt", "make"} {
+		if strings.Contains(log, leak) {
+			t.Fatalf("audit log contains %q", leak)
+		}
+	}
+	for _, kind := range []string{`"kind":"bind"`, `"kind":"attach"`, `"kind":"dispatch"`, `"kind":"result"`, `"kind":"refusal"`} {
+		if !strings.Contains(log, kind) {
+			t.Fatalf("audit log has no %s record:\n%s", kind, log)
+		}
+	}
+	if !strings.Contains(log, sha256Hex([]byte(secret))) {
+		t.Fatal("audit log lacks the written content's digest")
+	}
+}
