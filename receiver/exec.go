@@ -1,0 +1,229 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/receiver/fsops"
+	"github.com/tetherdev/tether/receiver/spawn"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// execPlan is everything exec_start decided before anything starts.
+type execPlan struct {
+	path     string
+	argv     []string
+	env      []string
+	limit    int64
+	deadline time.Time
+}
+
+// planExec validates and resolves exec_start args against the grant and
+// the receiver's limits. It has no side effects.
+func (h *Handler) planExec(req *wire.Request, a *wire.ExecStartArgs, g admission.Grant, now time.Time) (execPlan, error) {
+	if len(a.Argv) == 0 || a.Argv[0] == "" {
+		return execPlan{}, wire.Errorf(wire.CodeInvalid, "argv is empty")
+	}
+	if a.OutputLimit < 0 {
+		return execPlan{}, wire.Errorf(wire.CodeInvalid, "output_limit is negative")
+	}
+	if len(a.HashAfterExit) > h.limits.MaxHashPaths {
+		return execPlan{}, wire.Errorf(wire.CodeTooLarge, "hash_after_exit names %d paths, limit %d", len(a.HashAfterExit), h.limits.MaxHashPaths)
+	}
+	env, err := buildEnv(a.Env)
+	if err != nil {
+		return execPlan{}, err
+	}
+	path, err := lookPath(a.Argv[0], a.Env["PATH"])
+	if err != nil {
+		return execPlan{}, err
+	}
+	p := execPlan{path: path, argv: slices.Clone(a.Argv), env: env,
+		limit: min64(a.OutputLimit, g.Limits.MaxOutputBytes, h.limits.MaxOutputBytes)}
+	p.deadline = earliest(req.Deadline, g.NotAfter,
+		addSeconds(now, g.Limits.MaxRuntimeS), now.Add(h.limits.maxRuntime()))
+	if !p.deadline.After(now) {
+		return execPlan{}, wire.Errorf(wire.CodeTimeout, "command deadline %s has passed", p.deadline.UTC().Format(time.RFC3339Nano))
+	}
+	return p, nil
+}
+
+// buildEnv turns the request's map into the child's whole environment,
+// sorted by name, refusing loader variables by name.
+func buildEnv(m map[string]string) ([]string, error) {
+	env := make([]string, 0, len(m))
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	if err := spawn.CheckEnv(env); err != nil {
+		code := wire.CodeInvalid
+		if errors.Is(err, spawn.ErrLoaderEnv) {
+			code = wire.CodeDenied
+		}
+		return nil, wire.Errorf(code, "env: %v", err)
+	}
+	return env, nil
+}
+
+// lookPath resolves argv[0]: an absolute path is used as is; a bare name
+// is searched in the absolute directories of the request's PATH. Nothing
+// of the receiver's own environment is consulted.
+func lookPath(name, pathVar string) (string, error) {
+	if strings.Contains(name, "/") {
+		if !filepath.IsAbs(name) {
+			return "", wire.Errorf(wire.CodeInvalid, "argv[0] %q must be absolute or a bare name looked up in PATH", name)
+		}
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(pathVar) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", wire.Errorf(wire.CodeNotFound, "argv[0] %q not found in the request's PATH %q", name, pathVar)
+}
+
+func addSeconds(t time.Time, s int64) time.Time {
+	if s <= 0 {
+		return time.Time{}
+	}
+	return t.Add(time.Duration(s) * time.Second)
+}
+
+// earliest returns the earliest non-zero time of ts.
+func earliest(ts ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if !t.IsZero() && (m.IsZero() || t.Before(m)) {
+			m = t
+		}
+	}
+	return m
+}
+
+// execStart starts a command as the grant's user and returns its terminal.
+// The child outlives this request; it ends on exit, kill, release, its
+// deadline or the handler's Close.
+func (h *Handler) execStart(req *wire.Request, a *wire.ExecStartArgs, g admission.Grant) (*wire.ExecStartResult, error) {
+	now := h.now()
+	plan, err := h.planExec(req, a, g, now)
+	if err != nil {
+		return nil, err
+	}
+	slot, err := h.terms.reserve(req.TupleSHA256, req.OpKey, g.Limits.MaxProcs)
+	if err != nil {
+		return nil, err
+	}
+	t, err := h.startTerminal(slot.id, req.TupleSHA256, plan, a, g, now)
+	if err != nil {
+		slot.cancel()
+		return nil, err
+	}
+	if !slot.commit(t) {
+		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+	}
+	return &wire.ExecStartResult{TerminalID: t.id, PID: t.child.PID()}, nil
+}
+
+// startTerminal opens the root and the working directory, starts the
+// child and the goroutines that watch it.
+func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecStartArgs, g admission.Grant, now time.Time) (*terminal, error) {
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	child, rd, err := h.spawnIn(root, plan, a.Cwd, g)
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	t := &terminal{id: id, tuple: tuple, child: child, out: newTailBuffer(int(plan.limit)), output: rd,
+		done: make(chan struct{})}
+	t.timer = time.AfterFunc(plan.deadline.Sub(now), t.kill)
+	copied := make(chan struct{})
+	go t.copyOutput(copied)
+	go t.watch(root, slices.Clone(a.HashAfterExit), copied)
+	return t, nil
+}
+
+// spawnIn starts the child in cwd beneath root and returns it with the
+// read end of its output pipe.
+func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admission.Grant) (*spawn.Child, *os.File, error) {
+	dir, err := root.OpenDir(cwd)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cwd: %w", err)
+	}
+	defer dir.Close()
+	rs, err := h.landlock.rulesetFor(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rs.Close()
+	rd, wr, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	child, err := spawn.Start(spawn.Spec{Mode: h.mode, HelperPath: h.helper, Path: plan.path, Argv: plan.argv,
+		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs})
+	wr.Close()
+	if err != nil {
+		rd.Close()
+		return nil, nil, err
+	}
+	return child, rd, nil
+}
+
+// terminalOp serves exec_output, exec_wait, exec_kill and exec_release on
+// a terminal the same tuple started.
+func (h *Handler) terminalOp(ctx context.Context, req *wire.Request, a *wire.TerminalArgs) (any, error) {
+	t := h.terms.get(req.TupleSHA256, a.TerminalID)
+	if t == nil {
+		return nil, wire.Errorf(wire.CodeNotFound, "terminal %q does not exist for this tuple", a.TerminalID)
+	}
+	switch req.Op {
+	case wire.OpExecOutput:
+		out, trunc := t.out.Snapshot()
+		return &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: t.status()}, nil
+	case wire.OpExecWait:
+		return h.wait(ctx, t)
+	case wire.OpExecKill:
+		t.kill()
+		return &wire.Empty{}, nil
+	case wire.OpExecRelease:
+		t.kill()
+		h.terms.remove(t.id)
+		select { // the group is dead; wait for the reap unless the request ends first
+		case <-t.done:
+		case <-ctx.Done():
+		}
+		return &wire.Empty{}, nil
+	}
+	return nil, wire.Errorf(wire.CodeInvalid, "op %s is not a terminal op", req.Op)
+}
+
+func (h *Handler) wait(ctx context.Context, t *terminal) (*wire.ExecWaitResult, error) {
+	select {
+	case <-t.done:
+	case <-ctx.Done():
+		return nil, wire.Errorf(wire.CodeTimeout, "request ended before the command exited; it is still running")
+	case <-h.closed:
+		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+	}
+	res := &wire.ExecWaitResult{Exit: *t.status(), FileSHA256: t.hashes}
+	return res, h.fits(res, "hash_after_exit result")
+}

@@ -1,0 +1,284 @@
+package receiver
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/receiver/caps"
+	"github.com/tetherdev/tether/receiver/spawn"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// start runs exec_start and returns the terminal id.
+func (f *fixture) start(g admission.Grant, a wire.ExecStartArgs) string {
+	f.t.Helper()
+	res, err := f.call(g, wire.OpExecStart, a)
+	if err != nil {
+		f.t.Fatalf("exec_start %v: %v", a.Argv, err)
+	}
+	return res.(*wire.ExecStartResult).TerminalID
+}
+
+func (f *fixture) wait(g admission.Grant, id string) *wire.ExecWaitResult {
+	f.t.Helper()
+	res, err := f.call(g, wire.OpExecWait, wire.TerminalArgs{TerminalID: id})
+	if err != nil {
+		f.t.Fatalf("exec_wait: %v", err)
+	}
+	return res.(*wire.ExecWaitResult)
+}
+
+func (f *fixture) output(g admission.Grant, id string) *wire.ExecOutputResult {
+	f.t.Helper()
+	res, err := f.call(g, wire.OpExecOutput, wire.TerminalArgs{TerminalID: id})
+	if err != nil {
+		f.t.Fatalf("exec_output: %v", err)
+	}
+	return res.(*wire.ExecOutputResult)
+}
+
+func exitCode(e wire.ExitStatus) int {
+	if e.ExitCode == nil {
+		return -1
+	}
+	return *e.ExitCode
+}
+
+func TestExecRoundTrip(t *testing.T) {
+	testenv.Require(t, "root")
+	for name, mode := range map[string]spawn.Mode{"thread": spawn.ModeThread, "helper": spawn.ModeHelper} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, Options{SpawnMode: mode})
+			id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"sh", "-c", `echo "hi $A"; pwd; env | sort; printf new > made; exit 3`},
+				Env: map[string]string{"PATH": "/usr/bin:/bin", "A": "b"}, HashAfterExit: []string{"made", "absent"}})
+			w := f.wait(f.grant, id)
+			if exitCode(w.Exit) != 3 || w.Exit.Signal != "" {
+				t.Fatalf("exit = %+v", w.Exit)
+			}
+			sum := sha256.Sum256([]byte("new"))
+			if w.FileSHA256["made"] != hex.EncodeToString(sum[:]) || w.FileSHA256["absent"] != "" {
+				t.Fatalf("file digests = %v", w.FileSHA256)
+			}
+			out := f.output(f.grant, id)
+			want := "hi b\n" + f.grant.Tuple.Root + "\nA=b\nPATH=/usr/bin:/bin\nPWD=" + f.grant.Tuple.Root + "\n"
+			if out.Output != want || out.Truncated || out.Exit == nil || exitCode(*out.Exit) != 3 {
+				t.Fatalf("output = %+v\nwant %q", out, want)
+			}
+		})
+	}
+}
+
+func TestExecRefusals(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	cases := []struct {
+		name string
+		args wire.ExecStartArgs
+		want wire.Code
+	}{
+		{"LD_PRELOAD", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, wire.CodeDenied},
+		{"LD_LIBRARY_PATH", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"LD_LIBRARY_PATH": "/tmp"}}, wire.CodeDenied},
+		{"GLIBC_TUNABLES", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"GLIBC_TUNABLES": "x"}}, wire.CodeDenied},
+		{"relative argv0", wire.ExecStartArgs{Argv: []string{"./x"}}, wire.CodeInvalid},
+		{"no PATH", wire.ExecStartArgs{Argv: []string{"true"}}, wire.CodeNotFound},
+		{"missing binary", wire.ExecStartArgs{Argv: []string{"/nonexistent/x"}}, wire.CodeNotFound},
+		{"cwd escape", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Cwd: "../.."}, wire.CodePathEscape},
+		{"cwd missing", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Cwd: "nope"}, wire.CodeNotFound},
+		{"empty argv", wire.ExecStartArgs{}, wire.CodeInvalid},
+	}
+	for _, c := range cases {
+		if _, err := f.call(f.grant, wire.OpExecStart, c.args); code(err) != c.want {
+			t.Errorf("%s: %v, want %s", c.name, err, c.want)
+		}
+	}
+	if ps := procsOfUID(t, gUID); len(ps) > 0 {
+		t.Fatalf("refused starts left %v", ps)
+	}
+}
+
+// TestOutputTruncatedOnRuneBoundary prints far more than the limit in
+// three-byte characters: the kept tail starts on a character boundary.
+func TestOutputTruncatedOnRuneBoundary(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", `i=0; while [ $i -lt 3000 ]; do printf 'x€€€'; i=$((i+1)); done; printf END`},
+		OutputLimit: 1000})
+	f.wait(f.grant, id)
+	out := f.output(f.grant, id)
+	if !out.Truncated || len(out.Output) > 1000 || len(out.Output) < 996 || !utf8.ValidString(out.Output) || !strings.HasSuffix(out.Output, "END") {
+		t.Fatalf("truncated=%v len=%d valid=%v tail=%q", out.Truncated, len(out.Output), utf8.ValidString(out.Output), out.Output[max(0, len(out.Output)-8):])
+	}
+	id = f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", "head -c 100000 /dev/zero | tr '\\0' y"},
+		OutputLimit: 1 << 30})
+	f.wait(f.grant, id)
+	if out := f.output(f.grant, id); int64(len(out.Output)) != f.grant.Limits.MaxOutputBytes || !out.Truncated {
+		t.Fatalf("output_limit above the grant: kept %d bytes, truncated %v; want the grant's %d", len(out.Output), out.Truncated, f.grant.Limits.MaxOutputBytes)
+	}
+}
+
+// TestDeadlines: the command ends at the earliest of the request
+// deadline, the grant's not_after and its max runtime.
+func TestDeadlines(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	short := f.newGrant("short-runtime", allOps...)
+	short.Limits.MaxRuntimeS = 1
+	ending := f.newGrant("ending", allOps...)
+	ending.NotAfter = f.clk.Now().Add(1500 * time.Millisecond)
+	f.publish(f.grant, short, ending)
+	sleep := wire.ExecStartArgs{Argv: []string{"/bin/sleep", "100"}}
+
+	res, err := f.callCtx(context.Background(), f.grant.Tuple.SHA256(), wire.OpExecStart, sleep, f.clk.Now().Add(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]admission.Grant{res.(*wire.ExecStartResult).TerminalID: f.grant}
+	ids[f.start(short, sleep)] = short
+	ids[f.start(ending, sleep)] = ending
+	for id, g := range ids {
+		start := time.Now()
+		w := f.wait(g, id)
+		if w.Exit.Signal != "KILL" || time.Since(start) > 5*time.Second {
+			t.Errorf("%s: exit %+v after %v, want KILL at its deadline", g.Tuple.Allocation, w.Exit, time.Since(start))
+		}
+	}
+}
+
+func TestKillReleaseAndScope(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	other := f.newGrant("other", allOps...)
+	f.publish(f.grant, other)
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", "sleep 100 & sleep 100"}})
+	for _, op := range []wire.Op{wire.OpExecOutput, wire.OpExecWait, wire.OpExecKill, wire.OpExecRelease} {
+		if _, err := f.call(other, op, wire.TerminalArgs{TerminalID: id}); code(err) != wire.CodeNotFound {
+			t.Fatalf("%s on another tuple's terminal: %v, want not_found", op, err)
+		}
+	}
+	if _, err := f.call(f.grant, wire.OpExecKill, wire.TerminalArgs{TerminalID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if w := f.wait(f.grant, id); w.Exit.Signal != "KILL" {
+		t.Fatalf("after exec_kill: %+v", w.Exit)
+	}
+	if out := f.output(f.grant, id); out.Exit == nil {
+		t.Fatal("killed terminal lost its status")
+	}
+	id = f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", "sleep 100 & sleep 100"}})
+	if _, err := f.call(f.grant, wire.OpExecRelease, wire.TerminalArgs{TerminalID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: id}); code(err) != wire.CodeNotFound {
+		t.Fatalf("released terminal still answers: %v", err)
+	}
+	deadline := time.Now().Add(time.Second)
+	for len(procsOfUID(t, gUID)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ps := procsOfUID(t, gUID); len(ps) > 0 {
+		t.Fatalf("release left %v running", ps)
+	}
+}
+
+func TestExecLimitsAndReplay(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{Limits: Limits{MaxTerminals: 3}})
+	one := f.newGrant("one-proc", allOps...)
+	one.Limits.MaxProcs = 1
+	f.publish(f.grant, one)
+	sleep := wire.ExecStartArgs{Argv: []string{"/bin/sleep", "100"}}
+	first := f.start(one, sleep)
+	if _, err := f.call(one, wire.OpExecStart, sleep); code(err) != wire.CodeDenied {
+		t.Fatalf("second command under max_procs 1: %v", err)
+	}
+	f.call(one, wire.OpExecKill, wire.TerminalArgs{TerminalID: first})
+	f.wait(one, first)
+	f.start(one, wire.ExecStartArgs{Argv: []string{"/bin/true"}}) // a finished command frees its proc
+	f.start(f.grant, sleep)
+	if _, err := f.call(f.grant, wire.OpExecStart, sleep); code(err) != wire.CodeDenied {
+		t.Fatalf("fourth terminal with max_terminals 3: %v", err)
+	}
+	// The same op_key never starts a second command.
+	raw := []byte(`{"argv":["/bin/true"]}`)
+	req := &wire.Request{ID: 1, Op: wire.OpExecStart, TupleSHA256: one.Tuple.SHA256(), OpKey: "same-key",
+		Deadline: f.clk.Now().Add(time.Minute), Args: raw}
+	if _, err := f.call(one, wire.OpExecRelease, wire.TerminalArgs{TerminalID: first}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.Serve(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.Serve(context.Background(), req); code(err) != wire.CodeOpKeyConflict {
+		t.Fatalf("replayed op_key: %v", err)
+	}
+}
+
+func TestCloseKillsEverything(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	for range 3 {
+		f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", "sleep 100 & sleep 100"}})
+	}
+	if n := len(procsOfUID(t, gUID)); n == 0 {
+		t.Fatal("nothing started")
+	}
+	f.h.Close()
+	if ps := procsOfUID(t, gUID); len(ps) > 0 {
+		t.Fatalf("Close returned with %v alive", ps)
+	}
+	if _, err := f.call(f.grant, wire.OpStat, wire.StatArgs{Path: "."}); code(err) != wire.CodeUnavailable {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// TestLandlockRequired: children of a handler with Landlock required
+// cannot read what their uid could read outside the root.
+func TestLandlockRequired(t *testing.T) {
+	testenv.Require(t, "root")
+	if spawn.LandlockABI() < spawn.MinLandlockABI {
+		t.Fatalf("kernel Landlock ABI %d < %d", spawn.LandlockABI(), spawn.MinLandlockABI)
+	}
+	f := newFixture(t, Options{Landlock: LandlockConfig{Mode: LandlockRequired}})
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c",
+		"echo in > mine && cat mine && cat /etc/hostname > /dev/null && echo sys; cat ../../admission/" + admission.FileName + " && echo LEAK"}})
+	f.wait(f.grant, id)
+	out := f.output(f.grant, id).Output
+	if !strings.HasPrefix(out, "in\nsys\n") || strings.Contains(out, "LEAK") {
+		t.Fatalf("confined child output %q", out)
+	}
+	if _, err := NewHandler(Options{Grants: lyingSource{}, Landlock: LandlockConfig{Mode: "best-effort"}}); err == nil {
+		t.Fatal("an unknown landlock mode was accepted")
+	}
+}
+
+// TestNoLeakAfterSpawns: after 100 commands, every thread of this process
+// still has its original privileges and no NoNewPrivs.
+func TestNoLeakAfterSpawns(t *testing.T) {
+	testenv.Require(t, "root")
+	want, err := caps.ReadStatus("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, Options{Landlock: LandlockConfig{Mode: LandlockRequired}})
+	for range 100 {
+		id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/true"}})
+		f.wait(f.grant, id)
+		f.call(f.grant, wire.OpExecRelease, wire.TerminalArgs{TerminalID: id})
+	}
+	sts, err := caps.ThreadStatuses(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tid, st := range sts {
+		if st.CapBnd != want.CapBnd || st.CapEff != want.CapEff || st.CapInh != 0 || st.CapAmb != 0 || st.NoNewPrivs != 0 {
+			t.Errorf("thread %d: %+v", tid, st)
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package receiver
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/receiver/fsops"
+	"github.com/tetherdev/tether/receiver/spawn"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// openRoot opens the grant's root with the effective bounds of grant and
+// receiver. The caller closes it.
+func (h *Handler) openRoot(g admission.Grant) (*fsops.Root, error) {
+	return fsops.OpenRoot(g.Tuple.Root, fsops.Owner{UID: g.UID, GID: g.GID}, fsops.Limits{
+		MaxFileBytes:   min64(g.Limits.MaxFileBytes, h.limits.MaxFileBytes),
+		MaxListEntries: h.limits.MaxListEntries,
+		MaxHashPaths:   h.limits.MaxHashPaths,
+	})
+}
+
+func (h *Handler) read(g admission.Grant, a *wire.ReadArgs) (*wire.ReadResult, error) {
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	res, err := root.Read(a.Path, a.Line, a.Limit)
+	if err != nil {
+		return nil, err
+	}
+	out := &wire.ReadResult{Content: res.Content, Size: res.Size, SHA256: res.SHA256}
+	return out, h.fits(out, "selected content; read fewer lines with line and limit")
+}
+
+func (h *Handler) write(g admission.Grant, a *wire.WriteArgs) (*wire.WriteResult, error) {
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	res, err := root.Write(fsops.WriteRequest{Path: a.Path, Content: []byte(a.Content), Mode: a.Mode,
+		ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent})
+	if err != nil {
+		return nil, err
+	}
+	return &wire.WriteResult{Size: res.Size, SHA256: res.SHA256}, nil
+}
+
+func (h *Handler) stat(g admission.Grant, a *wire.StatArgs) (*wire.StatResult, error) {
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	info, err := root.Stat(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	return &wire.StatResult{Type: info.Type, Size: info.Size, Mode: info.Mode, UID: info.UID, GID: info.GID,
+		ModTime: info.ModTime}, nil
+}
+
+// list returns the entries that fit in a result; the rest are reported as
+// truncated, never silently dropped.
+func (h *Handler) list(g admission.Grant, a *wire.ListArgs) (*wire.ListResult, error) {
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	ents, truncated, err := root.List(a.Path)
+	if err != nil {
+		return nil, err
+	}
+	out := &wire.ListResult{Entries: make([]wire.DirEntry, 0, len(ents)), Truncated: truncated}
+	budget := h.limits.MaxResultBytes - 64
+	for _, e := range ents {
+		name, _ := json.Marshal(e.Name)
+		if budget -= len(name) + 64; budget < 0 {
+			out.Truncated = true
+			break
+		}
+		out.Entries = append(out.Entries, wire.DirEntry{Name: e.Name, Type: e.Type, Size: e.Size})
+	}
+	return out, nil
+}
+
+func (h *Handler) hash(g admission.Grant, a *wire.HashArgs) (*wire.HashResult, error) {
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	sums, err := root.Hash(a.Paths)
+	if err != nil {
+		return nil, err
+	}
+	out := &wire.HashResult{SHA256: sums}
+	return out, h.fits(out, "hash result; ask for fewer paths")
+}
+
+// fits refuses a result whose encoding exceeds MaxResultBytes.
+func (h *Handler) fits(v any, what string) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(b) > h.limits.MaxResultBytes {
+		return wire.Errorf(wire.CodeTooLarge, "%s encodes to %d bytes, limit %d; %s", "result", len(b), h.limits.MaxResultBytes, what)
+	}
+	return nil
+}
+
+// errCodes maps the errors of fsops and spawn onto wire codes.
+var errCodes = []struct {
+	err  error
+	code wire.Code
+}{
+	{fsops.ErrEscape, wire.CodePathEscape},
+	{fsops.ErrNotFound, wire.CodeNotFound},
+	{fsops.ErrNotDir, wire.CodeNotFound},
+	{fsops.ErrTooLarge, wire.CodeTooLarge},
+	{fsops.ErrPrecondition, wire.CodePrecondition},
+	{fsops.ErrHardLink, wire.CodeDenied},
+	{fsops.ErrSymlink, wire.CodeDenied},
+	{fsops.ErrNotRegular, wire.CodeInvalid},
+	{fsops.ErrNotText, wire.CodeInvalid},
+	{fsops.ErrInvalid, wire.CodeInvalid},
+	{spawn.ErrCapability, wire.CodeDenied},
+	{spawn.ErrLoaderEnv, wire.CodeDenied},
+	{spawn.ErrSpec, wire.CodeInvalid},
+	{spawn.ErrLandlock, wire.CodeDenied},
+	{fs.ErrNotExist, wire.CodeNotFound},
+	{fs.ErrPermission, wire.CodeDenied},
+	{spawn.ErrStart, wire.CodeDenied},
+}
+
+// toWire gives err its code; an unclassified error is logged and sent as
+// internal, so internals never reach the peer.
+func (h *Handler) toWire(op wire.Op, err error) error {
+	var we *wire.Error
+	if errors.As(err, &we) {
+		return we
+	}
+	for _, m := range errCodes {
+		if errors.Is(err, m.err) {
+			return wire.Errorf(m.code, "%s: %v", op, err)
+		}
+	}
+	return h.logInternal(op, err)
+}

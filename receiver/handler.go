@@ -1,0 +1,210 @@
+// Package receiver is the daemon inside the computer: a wire.Handler that
+// resolves the grant of every request at request time through an
+// admission.GrantSource, performs file operations beneath the grant root
+// (receiver/fsops) and runs children as the grant's user (receiver/spawn).
+// Run starts the whole daemon from a Config: capability checks, admission,
+// listeners.
+package receiver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/receiver/spawn"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// Options configure a Handler.
+type Options struct {
+	// Grants answers every request's grant lookup; required. The daemon
+	// uses an admission.Refresher.
+	Grants admission.GrantSource
+	// Limits cap what any grant may ask for; zero fields take the
+	// DefaultLimits values.
+	Limits Limits
+	// Landlock confines children; the zero value (LandlockOff) does not.
+	Landlock LandlockConfig
+	// SpawnMode selects how children are restricted (spawn.ModeThread by
+	// default). HelperPath is the binary ModeHelper re-executes.
+	SpawnMode  spawn.Mode
+	HelperPath string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Log receives failures the peer sees only as a code; nil discards.
+	Log *slog.Logger
+}
+
+// Handler serves every op of receiver/wire. Create it with NewHandler and
+// release it with Close, which kills every child it started. It is safe
+// for concurrent use.
+type Handler struct {
+	grants   admission.GrantSource
+	limits   Limits
+	landlock *landlockRules // nil when Landlock is off
+	mode     spawn.Mode
+	helper   string
+	now      func() time.Time
+	log      *slog.Logger
+
+	terms *terminals
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+var _ wire.Handler = (*Handler)(nil)
+
+// ErrOptions wraps every refusal of NewHandler.
+var ErrOptions = errors.New("receiver options")
+
+// NewHandler validates opts and returns a Handler. With Landlock required
+// it fails when the kernel cannot enforce it.
+func NewHandler(opts Options) (*Handler, error) {
+	if opts.Grants == nil {
+		return nil, fmt.Errorf("%w: a GrantSource is required", ErrOptions)
+	}
+	lim, err := opts.Limits.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{grants: opts.Grants, limits: lim, mode: opts.SpawnMode, helper: opts.HelperPath,
+		now: opts.Now, log: opts.Log, closed: make(chan struct{})}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.mode != spawn.ModeThread && h.mode != spawn.ModeHelper {
+		return nil, fmt.Errorf("%w: unknown spawn mode %d", ErrOptions, h.mode)
+	}
+	if h.landlock, err = newLandlockRules(opts.Landlock); err != nil {
+		return nil, err
+	}
+	h.terms = newTerminals(lim.MaxTerminals)
+	return h, nil
+}
+
+// Close kills every child the handler started, waits until each is reaped
+// and its output drained, and refuses every later request with
+// unavailable. It is safe to call twice.
+func (h *Handler) Close() error {
+	h.closeOnce.Do(func() {
+		close(h.closed)
+		h.terms.closeAll()
+		h.landlock.close()
+	})
+	return nil
+}
+
+// Serve answers one request: envelope checks, argument decoding, the grant
+// at request time, then the op. Every refusal is a *wire.Error whose code
+// names the failed check; nothing happens before the grant allows it.
+func (h *Handler) Serve(ctx context.Context, req *wire.Request) (any, error) {
+	select {
+	case <-h.closed:
+		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+	default:
+	}
+	if err := checkEnvelope(req, h.now()); err != nil {
+		return nil, err
+	}
+	args, err := decodeArgs(req.Op, req.Args)
+	if err != nil {
+		return nil, err
+	}
+	if req.Op == wire.OpAttach {
+		return h.attach(ctx, req.TupleSHA256)
+	}
+	g, err := h.grant(ctx, req.TupleSHA256, grantOp[req.Op])
+	if err != nil {
+		return nil, err
+	}
+	res, err := h.dispatch(ctx, req, args, g)
+	if err != nil {
+		return nil, h.toWire(req.Op, err)
+	}
+	return res, nil
+}
+
+// grantOp maps each receiver op onto the grant op it needs.
+var grantOp = map[wire.Op]admission.Op{
+	wire.OpRead: admission.OpRead, wire.OpStat: admission.OpRead, wire.OpHash: admission.OpRead,
+	wire.OpWrite: admission.OpWrite, wire.OpList: admission.OpList,
+	wire.OpExecStart: admission.OpExec, wire.OpExecOutput: admission.OpExec,
+	wire.OpExecWait: admission.OpExec, wire.OpExecRelease: admission.OpExec,
+	wire.OpExecKill: admission.OpKill,
+}
+
+func (h *Handler) dispatch(ctx context.Context, req *wire.Request, args any, g admission.Grant) (any, error) {
+	switch a := args.(type) {
+	case *wire.ReadArgs:
+		return h.read(g, a)
+	case *wire.WriteArgs:
+		return h.write(g, a)
+	case *wire.StatArgs:
+		return h.stat(g, a)
+	case *wire.ListArgs:
+		return h.list(g, a)
+	case *wire.HashArgs:
+		return h.hash(g, a)
+	case *wire.ExecStartArgs:
+		return h.execStart(req, a, g)
+	case *wire.TerminalArgs:
+		return h.terminalOp(ctx, req, a)
+	}
+	return nil, wire.Errorf(wire.CodeInvalid, "op %s has no handler", req.Op)
+}
+
+// checkEnvelope checks what every request carries before anything else.
+func checkEnvelope(req *wire.Request, now time.Time) error {
+	switch {
+	case !req.Op.Valid():
+		return wire.Errorf(wire.CodeInvalid, "op %q is not in the closed set", req.Op)
+	case !validDigest(req.TupleSHA256):
+		return wire.Errorf(wire.CodeInvalid, "tuple_sha256 is not 64 lowercase hex digits")
+	case !validOpKey(req.OpKey):
+		return wire.Errorf(wire.CodeInvalid, "op_key is not 1..128 characters of [A-Za-z0-9._:-]")
+	case req.Deadline.IsZero():
+		return wire.Errorf(wire.CodeInvalid, "deadline missing")
+	case !now.Before(req.Deadline):
+		return wire.Errorf(wire.CodeTimeout, "request deadline %s has passed", req.Deadline.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+func validDigest(d string) bool {
+	if len(d) != 64 {
+		return false
+	}
+	for i := range len(d) {
+		if c := d[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func validOpKey(k string) bool {
+	if len(k) == 0 || len(k) > 128 {
+		return false
+	}
+	for i := range len(k) {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// logInternal records an unexpected failure; the peer sees only internal.
+func (h *Handler) logInternal(op wire.Op, err error) error {
+	h.log.Error("receiver: op failed", "op", op, "err", err)
+	return wire.Errorf(wire.CodeInternal, "%s failed inside the receiver", op)
+}

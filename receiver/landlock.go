@@ -1,0 +1,114 @@
+package receiver
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/receiver/fsops"
+	"github.com/tetherdev/tether/receiver/spawn"
+)
+
+// Landlock modes of LandlockConfig.
+const (
+	// LandlockOff starts children without Landlock.
+	LandlockOff = "off"
+	// LandlockRequired confines every child to its grant root plus the
+	// configured system paths, and refuses to start (the daemon) or to
+	// spawn (a child) when the kernel cannot enforce it: no downgrade.
+	LandlockRequired = "required"
+)
+
+// LandlockConfig says whether and how children are confined.
+type LandlockConfig struct {
+	// Mode is LandlockOff or LandlockRequired; "" means off.
+	Mode string `json:"mode"`
+	// ReadExec lists paths children may read and execute beneath; nil
+	// means DefaultLandlockReadExec. Missing paths are skipped.
+	ReadExec []string `json:"read_exec,omitempty"`
+	// ReadWrite lists files (devices) or directories children may read
+	// and write beneath, besides their grant root; nil means
+	// DefaultLandlockReadWrite. Missing paths are skipped.
+	ReadWrite []string `json:"read_write,omitempty"`
+}
+
+// Defaults of LandlockConfig.
+var (
+	DefaultLandlockReadExec  = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/proc", "/dev/urandom", "/dev/random"}
+	DefaultLandlockReadWrite = []string{"/dev/null", "/dev/zero", "/dev/full"}
+)
+
+// landlockRules holds the system paths opened once; nil means off.
+type landlockRules struct {
+	rules []spawn.Rule
+}
+
+func newLandlockRules(c LandlockConfig) (*landlockRules, error) {
+	switch c.Mode {
+	case "", LandlockOff:
+		return nil, nil
+	case LandlockRequired:
+	default:
+		return nil, fmt.Errorf("%w: landlock mode %q is not %q or %q", ErrOptions, c.Mode, LandlockOff, LandlockRequired)
+	}
+	if abi := spawn.LandlockABI(); abi < spawn.MinLandlockABI {
+		return nil, fmt.Errorf("%w: landlock required but the kernel's ABI is %d (need %d)", spawn.ErrLandlock, abi, spawn.MinLandlockABI)
+	}
+	ro, rw := c.ReadExec, c.ReadWrite
+	if ro == nil {
+		ro = DefaultLandlockReadExec
+	}
+	if rw == nil {
+		rw = DefaultLandlockReadWrite
+	}
+	lr := &landlockRules{}
+	for _, set := range []struct {
+		paths  []string
+		access spawn.Access
+	}{{ro, spawn.AccessReadExec}, {rw, spawn.AccessReadWriteFile | spawn.AccessReadExec}} {
+		if err := lr.open(set.paths, set.access); err != nil {
+			lr.close()
+			return nil, err
+		}
+	}
+	return lr, nil
+}
+
+func (lr *landlockRules) open(paths []string, access spawn.Access) error {
+	for _, p := range paths {
+		f, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: landlock path %s: %w", ErrOptions, p, err)
+		}
+		lr.rules = append(lr.rules, spawn.Rule{File: f, Access: access})
+	}
+	return nil
+}
+
+// rulesetFor builds the ruleset of one child: the system rules plus its
+// grant root with every right. nil (no Landlock) when off.
+func (lr *landlockRules) rulesetFor(root *fsops.Root) (*spawn.Ruleset, error) {
+	if lr == nil {
+		return nil, nil
+	}
+	dir, err := root.OpenDir("")
+	if err != nil {
+		return nil, err
+	}
+	defer dir.Close()
+	return spawn.NewRuleset(append(lr.rules[:len(lr.rules):len(lr.rules)], spawn.Rule{File: dir, Access: spawn.AccessAll}))
+}
+
+func (lr *landlockRules) close() {
+	if lr == nil {
+		return
+	}
+	for _, r := range lr.rules {
+		r.File.Close()
+	}
+}

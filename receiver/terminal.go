@@ -1,0 +1,258 @@
+package receiver
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tetherdev/tether/receiver/fsops"
+	"github.com/tetherdev/tether/receiver/spawn"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// terminal is one started command: its child, its output and, once it
+// ended, its status and the digests of the files it was asked to hash.
+type terminal struct {
+	id     string
+	tuple  string // the tuple_sha256 that started it; others cannot see it
+	child  *spawn.Child
+	out    *tailBuffer
+	timer  *time.Timer
+	output *os.File // read end of the output pipe
+
+	mu sync.Mutex // guards exit
+
+	done   chan struct{} // closed once exit, output and hashes are final
+	exit   wire.ExitStatus
+	hashes map[string]string
+}
+
+// newTerminalID returns 128 random bits in hex: terminal ids are not
+// guessable across tuples (and are checked against the tuple anyway).
+func newTerminalID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "t-" + hex.EncodeToString(b[:])
+}
+
+// outputGrace bounds how long output is still drained after the child is
+// reaped (a member of its group that survived SIGKILL cannot exist, but a
+// process that left the group may hold the pipe).
+const outputGrace = 250 * time.Millisecond
+
+// watch waits for the child, drains its output, hashes the requested
+// files, then publishes the final state. It owns root and closes it.
+func (t *terminal) watch(root *fsops.Root, hashPaths []string, copied <-chan struct{}) {
+	defer root.Close()
+	<-t.child.Done()
+	t.timer.Stop()
+	select {
+	case <-copied:
+	case <-time.After(outputGrace):
+	}
+	t.output.Close()
+	st := t.child.Status()
+	t.mu.Lock()
+	if st.Signal != 0 {
+		t.exit = wire.ExitStatus{Signal: signalName(st.Signal)}
+	} else {
+		code := st.Code
+		t.exit = wire.ExitStatus{ExitCode: &code}
+	}
+	t.mu.Unlock()
+	if len(hashPaths) > 0 {
+		sums, err := root.Hash(hashPaths)
+		if err != nil {
+			sums = make(map[string]string, len(hashPaths)) // no digest ever describes an escaped path
+			for _, p := range hashPaths {
+				sums[p] = ""
+			}
+		}
+		t.hashes = sums
+	}
+	close(t.done)
+}
+
+// copyOutput moves the child's output into the tail buffer until EOF or
+// until the read end is closed.
+func (t *terminal) copyOutput(copied chan<- struct{}) {
+	_, _ = io.Copy(t.out, t.output)
+	close(copied)
+}
+
+// kill signals the whole group; after the child is reaped it does nothing.
+func (t *terminal) kill() { _ = t.child.Kill() }
+
+func (t *terminal) finished() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// status returns the exit status once done, else nil.
+func (t *terminal) status() *wire.ExitStatus {
+	if !t.finished() {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.exit
+	return &e
+}
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGKILL: "KILL", syscall.SIGTERM: "TERM", syscall.SIGINT: "INT", syscall.SIGHUP: "HUP",
+	syscall.SIGQUIT: "QUIT", syscall.SIGSEGV: "SEGV", syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE",
+	syscall.SIGBUS: "BUS", syscall.SIGFPE: "FPE", syscall.SIGILL: "ILL", syscall.SIGALRM: "ALRM",
+	syscall.SIGUSR1: "USR1", syscall.SIGUSR2: "USR2", syscall.SIGXCPU: "XCPU", syscall.SIGXFSZ: "XFSZ",
+	syscall.SIGSYS: "SYS", syscall.SIGTRAP: "TRAP",
+}
+
+// signalName returns the signal's name without SIG ("KILL").
+func signalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return "SIG" + itoa(int(s))
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	for ; n > 0; n /= 10 {
+		i--
+		b[i] = byte('0' + n%10)
+	}
+	return string(b[i:])
+}
+
+// terminals is the table of every terminal, bounded in size.
+type terminals struct {
+	mu     sync.Mutex
+	max    int
+	byID   map[string]*terminal
+	opKeys map[string]string // tuple_sha256 + "\n" + op_key of every exec_start -> terminal id
+	keyLog []string          // opKeys in insertion order, for eviction
+	closed bool
+}
+
+// maxRememberedOpKeys bounds the exec_start keys kept for replay refusal.
+const maxRememberedOpKeys = 16384
+
+func newTerminals(max int) *terminals {
+	return &terminals{max: max, byID: map[string]*terminal{}, opKeys: map[string]string{}}
+}
+
+// reserve checks capacity, the tuple's max_procs and op-key replay before
+// a child is started, and holds a slot: commit or cancel must follow.
+func (ts *terminals) reserve(tuple, opKey string, maxProcs int) (slot *reservation, err error) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	key := tuple + "\n" + opKey
+	switch {
+	case ts.closed:
+		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+	case ts.opKeys[key] != "":
+		return nil, wire.Errorf(wire.CodeOpKeyConflict, "op_key %q already started terminal %s; a command never runs twice", opKey, ts.opKeys[key])
+	case len(ts.byID) >= ts.max:
+		return nil, wire.Errorf(wire.CodeDenied, "the receiver keeps %d terminals already; release finished ones", ts.max)
+	}
+	running := 0
+	for _, t := range ts.byID {
+		if t.tuple == tuple && !t.finished() {
+			running++
+		}
+	}
+	if maxProcs > 0 && running >= maxProcs {
+		return nil, wire.Errorf(wire.CodeDenied, "grant max_procs %d: %d commands are running", maxProcs, running)
+	}
+	id := newTerminalID()
+	ts.byID[id] = nil // the slot; get() skips it until commit
+	ts.rememberKey(key, id)
+	return &reservation{ts: ts, id: id}, nil
+}
+
+func (ts *terminals) rememberKey(key, id string) {
+	ts.opKeys[key] = id
+	ts.keyLog = append(ts.keyLog, key)
+	if len(ts.keyLog) > maxRememberedOpKeys {
+		delete(ts.opKeys, ts.keyLog[0])
+		ts.keyLog = ts.keyLog[1:]
+	}
+}
+
+// reservation is a held terminal slot.
+type reservation struct {
+	ts *terminals
+	id string
+}
+
+// commit installs t in the slot. If the table was closed meanwhile, the
+// child is killed at once and false is returned.
+func (r *reservation) commit(t *terminal) bool {
+	r.ts.mu.Lock()
+	defer r.ts.mu.Unlock()
+	if r.ts.closed {
+		delete(r.ts.byID, r.id)
+		t.kill()
+		return false
+	}
+	r.ts.byID[r.id] = t
+	return true
+}
+
+// cancel frees the slot; the op key stays used (a retry must not run a
+// command whose first start may have had effects).
+func (r *reservation) cancel() {
+	r.ts.mu.Lock()
+	defer r.ts.mu.Unlock()
+	delete(r.ts.byID, r.id)
+}
+
+// get returns the terminal id started by tuple, or nil.
+func (ts *terminals) get(tuple, id string) *terminal {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t := ts.byID[id]
+	if t == nil || t.tuple != tuple {
+		return nil
+	}
+	return t
+}
+
+// remove takes the terminal out of the table.
+func (ts *terminals) remove(id string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	delete(ts.byID, id)
+}
+
+// closeAll refuses new terminals, kills every group and waits until each
+// terminal is final.
+func (ts *terminals) closeAll() {
+	ts.mu.Lock()
+	ts.closed = true
+	all := make([]*terminal, 0, len(ts.byID))
+	for _, t := range ts.byID {
+		if t != nil {
+			all = append(all, t)
+		}
+	}
+	ts.mu.Unlock()
+	for _, t := range all {
+		t.kill()
+	}
+	for _, t := range all {
+		<-t.done
+	}
+}
