@@ -284,7 +284,7 @@ func (l *Loader) checkFile(info fileInfo) error {
 func (l *Loader) check(ctx context.Context, data []byte) (*Loaded, error) {
 	payload, err := signing.Verify(ctx, data, PayloadType, l.cfg.PublicKey)
 	if err != nil {
-		return nil, l.fail(CheckSignature, err, "not a %s envelope signed by key %s", PayloadType, l.cfg.PublicKey.KeyID())
+		return nil, l.fail(CheckSignature, err, "DSSE envelope")
 	}
 	snap, err := DecodeSnapshot(payload)
 	if err != nil {

@@ -79,7 +79,9 @@ func Verify(ctx context.Context, envelopeJSON []byte, payloadType string, pub Pu
 	}
 	_, payload, err := ev.VerifyAndDecode(ctx, env)
 	if err != nil {
-		return nil, fmt.Errorf("%w (keyid %s): %w", ErrSignature, pub.KeyID(), err)
+		// dsse's own message ("accepted signatures do not match threshold")
+		// adds nothing: every signature was either for another key or bad.
+		return nil, fmt.Errorf("%w (keyid %s)", ErrSignature, pub.KeyID())
 	}
 	return payload, nil
 }
