@@ -3,8 +3,6 @@ package receiver
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
 
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -39,24 +37,8 @@ func decodeArgs(op wire.Op, raw json.RawMessage) (any, error) {
 	default:
 		return nil, wire.Errorf(wire.CodeInvalid, "op %q is not in the closed set", op)
 	}
-	if err := strictJSON(raw, v); err != nil {
+	if err := decodeStrictInto(raw, v); err != nil {
 		return nil, wire.Errorf(wire.CodeInvalid, "%s args: %v", op, err)
 	}
 	return v, nil
-}
-
-func strictJSON(raw []byte, v any) error {
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) == 0 || trimmed[0] != '{' {
-		return errors.New("args must be one JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after the args object")
-	}
-	return nil
 }

@@ -1,0 +1,160 @@
+package receiver
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/tetherdev/tether/receiver/spawn"
+)
+
+// Config is the daemon's configuration file (docs/protocol.md "Config"),
+// decoded strictly: unknown fields, a missing required field or trailing
+// data are refused.
+type Config struct {
+	// Listen lists the channels to serve; at least one.
+	Listen []ListenConfig `json:"listen"`
+	// Admission says where the signed grants are and who signs them.
+	Admission AdmissionConfig `json:"admission"`
+	// Landlock must name its mode explicitly ("off" or "required").
+	Landlock LandlockConfig `json:"landlock"`
+	// Spawn is "thread" (default) or "helper".
+	Spawn string `json:"spawn,omitempty"`
+	// Limits are the receiver's own bounds (zero fields take defaults).
+	Limits Limits `json:"limits,omitempty"`
+	// MaxFrame lowers the wire frame limit (0 keeps 1 MiB; never higher).
+	MaxFrame int `json:"max_frame,omitempty"`
+}
+
+// AdmissionConfig locates the admission file and pins its signer.
+type AdmissionConfig struct {
+	// File is the absolute path of the admission file; no component of
+	// its directory may be a symlink.
+	File string `json:"file"`
+	// PublicKey is the absolute path of the pinned signer's PEM public key.
+	PublicKey string `json:"public_key"`
+	// OwnerUID is the uid that must own the file. Required.
+	OwnerUID *uint32 `json:"owner_uid"`
+	// MaxBytes bounds the file (0: the admission default).
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// ListenConfig is one channel: exactly one of its members is set.
+type ListenConfig struct {
+	Unix *UnixListen `json:"unix,omitempty"`
+}
+
+// UnixListen is a unix socket. It has no peer authentication, so
+// HostOnly must be true: only the host can reach the path.
+type UnixListen struct {
+	Path     string   `json:"path"`
+	HostOnly bool     `json:"host_only"`
+	Mode     uint32   `json:"mode,omitempty"`      // socket file mode, default 0600
+	PeerUIDs []uint32 `json:"peer_uids,omitempty"` // uids a client may run as; default root
+}
+
+// ErrConfig wraps every configuration refusal; the message names the field.
+var ErrConfig = errors.New("receiver config")
+
+// maxConfigBytes bounds the configuration file.
+const maxConfigBytes = 1 << 20
+
+// LoadConfig reads and strictly decodes the configuration file at path.
+func LoadConfig(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: read %s: %w", ErrConfig, path, err)
+	}
+	if len(data) > maxConfigBytes {
+		return Config{}, fmt.Errorf("%w: %s is larger than %d bytes", ErrConfig, path, maxConfigBytes)
+	}
+	return DecodeConfig(data)
+}
+
+// DecodeConfig strictly decodes and validates a configuration.
+func DecodeConfig(data []byte) (Config, error) {
+	var c Config
+	if err := decodeStrictInto(data, &c); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return c, c.Validate()
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if len(c.Listen) == 0 {
+		return fmt.Errorf("%w: listen: at least one channel is required", ErrConfig)
+	}
+	for i, l := range c.Listen {
+		if err := l.validate(); err != nil {
+			return fmt.Errorf("%w: listen[%d]: %w", ErrConfig, i, err)
+		}
+	}
+	if err := c.Admission.validate(); err != nil {
+		return fmt.Errorf("%w: admission: %w", ErrConfig, err)
+	}
+	switch c.Landlock.Mode {
+	case LandlockOff, LandlockRequired:
+	default:
+		return fmt.Errorf("%w: landlock.mode must be %q or %q, not %q", ErrConfig, LandlockOff, LandlockRequired, c.Landlock.Mode)
+	}
+	if _, err := c.spawnMode(); err != nil {
+		return err
+	}
+	if _, err := c.Limits.withDefaults(); err != nil {
+		return fmt.Errorf("%w: limits: %w", ErrConfig, err)
+	}
+	if c.MaxFrame < 0 || c.MaxFrame > 1<<20 {
+		return fmt.Errorf("%w: max_frame %d not in 0..%d", ErrConfig, c.MaxFrame, 1<<20)
+	}
+	return nil
+}
+
+func (c Config) spawnMode() (spawn.Mode, error) {
+	switch c.Spawn {
+	case "", "thread":
+		return spawn.ModeThread, nil
+	case "helper":
+		return spawn.ModeHelper, nil
+	}
+	return 0, fmt.Errorf("%w: spawn must be \"thread\" or \"helper\", not %q", ErrConfig, c.Spawn)
+}
+
+func (a AdmissionConfig) validate() error {
+	switch {
+	case !absClean(a.File):
+		return fmt.Errorf("file %q is not an absolute clean path", a.File)
+	case !absClean(a.PublicKey):
+		return fmt.Errorf("public_key %q is not an absolute clean path", a.PublicKey)
+	case a.OwnerUID == nil:
+		return errors.New("owner_uid is required")
+	case a.MaxBytes < 0:
+		return errors.New("max_bytes is negative")
+	}
+	return nil
+}
+
+func (l ListenConfig) validate() error {
+	if l.Unix == nil {
+		return errors.New("exactly one channel kind is required (unix)")
+	}
+	u := l.Unix
+	switch {
+	case !absClean(u.Path):
+		return fmt.Errorf("unix.path %q is not an absolute clean path", u.Path)
+	case !u.HostOnly:
+		return errors.New("unix.host_only must be true: a unix socket has no peer authentication")
+	case u.Mode&^0o777 != 0:
+		return fmt.Errorf("unix.mode %#o has bits beyond 0777", u.Mode)
+	}
+	return nil
+}
+
+func absClean(p string) bool { return filepath.IsAbs(p) && filepath.Clean(p) == p }

@@ -1,0 +1,79 @@
+package receiver
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tetherdev/tether/receiver/spawn"
+)
+
+const goodConfig = `{
+  "listen": [{"unix": {"path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}}],
+  "admission": {"file": "/var/lib/tether/admission/admission.dsse.json", "public_key": "/etc/tether/admission.pub", "owner_uid": 0},
+  "landlock": {"mode": "required"},
+  "spawn": "thread",
+  "limits": {"max_output_bytes": 65536, "max_runtime_s": 600}
+}`
+
+func TestDecodeConfig(t *testing.T) {
+	c, err := DecodeConfig([]byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *c.Admission.OwnerUID != 0 || c.Listen[0].Unix.Path != "/run/tether/receiver.sock" || c.Landlock.Mode != LandlockRequired {
+		t.Fatalf("decoded %+v", c)
+	}
+	if m, _ := c.spawnMode(); m != spawn.ModeThread {
+		t.Fatalf("spawn mode %v", m)
+	}
+}
+
+func TestDecodeConfigRefuses(t *testing.T) {
+	cases := map[string][2]string{
+		"unknown field":       {`"spawn": "thread"`, `"spawn": "thread", "extra": 1`},
+		"no owner uid":        {`, "owner_uid": 0}`, `}`},
+		"relative file":       {`"file": "/var/lib/tether/admission/admission.dsse.json"`, `"file": "admission.json"`},
+		"unclean key":         {`"public_key": "/etc/tether/admission.pub"`, `"public_key": "/etc/tether/../admission.pub"`},
+		"not host-only":       {`"host_only": true`, `"host_only": false`},
+		"no listener":         {`[{"unix": {"path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}}]`, `[]`},
+		"empty listener":      {`{"unix": {"path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}}`, `{}`},
+		"landlock downgrade":  {`"mode": "required"`, `"mode": "best_effort"`},
+		"landlock unset":      {`"landlock": {"mode": "required"}`, `"landlock": {}`},
+		"spawn unknown":       {`"spawn": "thread"`, `"spawn": "fork"`},
+		"output above hard":   {`"max_output_bytes": 65536`, `"max_output_bytes": 1048576`},
+		"trailing data":       {`"max_runtime_s": 600}` + "\n}", `"max_runtime_s": 600}` + "\n} {}"},
+		"case-folded field":   {`"spawn"`, `"Spawn"`},
+		"duplicate key":       {`"mode": "required"`, `"mode": "required", "mode": "off"`},
+		"negative max_frame":  {`"spawn": "thread"`, `"spawn": "thread", "max_frame": -1}`},
+		"max_frame above 1Mi": {`"spawn": "thread"`, `"spawn": "thread", "max_frame": 2097152`},
+	}
+	for name, c := range cases {
+		in := strings.Replace(goodConfig, c[0], c[1], 1)
+		if in == goodConfig {
+			t.Fatalf("%s: replacement did not apply", name)
+		}
+		if _, err := DecodeConfig([]byte(in)); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: err = %v, want ErrConfig", name, err)
+		}
+	}
+}
+
+func FuzzDecodeConfig(f *testing.F) {
+	f.Add([]byte(goodConfig))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := DecodeConfig(data)
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("error %v does not wrap ErrConfig", err)
+			}
+			return
+		}
+		if c.Admission.OwnerUID == nil || len(c.Listen) == 0 || !c.Listen[0].Unix.HostOnly {
+			t.Fatalf("accepted an incomplete config: %+v", c)
+		}
+		if c.Landlock.Mode != LandlockOff && c.Landlock.Mode != LandlockRequired {
+			t.Fatalf("accepted landlock mode %q", c.Landlock.Mode)
+		}
+	})
+}
