@@ -302,3 +302,38 @@ func TestRunRoundsUntilCancelled(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvironmentIgnored: BAO_*/VAULT_* variables must not change the
+// address, the token or TLS verification; only the config file does.
+func TestEnvironmentIgnored(t *testing.T) {
+	for _, prefix := range []string{"BAO_", "VAULT_"} {
+		t.Setenv(prefix+"ADDR", "https://203.0.113.1:8200")
+		t.Setenv(prefix+"TOKEN", "s.from-the-environment")
+		t.Setenv(prefix+"SKIP_VERIFY", "true")
+		t.Setenv(prefix+"NAMESPACE", "elsewhere")
+		t.Setenv(prefix+"MAX_RETRIES", "9")
+	}
+	far := time.Now().Add(24 * time.Hour)
+	f := newFixture(t, coordinator.RenewToken, 1800, admission.PublishInput{NotAfter: far, Grants: []admission.Grant{grant(1, far)}})
+	if _, err := f.coordinator(t).RunOnce(context.Background()); err != nil {
+		t.Fatalf("RunOnce with hostile environment: %v", err)
+	}
+	if f.bao.Calls() != 1 {
+		t.Fatalf("%d requests reached the configured server, want 1", f.bao.Calls())
+	}
+}
+
+// TestUnpinnedCARefused: without the CA file, the stand-in's self-signed
+// certificate must not be trusted.
+func TestUnpinnedCARefused(t *testing.T) {
+	far := time.Now().Add(24 * time.Hour)
+	f := newFixture(t, coordinator.RenewToken, 1800, admission.PublishInput{NotAfter: far, Grants: []admission.Grant{grant(1, far)}})
+	f.cfg.OpenBao.CACert = ""
+	writeJSONFile(t, filepath.Join(f.dir, "coordinator.json"), f.cfg, 0o644)
+	if _, err := f.coordinator(t).RunOnce(context.Background()); !errors.Is(err, coordinator.ErrRenew) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("self-signed server without a pinned CA: err = %v, want a certificate failure", err)
+	}
+	if f.fileBytes() != "" {
+		t.Fatal("published without a verified server")
+	}
+}
