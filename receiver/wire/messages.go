@@ -40,7 +40,9 @@ func (o Op) Valid() bool {
 }
 
 // Request is one client -> receiver frame. ID multiplexes requests on one
-// stream and must be unique among the connection's in-flight requests.
+// stream and must be unique among the connection's in-flight requests; 0 is
+// reserved for connection notices (see Response). Every request carries
+// TupleSHA256, OpKey and Deadline; Args is the op's args object.
 type Request struct {
 	ID          uint64          `json:"id"`
 	Op          Op              `json:"op"`
@@ -48,10 +50,16 @@ type Request struct {
 	OpKey       string          `json:"op_key"`
 	Deadline    time.Time       `json:"deadline"`
 	Args        json.RawMessage `json:"args"`
+
+	args any // set by DecodeRequest: the args, decoded and validated once
 }
 
 // Response is one receiver -> client frame; exactly one of Result and Error
-// is set.
+// is set. A Response with ID 0 is a connection notice, never an answer: it
+// carries an Error, CodeUnavailable when the receiver is shutting down (no
+// new request will run; requests already in flight still get their
+// answers) or CodeInvalid naming the protocol violation just before the
+// receiver closes the connection.
 type Response struct {
 	ID     uint64          `json:"id"`
 	Result json.RawMessage `json:"result,omitempty"`

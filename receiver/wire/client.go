@@ -1,0 +1,364 @@
+package wire
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// DefaultResponseGrace is how long a Client waits for an answer after the
+// request's deadline before it gives the call up as fate unknown. The
+// receiver answers a request that hits its deadline with CodeTimeout; the
+// grace lets that answer arrive.
+const DefaultResponseGrace = 2 * time.Second
+
+// ClientConfig tunes a Client. The zero value is valid.
+type ClientConfig struct {
+	// MaxFrame bounds frames in both directions; 0 means MaxFrameSize,
+	// larger values are refused.
+	MaxFrame int
+	// ResponseGrace overrides DefaultResponseGrace when positive.
+	ResponseGrace time.Duration
+}
+
+// Client is the custodian's side of one connection. Calls are multiplexed
+// by id and safe for concurrent use. The Client never re-sends a request:
+// when the connection breaks, every call in flight fails with an error
+// wrapping *Error{Code: CodeFateUnknown} (the request may or may not have
+// run), and every later call fails with CodeUnavailable without being sent.
+// To continue, dial a new connection and make a new Client.
+type Client struct {
+	conn  io.ReadWriteCloser
+	limit int
+	grace time.Duration
+
+	wsem chan struct{} // one writer at a time; a channel so waiting obeys ctx
+
+	mu      sync.Mutex
+	pending map[uint64]chan *Response
+	lastID  uint64
+	refuse  *Error // non-nil: new calls fail with it, unsent
+	cause   error  // why the connection ended (nil while it is up)
+
+	done      chan struct{} // closed when the read loop has returned
+	closeOnce sync.Once
+}
+
+// NewClient starts a client on conn, which it owns: Close (or a broken
+// connection) closes conn. The caller must call Close, which joins the
+// client's reader goroutine.
+func NewClient(conn io.ReadWriteCloser, cfg ClientConfig) (*Client, error) {
+	limit, err := FrameLimit(cfg.MaxFrame)
+	if err != nil {
+		return nil, err
+	}
+	fr, err := NewFrameReader(conn, limit)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{
+		conn: conn, limit: limit, grace: DefaultResponseGrace,
+		wsem:    make(chan struct{}, 1),
+		pending: make(map[uint64]chan *Response),
+		done:    make(chan struct{}),
+	}
+	if cfg.ResponseGrace > 0 {
+		c.grace = cfg.ResponseGrace
+	}
+	go c.readLoop(fr)
+	return c, nil
+}
+
+// ErrClientClosed is the cause recorded when Close ended the connection.
+var ErrClientClosed = errors.New("wire: client closed")
+
+// Close closes the connection and waits for the reader goroutine. Calls in
+// flight fail as fate unknown; later calls fail with CodeUnavailable. Close
+// is safe to call more than once; only the first returns conn's Close error.
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		c.shut(ErrClientClosed, Errorf(CodeUnavailable, "client closed"))
+		err = c.conn.Close()
+		<-c.done
+	})
+	return err
+}
+
+// Done is closed when the connection has ended (closed, broken, or a
+// protocol violation); Err then says why.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended, or nil while it is up.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cause
+}
+
+// Call sends one request and waits for its answer. args must be the op's
+// args type (value or pointer, nil for the zero value); result, if not
+// nil, is a pointer the result is strictly decoded into.
+//
+// The request's deadline is the earlier of deadline and ctx's deadline;
+// one of them must be set. Errors:
+//   - the receiver's refusal: its *Error, with the receiver's Code;
+//   - not sent (nothing ran): *Error CodeInvalid (bad op or args type, no
+//     deadline), CodeTooLarge (frame over the limit), CodeUnavailable (the
+//     client is closed, the connection is gone or the receiver announced
+//     shutdown), or ctx's error while waiting to write;
+//   - sent, answer lost: an error wrapping *Error CodeFateUnknown, and
+//     ctx's error when ctx ended first. Never retry such a call blindly.
+func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
+	deadline time.Time, args, result any) error {
+	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
+		deadline = dl
+	}
+	frame, id, ch, err := c.prepare(op, tupleSHA256, opKey, deadline, args)
+	if err != nil {
+		return err
+	}
+	if err := c.send(ctx, id, frame, deadline); err != nil {
+		return err
+	}
+	return c.await(ctx, op, id, ch, deadline.Add(c.grace), result)
+}
+
+// prepare validates and encodes the request and registers its id.
+func (c *Client) prepare(op Op, digest, opKey string,
+	deadline time.Time, args any) ([]byte, uint64, chan *Response, error) {
+	if deadline.IsZero() {
+		return nil, 0, nil, Errorf(CodeInvalid, "call %s: no deadline (set one or give ctx one)", op)
+	}
+	raw, err := encodeArgs(op, args)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse != nil {
+		return nil, 0, nil, c.refuse
+	}
+	id := c.lastID + 1
+	req := Request{ID: id, Op: op, TupleSHA256: digest, OpKey: opKey, Deadline: deadline.UTC(), Args: raw}
+	payload, err := json.Marshal(&req)
+	if err != nil {
+		return nil, 0, nil, Errorf(CodeInvalid, "call %s: encode request: %v", op, err)
+	}
+	frame, err := AppendFrame(make([]byte, 0, headerSize+len(payload)), payload, c.limit)
+	if err != nil {
+		return nil, 0, nil, Errorf(CodeTooLarge, "call %s: request of %d bytes exceeds the frame limit %d",
+			op, len(payload), c.limit)
+	}
+	c.lastID = id
+	ch := make(chan *Response, 1)
+	c.pending[id] = ch
+	return frame, id, ch, nil
+}
+
+// encodeArgs checks that args is op's args type and marshals it.
+func encodeArgs(op Op, args any) (json.RawMessage, error) {
+	t := ArgsType(op)
+	if t == nil {
+		return nil, Errorf(CodeInvalid, "call: unknown op %q", op)
+	}
+	if args == nil {
+		args = reflect.New(t).Interface()
+	}
+	at := reflect.TypeOf(args)
+	if at != t && at != reflect.PointerTo(t) {
+		return nil, Errorf(CodeInvalid, "call %s: args are %v, want %v", op, at, t)
+	}
+	if reflect.ValueOf(args).Kind() == reflect.Pointer && reflect.ValueOf(args).IsNil() {
+		args = reflect.New(t).Interface()
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return nil, Errorf(CodeInvalid, "call %s: encode args: %v", op, err)
+	}
+	return raw, nil
+}
+
+// send writes one frame. Waiting for the writer slot obeys ctx (nothing
+// sent). A failed or partial write leaves the stream out of sync, so it
+// ends the connection and the call's fate is unknown.
+func (c *Client) send(ctx context.Context, id uint64, frame []byte, deadline time.Time) error {
+	select {
+	case c.wsem <- struct{}{}:
+	case <-ctx.Done():
+		c.forget(id)
+		return fmt.Errorf("wire: request %d not sent: %w", id, ctx.Err())
+	case <-c.done:
+		c.forget(id)
+		return c.refusal()
+	}
+	if !c.stillPending(id) { // the connection ended before this write
+		<-c.wsem
+		return c.refusal()
+	}
+	d, canDeadline := c.conn.(interface{ SetWriteDeadline(time.Time) error })
+	if canDeadline {
+		_ = d.SetWriteDeadline(deadline)
+	}
+	_, err := c.conn.Write(frame)
+	if canDeadline {
+		_ = d.SetWriteDeadline(time.Time{})
+	}
+	<-c.wsem
+	if err != nil {
+		c.fail(fmt.Errorf("write request %d: %w", id, err))
+		return fateUnknown(id, err)
+	}
+	return nil
+}
+
+// await waits for the answer to id until ctx ends or giveUp passes.
+func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
+	giveUp time.Time, result any) error {
+	timer := time.NewTimer(time.Until(giveUp))
+	defer timer.Stop()
+	var resp *Response
+	select {
+	case resp = <-ch:
+	case <-ctx.Done():
+		if resp = c.abandon(id, ch); resp == nil {
+			return fateUnknown(id, ctx.Err())
+		}
+	case <-timer.C:
+		if resp = c.abandon(id, ch); resp == nil {
+			return fateUnknown(id, fmt.Errorf("no answer %s after the deadline", c.grace))
+		}
+	}
+	if resp.ID == 0 { // the connection ended with the call in flight
+		return fateUnknown(id, c.Err())
+	}
+	if resp.Error != nil {
+		return resp.Error
+	}
+	if result == nil {
+		return nil
+	}
+	if err := decodeStrict(resp.Result, result); err != nil {
+		return fmt.Errorf("wire: %s result of request %d: %w", op, id, err)
+	}
+	return nil
+}
+
+// abandon removes id from the pending set; if its answer raced in, that
+// answer is returned instead.
+func (c *Client) abandon(id uint64, ch chan *Response) *Response {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+	select {
+	case r := <-ch:
+		return r
+	default:
+		return nil
+	}
+}
+
+func (c *Client) stillPending(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.pending[id]
+	return ok
+}
+
+func (c *Client) forget(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+func (c *Client) refusal() *Error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refuse != nil {
+		return c.refuse
+	}
+	return Errorf(CodeUnavailable, "connection closed")
+}
+
+// fateUnknown wraps cause in a CodeFateUnknown *Error.
+func fateUnknown(id uint64, cause error) error {
+	return fmt.Errorf("%w: %w", Errorf(CodeFateUnknown,
+		"request %d was sent but its answer was lost; it may or may not have run", id), cause)
+}
+
+// readLoop routes answers to their calls until the connection ends.
+func (c *Client) readLoop(fr *FrameReader) {
+	defer close(c.done)
+	for {
+		payload, err := fr.ReadFrame()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		resp, err := DecodeResponse(payload)
+		if err == nil {
+			err = c.route(resp)
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+	}
+}
+
+// route hands resp to its call. A notice (id 0) of shutdown stops new
+// calls; an answer to an id never sent is a protocol violation; an answer
+// to an abandoned call is dropped.
+func (c *Client) route(resp *Response) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if resp.ID == 0 {
+		if c.refuse == nil {
+			c.refuse = Errorf(CodeUnavailable, "receiver notice: %s", resp.Error.Message)
+		}
+		if resp.Error.Code != CodeUnavailable && c.cause == nil {
+			c.cause = fmt.Errorf("receiver notice: %w", resp.Error)
+		}
+		return nil
+	}
+	if resp.ID > c.lastID {
+		return fmt.Errorf("%w: answer to request %d, never sent", ErrProtocol, resp.ID)
+	}
+	if ch, ok := c.pending[resp.ID]; ok {
+		delete(c.pending, resp.ID)
+		ch <- resp
+	}
+	return nil
+}
+
+// fail ends the connection because of cause: it closes conn and fails every
+// call in flight as fate unknown.
+func (c *Client) fail(cause error) {
+	if errors.Is(cause, io.EOF) {
+		cause = fmt.Errorf("connection closed by the receiver: %w", cause)
+	}
+	c.shut(cause, Errorf(CodeUnavailable, "connection lost: %v", cause))
+	_ = c.conn.Close()
+}
+
+// shut records the first cause and refusal, and wakes every pending call
+// with the lost-connection sentinel (a Response with id 0).
+func (c *Client) shut(cause error, refuse *Error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cause == nil {
+		c.cause = cause
+	}
+	if c.refuse == nil || errors.Is(cause, ErrClientClosed) {
+		c.refuse = refuse
+	}
+	for id, ch := range c.pending {
+		delete(c.pending, id)
+		ch <- &Response{ID: 0}
+	}
+}

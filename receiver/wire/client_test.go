@@ -1,0 +1,280 @@
+package wire
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// statHandler answers stat with the path's length as size, so each answer
+// is tied to its own request.
+var statHandler = HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	args, err := req.DecodeArgs()
+	if err != nil {
+		return nil, err
+	}
+	return StatResult{Type: "file", Size: int64(len(args.(*StatArgs).Path))}, nil
+})
+
+func TestCallRoundTrip(t *testing.T) {
+	var seen atomic.Pointer[Request]
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		seen.Store(req)
+		return statHandler(ctx, req)
+	})
+	cl, _ := pair(t, h, ServerConfig{})
+	deadline := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
+	var res StatResult
+	if err := cl.Call(testCtx(t), OpStat, testDigest, testOpKey, deadline, &StatArgs{Path: "hello"}, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Size != 5 || res.Type != "file" {
+		t.Fatalf("result %+v", res)
+	}
+	req := seen.Load()
+	if req.TupleSHA256 != testDigest || req.OpKey != testOpKey || !req.Deadline.Equal(deadline) || req.ID == 0 {
+		t.Fatalf("server saw %+v", req)
+	}
+}
+
+// The request deadline is the earlier of the argument and ctx's deadline,
+// and the handler's ctx ends there.
+func TestCallDeadlineIsEarliest(t *testing.T) {
+	got := make(chan time.Time, 2)
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		dl, _ := ctx.Deadline()
+		got <- dl
+		return nil, nil
+	})
+	cl, _ := pair(t, h, ServerConfig{})
+	ctxDL := time.Now().Add(3 * time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), ctxDL)
+	defer cancel()
+	if err := cl.Call(ctx, OpAttach, testDigest, testOpKey, time.Now().Add(time.Hour), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if dl := <-got; !dl.Equal(ctxDL.Round(0)) && dl.Sub(ctxDL).Abs() > time.Microsecond {
+		t.Fatalf("handler deadline %v, want ctx's %v", dl, ctxDL)
+	}
+	argDL := time.Now().Add(2 * time.Second)
+	if err := cl.Call(context.Background(), OpAttach, testDigest, testOpKey, argDL, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if dl := <-got; dl.Sub(argDL).Abs() > time.Microsecond {
+		t.Fatalf("handler deadline %v, want argument's %v", dl, argDL)
+	}
+	err := cl.Call(context.Background(), OpAttach, testDigest, testOpKey, time.Time{}, nil, nil)
+	if codeOf(err) != CodeInvalid {
+		t.Fatalf("no deadline anywhere: err = %v, want CodeInvalid", err)
+	}
+}
+
+// 32 calls in flight at once on one connection: every handler waits until
+// all 32 have arrived, which only multiplexing allows.
+func TestCallConcurrentMultiplexed(t *testing.T) {
+	const n = 32
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	all := make(chan struct{})
+	go func() { arrived.Wait(); close(all) }()
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		arrived.Done()
+		select {
+		case <-all:
+		case <-ctx.Done():
+			return nil, Errorf(CodeTimeout, "not all %d requests arrived", n)
+		}
+		return statHandler(ctx, req)
+	})
+	cl, _ := pair(t, h, ServerConfig{})
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			path := strings.Repeat("p", i+1)
+			var res StatResult
+			err := cl.Call(testCtx(t), OpStat, testDigest, fmt.Sprintf("k%d", i), soon(), &StatArgs{Path: path}, &res)
+			if err == nil && res.Size != int64(i+1) {
+				err = fmt.Errorf("call %d got the answer of another call: size %d", i, res.Size)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// Nothing that fails local checks is sent.
+func TestCallRefusesBeforeSending(t *testing.T) {
+	cc, sc := socketPair(t)
+	cl, err := NewClient(cc, ClientConfig{MaxFrame: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := testCtx(t)
+	cases := []struct {
+		name string
+		op   Op
+		args any
+		want Code
+	}{
+		{"unknown op", "rm", nil, CodeInvalid},
+		{"args of another op", OpWrite, &ReadArgs{Path: "x"}, CodeInvalid},
+		{"over the frame limit", OpWrite, &WriteArgs{Path: "x", Content: strings.Repeat("a", 5000)}, CodeTooLarge},
+	}
+	for _, c := range cases {
+		if err := cl.Call(ctx, c.op, testDigest, testOpKey, soon(), c.args, nil); codeOf(err) != c.want {
+			t.Errorf("%s: err = %v, want %s", c.name, err, c.want)
+		}
+	}
+	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, _ := sc.Read(make([]byte, 1)); n != 0 {
+		t.Fatal("a refused call wrote to the connection")
+	}
+}
+
+// A broken connection fails every call in flight as fate unknown, later
+// calls as unavailable, and nothing is ever sent twice.
+func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
+	cc, sc := socketPair(t)
+	cl, err := NewClient(cc, ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	peer := newRawPeer(t, sc)
+	const n = 5
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			errs <- cl.Call(testCtx(t), OpStat, testDigest, fmt.Sprintf("k%d", i), soon(), &StatArgs{Path: "x"}, nil)
+		}()
+	}
+	for range n {
+		var req Request
+		peer.next(&req)
+	}
+	sc.Close() // the receiver's end goes away with all five in flight
+	for range n {
+		err := <-errs
+		if codeOf(err) != CodeFateUnknown {
+			t.Fatalf("in-flight call: err = %v, want fate_unknown", err)
+		}
+	}
+	<-cl.Done()
+	if cl.Err() == nil {
+		t.Fatal("Err() is nil after the connection broke")
+	}
+	if err := cl.Call(testCtx(t), OpStat, testDigest, "k9", soon(), &StatArgs{Path: "x"}, nil); codeOf(err) != CodeUnavailable {
+		t.Fatalf("call after loss: err = %v, want unavailable", err)
+	}
+}
+
+// ctx ending abandons the wait: the call is fate unknown (it was sent) and
+// wraps ctx's error; the late answer is dropped without harm.
+func TestCallCtxCancelAfterSend(t *testing.T) {
+	release := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		<-release
+		return nil, nil
+	})
+	cl, _ := pair(t, h, ServerConfig{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	if codeOf(err) != CodeFateUnknown || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want fate_unknown wrapping context.Canceled", err)
+	}
+	close(release) // the late answer arrives and must be dropped
+	if err := cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil); err != nil {
+		t.Fatalf("connection unusable after a dropped late answer: %v", err)
+	}
+}
+
+func TestClientCloseIdempotent(t *testing.T) {
+	started := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	cl, _ := pair(t, h, ServerConfig{})
+	inflight := make(chan error, 1)
+	go func() { inflight <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
+	<-started
+	if err := cl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	select {
+	case <-cl.Done(): // reader joined
+	default:
+		t.Fatal("Close returned before the reader goroutine ended")
+	}
+	if err := <-inflight; codeOf(err) != CodeFateUnknown {
+		t.Fatalf("in-flight call at Close: %v, want fate_unknown", err)
+	}
+	err := cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	if codeOf(err) != CodeUnavailable || !strings.Contains(err.Error(), "client closed") {
+		t.Fatalf("call after Close: %v, want unavailable (client closed)", err)
+	}
+}
+
+// A receiver that answers an id never sent, or sends garbage, ends the
+// connection; the calls in flight become fate unknown.
+func TestClientRefusesBadAnswers(t *testing.T) {
+	for name, answer := range map[string]string{
+		"unsent id":      `{"id":99,"result":{}}`,
+		"unknown field":  `{"id":1,"result":{},"x":1}`,
+		"unknown code":   `{"id":1,"error":{"code":"ok_really","message":""}}`,
+		"both":           `{"id":1,"result":{},"error":{"code":"denied","message":""}}`,
+		"not an object":  `"hi"`,
+		"trailing bytes": `{"id":1,"result":{}}{}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			cc, sc := socketPair(t)
+			cl, _ := NewClient(cc, ClientConfig{})
+			defer cl.Close()
+			peer := newRawPeer(t, sc)
+			done := make(chan error, 1)
+			go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
+			var req Request
+			peer.next(&req)
+			peer.sendRaw([]byte(answer))
+			if err := <-done; codeOf(err) != CodeFateUnknown {
+				t.Fatalf("err = %v, want fate_unknown", err)
+			}
+			if err := cl.Err(); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
+				t.Fatalf("Err() = %v, want a protocol fault", err)
+			}
+			peer.expectEOF()
+		})
+	}
+}
+
+// The result is decoded strictly too.
+func TestCallResultStrict(t *testing.T) {
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		return json.RawMessage(`{"type":"file","size":1,"surprise":true}`), nil
+	})
+	cl, _ := pair(t, h, ServerConfig{})
+	var res StatResult
+	err := cl.Call(testCtx(t), OpStat, testDigest, testOpKey, soon(), &StatArgs{Path: "x"}, &res)
+	if !errors.Is(err, ErrMalformed) {
+		t.Fatalf("err = %v, want ErrMalformed", err)
+	}
+}

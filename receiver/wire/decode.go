@@ -1,0 +1,286 @@
+package wire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// Protocol limits on fields, checked when a request is decoded (a breach is
+// answered with CodeInvalid; the connection stays up). docs/protocol.md
+// lists them under "Limits".
+const (
+	MaxPathBytes    = 4096 // one path argument
+	MaxPaths        = 1024 // HashArgs.Paths, ExecStartArgs.HashAfterExit
+	MaxArgv         = 1024 // ExecStartArgs.Argv entries
+	MaxEnv          = 256  // ExecStartArgs.Env entries
+	MaxTerminalID   = 128  // TerminalArgs.TerminalID bytes
+	MaxOpKeyBytes   = 128  // Request.OpKey
+	MaxLineOrLimit  = 1 << 30
+	maxModeBits     = 0o777 // WriteArgs.Mode: permission bits only
+	tupleDigestSize = 64
+)
+
+// ArgsType returns the Go type of op's args (for example ReadArgs for
+// OpRead), or nil when op is not in the closed set.
+func ArgsType(op Op) reflect.Type {
+	switch op {
+	case OpAttach:
+		return reflect.TypeFor[AttachArgs]()
+	case OpRead:
+		return reflect.TypeFor[ReadArgs]()
+	case OpWrite:
+		return reflect.TypeFor[WriteArgs]()
+	case OpStat:
+		return reflect.TypeFor[StatArgs]()
+	case OpList:
+		return reflect.TypeFor[ListArgs]()
+	case OpHash:
+		return reflect.TypeFor[HashArgs]()
+	case OpExecStart:
+		return reflect.TypeFor[ExecStartArgs]()
+	case OpExecOutput, OpExecWait, OpExecKill, OpExecRelease:
+		return reflect.TypeFor[TerminalArgs]()
+	}
+	return nil
+}
+
+// DecodeArgs strictly decodes raw as the args of op and returns a pointer
+// to the typed struct from messages.go (*ReadArgs for OpRead, *TerminalArgs
+// for the exec_output/wait/kill/release ops, ...). The receiver's server and
+// the fuzzers share this one decoder.
+//
+// Two kinds of failure: a structural one (unknown op, not one JSON object,
+// unknown or duplicate field, wrong type, trailing data) wraps ErrMalformed
+// or ErrProtocol and is fatal to the connection; a field that breaks a
+// documented bound (negative line, mode beyond 0777, empty argv, ...) is an
+// *Error with CodeInvalid, answered without closing the connection. Policy
+// (path confinement, loader variables, grant limits) is the receiver's.
+func DecodeArgs(op Op, raw json.RawMessage) (any, error) {
+	t := ArgsType(op)
+	if t == nil {
+		return nil, fmt.Errorf("%w: unknown op %q", ErrProtocol, op)
+	}
+	v := reflect.New(t).Interface()
+	if len(raw) == 0 {
+		return nil, fmt.Errorf("%w: op %s: args missing", ErrMalformed, op)
+	}
+	if err := decodeStrict(raw, v); err != nil {
+		return nil, fmt.Errorf("op %s args: %w", op, err)
+	}
+	if val, ok := v.(validator); ok {
+		if e := val.validate(); e != nil {
+			return nil, e
+		}
+	}
+	return v, nil
+}
+
+// DecodeArgs returns the typed args of r (see the package function
+// DecodeArgs). On a request the server dispatched, the args were already
+// decoded and validated once, and that value is returned.
+func (r *Request) DecodeArgs() (any, error) {
+	if r.args != nil {
+		return r.args, nil
+	}
+	return DecodeArgs(r.Op, r.Args)
+}
+
+// DecodeRequest strictly decodes one request frame payload: the envelope,
+// then its args with DecodeArgs. A structural failure wraps ErrMalformed or
+// ErrProtocol and is fatal to the connection. A semantic failure (malformed
+// tuple_sha256 or op_key, missing deadline, an arg out of bounds) returns
+// the decoded request together with an *Error to answer it with.
+func DecodeRequest(payload []byte) (*Request, error) {
+	var req Request
+	if err := decodeStrict(payload, &req); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if req.ID == 0 {
+		return nil, fmt.Errorf("%w: request id 0 is reserved", ErrProtocol)
+	}
+	if !req.Op.Valid() {
+		return nil, fmt.Errorf("%w: unknown op %q", ErrProtocol, req.Op)
+	}
+	args, err := DecodeArgs(req.Op, req.Args)
+	var werr *Error
+	switch {
+	case errors.As(err, &werr):
+		return &req, werr
+	case err != nil:
+		return nil, fmt.Errorf("request %d: %w", req.ID, err)
+	}
+	req.args = args
+	if e := checkEnvelope(&req); e != nil {
+		return &req, e
+	}
+	return &req, nil
+}
+
+// checkEnvelope checks what every request carries: a tuple digest, an
+// operation key and a deadline.
+func checkEnvelope(r *Request) *Error {
+	switch {
+	case !ValidDigest(r.TupleSHA256):
+		return Errorf(CodeInvalid, "tuple_sha256 is not 64 lowercase hex digits")
+	case !ValidOpKey(r.OpKey):
+		return Errorf(CodeInvalid, "op_key is not 1..%d characters of [A-Za-z0-9._:-]", MaxOpKeyBytes)
+	case r.Deadline.IsZero():
+		return Errorf(CodeInvalid, "deadline missing")
+	}
+	return nil
+}
+
+// DecodeResponse strictly decodes one response frame payload. Every
+// failure is fatal to the connection: invalid JSON, unknown fields, neither
+// or both of result and error, an error code outside the closed set.
+func DecodeResponse(payload []byte) (*Response, error) {
+	var resp Response
+	if err := decodeStrict(payload, &resp); err != nil {
+		return nil, fmt.Errorf("response: %w", err)
+	}
+	hasResult := len(resp.Result) > 0 && string(resp.Result) != "null"
+	switch {
+	case resp.Error != nil && hasResult:
+		return nil, fmt.Errorf("%w: response %d has both result and error", ErrProtocol, resp.ID)
+	case resp.Error == nil && !hasResult:
+		return nil, fmt.Errorf("%w: response %d has neither result nor error", ErrProtocol, resp.ID)
+	case resp.Error != nil && !resp.Error.Code.Valid():
+		return nil, fmt.Errorf("%w: response %d: error code %q is not in the closed set",
+			ErrProtocol, resp.ID, resp.Error.Code)
+	case resp.ID == 0 && resp.Error == nil:
+		return nil, fmt.Errorf("%w: a notice (id 0) must carry an error", ErrProtocol)
+	}
+	return &resp, nil
+}
+
+// ValidDigest reports whether d is a lowercase hex SHA-256 (tuple_sha256,
+// expect_sha256).
+func ValidDigest(d string) bool {
+	if len(d) != tupleDigestSize {
+		return false
+	}
+	for i := range len(d) {
+		c := d[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidOpKey reports whether k is 1..MaxOpKeyBytes characters of
+// [A-Za-z0-9._:-], the operation key syntax of the ACP contract.
+func ValidOpKey(k string) bool {
+	if len(k) == 0 || len(k) > MaxOpKeyBytes {
+		return false
+	}
+	for i := range len(k) {
+		c := k[i]
+		ok := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			c == '.' || c == '_' || c == ':' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// expiredError answers a request whose deadline has already passed when it
+// is dispatched.
+func expiredError(deadline, now time.Time) *Error {
+	return Errorf(CodeTimeout, "request deadline %s passed %s before dispatch",
+		deadline.UTC().Format(time.RFC3339Nano), now.Sub(deadline).Round(time.Millisecond))
+}
+
+// validator is implemented by args with documented bounds.
+type validator interface{ validate() *Error }
+
+func checkPath(field, p string) *Error {
+	switch {
+	case p == "":
+		return Errorf(CodeInvalid, "%s is empty", field)
+	case len(p) > MaxPathBytes:
+		return Errorf(CodeInvalid, "%s longer than %d bytes", field, MaxPathBytes)
+	case strings.IndexByte(p, 0) >= 0:
+		return Errorf(CodeInvalid, "%s contains NUL", field)
+	}
+	return nil
+}
+
+func checkPaths(field string, ps []string, required bool) *Error {
+	switch {
+	case required && len(ps) == 0:
+		return Errorf(CodeInvalid, "%s is empty", field)
+	case len(ps) > MaxPaths:
+		return Errorf(CodeInvalid, "%s has more than %d entries", field, MaxPaths)
+	}
+	for i, p := range ps {
+		if e := checkPath(fmt.Sprintf("%s[%d]", field, i), p); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+func (a *ReadArgs) validate() *Error {
+	if a.Line < 0 || a.Limit < 0 || a.Line > MaxLineOrLimit || a.Limit > MaxLineOrLimit {
+		return Errorf(CodeInvalid, "line and limit must be in 0..%d", MaxLineOrLimit)
+	}
+	return checkPath("path", a.Path)
+}
+
+func (a *WriteArgs) validate() *Error {
+	switch {
+	case a.Mode > maxModeBits:
+		return Errorf(CodeInvalid, "mode %#o has bits beyond 0777 (no setuid, setgid or sticky)", a.Mode)
+	case a.ExpectSHA256 != "" && !ValidDigest(a.ExpectSHA256):
+		return Errorf(CodeInvalid, "expect_sha256 is not 64 lowercase hex digits")
+	case a.ExpectSHA256 != "" && a.ExpectAbsent:
+		return Errorf(CodeInvalid, "expect_sha256 and expect_absent are exclusive")
+	}
+	return checkPath("path", a.Path)
+}
+
+func (a *StatArgs) validate() *Error { return checkPath("path", a.Path) }
+func (a *ListArgs) validate() *Error { return checkPath("path", a.Path) }
+func (a *HashArgs) validate() *Error { return checkPaths("paths", a.Paths, true) }
+
+func (a *TerminalArgs) validate() *Error {
+	if a.TerminalID == "" || len(a.TerminalID) > MaxTerminalID {
+		return Errorf(CodeInvalid, "terminal_id must be 1..%d bytes", MaxTerminalID)
+	}
+	return nil
+}
+
+func (a *ExecStartArgs) validate() *Error {
+	switch {
+	case len(a.Argv) == 0 || a.Argv[0] == "":
+		return Errorf(CodeInvalid, "argv is empty")
+	case len(a.Argv) > MaxArgv:
+		return Errorf(CodeInvalid, "argv has more than %d entries", MaxArgv)
+	case len(a.Env) > MaxEnv:
+		return Errorf(CodeInvalid, "env has more than %d entries", MaxEnv)
+	case a.OutputLimit < 0:
+		return Errorf(CodeInvalid, "output_limit is negative")
+	}
+	for i, s := range a.Argv {
+		if strings.IndexByte(s, 0) >= 0 {
+			return Errorf(CodeInvalid, "argv[%d] contains NUL", i)
+		}
+	}
+	for k, v := range a.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return Errorf(CodeInvalid, "env name %q is empty or contains '=' or NUL (or its value NUL)", k)
+		}
+	}
+	if a.Cwd != "" {
+		if e := checkPath("cwd", a.Cwd); e != nil {
+			return e
+		}
+	}
+	return checkPaths("hash_after_exit", a.HashAfterExit, false)
+}

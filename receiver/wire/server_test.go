@@ -1,0 +1,376 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// serveRaw runs a Server with h on one end of a socketpair and returns a
+// raw peer on the other, plus ServeConn's result.
+func serveRaw(t *testing.T, h Handler, cfg ServerConfig) (*Server, *rawPeer, net.Conn, <-chan error) {
+	t.Helper()
+	cc, sc := socketPair(t)
+	srv, err := NewServer(h, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	served := make(chan error, 1)
+	go func() { served <- srv.ServeConn(context.Background(), sc) }()
+	return srv, newRawPeer(t, cc), cc, served
+}
+
+func request(id uint64, op Op, args string) []byte {
+	return fmt.Appendf(nil, `{"id":%d,"op":%q,"tuple_sha256":%q,"op_key":"k","deadline":%q,"args":%s}`,
+		id, op, testDigest, soon().UTC().Format(time.RFC3339Nano), args)
+}
+
+// countingHandler counts the requests that reached it.
+type countingHandler struct{ n atomic.Int64 }
+
+func (c *countingHandler) Serve(ctx context.Context, req *Request) (any, error) {
+	c.n.Add(1)
+	return nil, nil
+}
+
+// Every framing or protocol violation closes the connection after a notice
+// (id 0, invalid) and never reaches the handler.
+func TestServerViolationClosesConnection(t *testing.T) {
+	cases := map[string]func(p *rawPeer, c net.Conn){
+		"oversize frame":  func(p *rawPeer, c net.Conn) { c.Write(hdr(MaxFrameSize + 1)) },
+		"zero frame":      func(p *rawPeer, c net.Conn) { c.Write(hdr(0)) },
+		"malformed json":  func(p *rawPeer, c net.Conn) { p.sendRaw([]byte(`{"id":1,`)) },
+		"unknown op":      func(p *rawPeer, c net.Conn) { p.sendRaw(request(1, "format_disk", `{}`)) },
+		"unknown field":   func(p *rawPeer, c net.Conn) { p.sendRaw(request(1, OpStat, `{"path":"x","follow":1}`)) },
+		"duplicate key":   func(p *rawPeer, c net.Conn) { p.sendRaw(request(1, OpStat, `{"path":"x","path":"y"}`)) },
+		"id zero":         func(p *rawPeer, c net.Conn) { p.sendRaw(request(0, OpStat, `{"path":"x"}`)) },
+		"trailing data":   func(p *rawPeer, c net.Conn) { p.sendRaw(append(request(1, OpStat, `{"path":"x"}`), ' ', '1')) },
+		"over the config": func(p *rawPeer, c net.Conn) { p.sendRaw([]byte(`{"pad":"` + strings.Repeat("x", 5000) + `"}`)) },
+	}
+	for name, attack := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := &countingHandler{}
+			_, peer, conn, served := serveRaw(t, h, ServerConfig{MaxFrame: 4096})
+			attack(peer, conn)
+			var notice Response
+			peer.next(&notice)
+			if notice.ID != 0 || notice.Error == nil || notice.Error.Code != CodeInvalid {
+				t.Fatalf("notice = %+v, want id 0 invalid", notice)
+			}
+			peer.expectEOF()
+			if err := <-served; !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) &&
+				!errors.Is(err, ErrFrameTooLarge) && !errors.Is(err, ErrFrameEmpty) {
+				t.Fatalf("ServeConn = %v, want the violation", err)
+			}
+			if h.n.Load() != 0 {
+				t.Fatal("the handler ran for a violating frame")
+			}
+		})
+	}
+}
+
+// A truncated frame (peer closes mid-frame) ends the connection with
+// ErrFrameTruncated.
+func TestServerTruncatedFrame(t *testing.T) {
+	h := &countingHandler{}
+	_, _, conn, served := serveRaw(t, h, ServerConfig{})
+	conn.Write(append(hdr(100), `{"id":1`...))
+	conn.(*net.UnixConn).CloseWrite()
+	if err := <-served; !errors.Is(err, ErrFrameTruncated) {
+		t.Fatalf("ServeConn = %v, want ErrFrameTruncated", err)
+	}
+}
+
+// A second request with an id still in flight is a violation: answers
+// would be ambiguous.
+func TestServerDuplicateInFlightID(t *testing.T) {
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		<-ctx.Done() // ends when the violation closes the connection
+		return nil, ctx.Err()
+	})
+	_, peer, _, served := serveRaw(t, h, ServerConfig{})
+	peer.sendRaw(request(5, OpAttach, `{}`))
+	peer.sendRaw(request(5, OpAttach, `{}`))
+	var notice Response
+	peer.next(&notice)
+	if notice.ID != 0 || notice.Error.Code != CodeInvalid || !strings.Contains(notice.Error.Message, "already in flight") {
+		t.Fatalf("notice %+v", notice)
+	}
+	if err := <-served; !errors.Is(err, ErrProtocol) {
+		t.Fatalf("ServeConn = %v", err)
+	}
+}
+
+// Field faults, expired deadlines and the in-flight bound are answered
+// without running the handler and without closing the connection.
+func TestServerRefusalsKeepConnection(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	var ran atomic.Int64
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		ran.Add(1)
+		if req.OpKey == "block" {
+			select {
+			case <-block:
+			case <-ctx.Done():
+			}
+		}
+		return nil, nil
+	})
+	_, peer, _, _ := serveRaw(t, h, ServerConfig{MaxInFlight: 1})
+	past := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
+	blocking := strings.Replace(string(request(1, OpAttach, `{}`)), `"op_key":"k"`, `"op_key":"block"`, 1)
+	peer.sendRaw([]byte(blocking))
+	cases := []struct {
+		payload string
+		want    Code
+	}{
+		{string(request(2, OpRead, `{"path":"x","line":-1}`)), CodeInvalid},
+		{strings.Replace(string(request(3, OpAttach, `{}`)), testDigest, "nope", 1), CodeInvalid},
+		{fmt.Sprintf(`{"id":4,"op":"attach","tuple_sha256":%q,"op_key":"k","deadline":%q,"args":{}}`, testDigest, past), CodeTimeout},
+		{string(request(5, OpAttach, `{}`)), CodeUnavailable}, // id 1 holds the only slot
+	}
+	for _, c := range cases {
+		peer.sendRaw([]byte(c.payload))
+		var resp Response
+		peer.next(&resp)
+		if resp.Error == nil || resp.Error.Code != c.want {
+			t.Fatalf("%s: answer %+v, want %s", c.payload, resp, c.want)
+		}
+	}
+	if got := ran.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1 (only the blocking request)", got)
+	}
+}
+
+// Handler errors: a wire *Error keeps its code and message; anything else
+// is CodeInternal with a generic message (no internals leak); a handler
+// that runs past its deadline is answered CodeTimeout.
+func TestServerHandlerErrors(t *testing.T) {
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		switch req.OpKey {
+		case "denied":
+			return nil, fmt.Errorf("policy: %w", Errorf(CodeDenied, "op exec not allowed by the grant"))
+		case "secret":
+			return nil, errors.New("open /etc/shadow: secret detail")
+		case "slow":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case "badcode":
+			return nil, &Error{Code: "invented", Message: "x"}
+		}
+		return nil, nil
+	})
+	cl, _ := pair(t, h, ServerConfig{})
+	ctx := testCtx(t)
+	call := func(key string, dl time.Time) error {
+		return cl.Call(ctx, OpAttach, testDigest, key, dl, nil, nil)
+	}
+	if err := call("denied", soon()); codeOf(err) != CodeDenied || !strings.Contains(err.Error(), "not allowed by the grant") {
+		t.Errorf("denied: %v", err)
+	}
+	if err := call("secret", soon()); codeOf(err) != CodeInternal || strings.Contains(err.Error(), "shadow") {
+		t.Errorf("internal: %v (must not leak the detail)", err)
+	}
+	if err := call("badcode", soon()); codeOf(err) != CodeInternal {
+		t.Errorf("code outside the set: %v", err)
+	}
+	if err := call("slow", time.Now().Add(100*time.Millisecond)); codeOf(err) != CodeTimeout {
+		t.Errorf("slow: %v, want timeout", err)
+	}
+}
+
+func TestServerAnswerTooLarge(t *testing.T) {
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		return ReadResult{Content: strings.Repeat("a", 5000)}, nil
+	})
+	cl, _ := pair(t, h, ServerConfig{MaxFrame: 4096})
+	err := cl.Call(testCtx(t), OpRead, testDigest, testOpKey, soon(), &ReadArgs{Path: "x"}, nil)
+	if codeOf(err) != CodeTooLarge {
+		t.Fatalf("err = %v, want too_large", err)
+	}
+}
+
+// Graceful shutdown: the request in flight finishes and is answered; a new
+// request is refused unavailable and never runs; Shutdown is idempotent.
+func TestServerShutdownGraceful(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var ran atomic.Int64
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		if ran.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+		return StatResult{Type: "file"}, nil
+	})
+	cl, srv := pair(t, h, ServerConfig{})
+	first := make(chan error, 1)
+	go func() {
+		var res StatResult
+		err := cl.Call(testCtx(t), OpStat, testDigest, "k1", soon(), &StatArgs{Path: "x"}, &res)
+		if err == nil && res.Type != "file" {
+			err = fmt.Errorf("result %+v", res)
+		}
+		first <- err
+	}()
+	<-started
+	shut := make(chan error, 2)
+	go func() { shut <- srv.Shutdown(testCtx(t)) }()
+	// The notice makes the client refuse locally; give it time to land.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := cl.Call(testCtx(t), OpStat, testDigest, "k2", soon(), &StatArgs{Path: "x"}, nil)
+		if codeOf(err) == CodeUnavailable {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("call during shutdown: %v, want unavailable", err)
+		}
+		time.Sleep(5 * time.Millisecond) // the handler has not seen it: ran stays 1
+	}
+	if got := ran.Load(); got != 1 {
+		t.Fatalf("handler ran %d times during shutdown, want 1", got)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("in-flight call across shutdown: %v", err)
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	go func() { shut <- srv.Shutdown(testCtx(t)) }()
+	if err := <-shut; err != nil {
+		t.Fatalf("second Shutdown: %v", err)
+	}
+	if err := srv.Close(); err != nil {
+		t.Fatalf("Close after Shutdown: %v", err)
+	}
+}
+
+// A raw peer sees the server's own refusal for a request that raced the
+// notice, and ServeConn after Shutdown refuses at once.
+func TestServerRefusesAfterShutdown(t *testing.T) {
+	h := &countingHandler{}
+	srv, peer, _, served := serveRaw(t, h, ServerConfig{})
+	hold := make(chan struct{})
+	defer close(hold)
+	if err := srv.Shutdown(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	var notice Response
+	peer.next(&notice)
+	if notice.ID != 0 || notice.Error.Code != CodeUnavailable {
+		t.Fatalf("notice %+v, want id 0 unavailable", notice)
+	}
+	peer.expectEOF()
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("ServeConn = %v, want ErrServerClosed", err)
+	}
+	cc, sc := socketPair(t)
+	if err := srv.ServeConn(context.Background(), sc); !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("ServeConn after Shutdown = %v", err)
+	}
+	late := newRawPeer(t, cc)
+	late.next(&notice)
+	if notice.Error.Code != CodeUnavailable {
+		t.Fatalf("late notice %+v", notice)
+	}
+	late.expectEOF()
+	if h.n.Load() != 0 {
+		t.Fatal("handler ran after shutdown")
+	}
+}
+
+// Shutdown whose ctx ends cancels the handlers (cause ErrServerClosed),
+// waits for them, and returns ctx's error.
+func TestServerShutdownCtxCancelsHandlers(t *testing.T) {
+	cause := make(chan error, 1)
+	started := make(chan struct{})
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		close(started)
+		<-ctx.Done()
+		cause <- context.Cause(ctx)
+		return nil, ctx.Err()
+	})
+	cl, srv := pair(t, h, ServerConfig{})
+	go cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown = %v, want DeadlineExceeded", err)
+	}
+	select {
+	case c := <-cause:
+		if !errors.Is(c, ErrServerClosed) {
+			t.Fatalf("handler cause %v, want ErrServerClosed", c)
+		}
+	default:
+		t.Fatal("Shutdown returned before the handler did")
+	}
+}
+
+// Serve with a listener: accepted connections are served, Shutdown closes
+// the listener and Serve returns ErrServerClosed after its connections end.
+func TestServerServeListener(t *testing.T) {
+	l := &pairListener{conns: make(chan net.Conn, 1), closed: make(chan struct{})}
+	srv, _ := NewServer(statHandler, ServerConfig{})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background(), l) }()
+	cc, sc := socketPair(t)
+	l.conns <- sc
+	cl, _ := NewClient(cc, ClientConfig{})
+	defer cl.Close()
+	var res StatResult
+	if err := cl.Call(testCtx(t), OpStat, testDigest, testOpKey, soon(), &StatArgs{Path: "abc"}, &res); err != nil || res.Size != 3 {
+		t.Fatalf("call: %v %+v", err, res)
+	}
+	if err := srv.Shutdown(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; !errors.Is(err, ErrServerClosed) {
+		t.Fatalf("Serve = %v", err)
+	}
+	select {
+	case <-l.closed:
+	default:
+		t.Fatal("listener not closed")
+	}
+}
+
+type pairListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   atomicOnce
+}
+
+type atomicOnce struct{ done atomic.Bool }
+
+func (o *atomicOnce) Do(f func()) {
+	if o.done.CompareAndSwap(false, true) {
+		f()
+	}
+}
+
+func (l *pairListener) Accept(ctx context.Context) (ioRWC, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *pairListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}

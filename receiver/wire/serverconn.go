@@ -1,0 +1,233 @@
+package wire
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// serverConn is one connection served by a Server.
+type serverConn struct {
+	s    *Server
+	conn io.ReadWriteCloser
+
+	ctx    context.Context // ends when the connection ends; parent of handler contexts
+	cancel context.CancelCauseFunc
+
+	wmu sync.Mutex // one answer written at a time
+
+	mu       sync.Mutex
+	inflight map[uint64]struct{}
+	wg       sync.WaitGroup // this connection's running handlers
+}
+
+func newServerConn(s *Server, ctx context.Context, conn io.ReadWriteCloser) *serverConn {
+	sc := &serverConn{s: s, conn: conn, inflight: make(map[uint64]struct{})}
+	sc.ctx, sc.cancel = context.WithCancelCause(ctx)
+	return sc
+}
+
+// serve runs the read loop, then cancels and joins the handlers and closes
+// the connection.
+func (sc *serverConn) serve() error {
+	done := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() { // closing conn is what unblocks a pending read
+		select {
+		case <-sc.ctx.Done():
+		case <-sc.s.base.Done():
+			sc.cancel(context.Cause(sc.s.base))
+		case <-done:
+			return
+		}
+		_ = sc.conn.Close()
+	})
+	fr, err := NewFrameReader(sc.conn, sc.s.limit)
+	if err == nil {
+		err = sc.readLoop(fr)
+	}
+	sc.cancel(connEnded(err))
+	close(done)
+	watch.Wait()
+	sc.wg.Wait()
+	_ = sc.conn.Close()
+	return err
+}
+
+func connEnded(err error) error {
+	if err == nil {
+		return errors.New("wire: connection closed by the peer")
+	}
+	return err
+}
+
+// readLoop reads and dispatches requests until the connection ends. It
+// returns nil on a clean end of stream at a frame boundary.
+func (sc *serverConn) readLoop(fr *FrameReader) error {
+	for {
+		payload, err := fr.ReadFrame()
+		switch {
+		case err == nil:
+		case sc.ctx.Err() != nil:
+			return context.Cause(sc.ctx)
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrFrameEmpty):
+			sc.notice(CodeInvalid, err.Error())
+			return violation(err)
+		default:
+			return err
+		}
+		req, err := DecodeRequest(payload)
+		var refusal *Error
+		if errors.As(err, &refusal) {
+			err = nil
+		}
+		if err == nil {
+			err = sc.dispatch(req, refusal)
+		}
+		if err != nil {
+			sc.s.log.Warn("wire: protocol violation; closing connection", "err", err)
+			sc.notice(CodeInvalid, err.Error())
+			return violation(err)
+		}
+	}
+}
+
+// dispatch starts req on its own goroutine, or answers it at once when it
+// is refused (invalid, shutting down, over the in-flight bound, already
+// past its deadline). An id already in flight is a protocol violation.
+func (sc *serverConn) dispatch(req *Request, refusal *Error) error {
+	sc.mu.Lock()
+	if _, dup := sc.inflight[req.ID]; dup {
+		sc.mu.Unlock()
+		return fmt.Errorf("%w: request id %d is already in flight", ErrProtocol, req.ID)
+	}
+	if refusal == nil {
+		refusal = sc.admit(req)
+	}
+	if refusal == nil {
+		sc.inflight[req.ID] = struct{}{}
+		sc.wg.Add(1)
+	}
+	sc.mu.Unlock()
+	if refusal != nil {
+		sc.write(req.ID, encodeAnswer(sc.s, req.ID, nil, refusal))
+		return nil
+	}
+	go sc.run(req)
+	return nil
+}
+
+// admit decides whether req may run; sc.mu is held.
+func (sc *serverConn) admit(req *Request) *Error {
+	if now := time.Now(); !now.Before(req.Deadline) {
+		return expiredError(req.Deadline, now)
+	}
+	if len(sc.inflight) >= sc.s.maxInFlight {
+		return Errorf(CodeUnavailable, "in-flight limit of %d requests on this connection reached; not run",
+			sc.s.maxInFlight)
+	}
+	if !sc.s.admitHandler() {
+		return Errorf(CodeUnavailable, "receiver shutting down; not run")
+	}
+	return nil
+}
+
+// run serves one admitted request and writes its answer.
+func (sc *serverConn) run(req *Request) {
+	defer sc.s.handlers.Done()
+	defer sc.wg.Done()
+	ctx, cancel := context.WithDeadline(sc.ctx, req.Deadline)
+	result, err := sc.s.h.Serve(ctx, req)
+	if err != nil && ctx.Err() != nil && !isWireError(err) {
+		err = ctxRefusal(ctx)
+	}
+	cancel()
+	sc.mu.Lock()
+	delete(sc.inflight, req.ID)
+	sc.mu.Unlock()
+	sc.write(req.ID, encodeAnswer(sc.s, req.ID, result, err))
+}
+
+func isWireError(err error) bool {
+	var e *Error
+	return errors.As(err, &e)
+}
+
+// ctxRefusal names why a handler's context ended.
+func ctxRefusal(ctx context.Context) *Error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return Errorf(CodeTimeout, "request deadline reached")
+	}
+	return Errorf(CodeInterrupted, "request cancelled (%v); it may have partly run", context.Cause(ctx))
+}
+
+// encodeAnswer builds the answer frame payload for id. An answer that
+// would not fit in a frame becomes CodeTooLarge.
+func encodeAnswer(s *Server, id uint64, result any, err error) []byte {
+	resp := Response{ID: id}
+	if err != nil {
+		resp.Error = publicError(s, id, err)
+	} else {
+		if result == nil {
+			result = Empty{}
+		}
+		raw, merr := json.Marshal(result)
+		if merr != nil {
+			s.log.Error("wire: cannot encode result", "id", id, "err", merr)
+			resp.Error = Errorf(CodeInternal, "internal error")
+		} else {
+			resp.Result = raw
+		}
+	}
+	payload, _ := json.Marshal(&resp) // Response with a valid RawMessage always encodes
+	if len(payload) > s.limit {
+		payload, _ = json.Marshal(&Response{ID: id, Error: Errorf(CodeTooLarge,
+			"answer of %d bytes exceeds the frame limit of %d", len(payload), s.limit)})
+	}
+	return payload
+}
+
+// publicError turns a handler error into what the peer may see: an *Error
+// with a code from the closed set keeps its code and message; anything
+// else becomes a generic CodeInternal and is logged here.
+func publicError(s *Server, id uint64, err error) *Error {
+	var e *Error
+	if errors.As(err, &e) && e.Code.Valid() {
+		return e
+	}
+	s.log.Error("wire: handler failed", "id", id, "err", err)
+	return Errorf(CodeInternal, "internal error")
+}
+
+// notice writes a connection notice (id 0).
+func (sc *serverConn) notice(code Code, msg string) {
+	payload, _ := json.Marshal(&Response{ID: 0, Error: &Error{Code: code, Message: msg}})
+	sc.write(0, payload)
+}
+
+// write sends one answer. A failed write ends the connection: the stream
+// may hold a partial frame.
+func (sc *serverConn) write(id uint64, payload []byte) {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	if sc.ctx.Err() != nil {
+		return
+	}
+	d, canDeadline := sc.conn.(interface{ SetWriteDeadline(time.Time) error })
+	if canDeadline {
+		_ = d.SetWriteDeadline(time.Now().Add(sc.s.writeTimeout))
+	}
+	if err := WriteFrame(sc.conn, payload, sc.s.limit); err != nil {
+		sc.cancel(fmt.Errorf("write answer %d: %w", id, err))
+		return
+	}
+	if canDeadline {
+		_ = d.SetWriteDeadline(time.Time{})
+	}
+}
