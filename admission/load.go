@@ -79,6 +79,7 @@ type TrustError struct {
 	Err    error
 }
 
+// Error names the path, the failed check and the cause.
 func (e *TrustError) Error() string {
 	msg := fmt.Sprintf("admission file %s: check %s failed: %s", e.Path, e.Check, e.Detail)
 	if e.Err != nil {

@@ -43,6 +43,7 @@ type GenerationError struct {
 	Given, Current uint64
 }
 
+// Error names both generations.
 func (e *GenerationError) Error() string {
 	return fmt.Sprintf("%s: given %d, current %d", ErrGenerationNotNewer, e.Given, e.Current)
 }

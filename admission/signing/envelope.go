@@ -116,10 +116,12 @@ func decodeEnvelope(data []byte) (*dsse.Envelope, error) {
 // signer adapts PrivateKey to dsse.Signer.
 type signer struct{ k PrivateKey }
 
+// Sign signs the PAE bytes with ed25519.
 func (s signer) Sign(_ context.Context, data []byte) ([]byte, error) {
 	return ed25519.Sign(s.k.key, data), nil
 }
 
+// KeyID is the signing key's pinned ID.
 func (s signer) KeyID() (string, error) { return s.k.pub.id, nil }
 
 // verifier adapts PublicKey to dsse.Verifier. dsse skips a signature whose
@@ -128,6 +130,7 @@ type verifier struct{ p PublicKey }
 
 var errBadSig = errors.New("ed25519 signature does not verify")
 
+// Verify checks an ed25519 signature over the PAE bytes.
 func (v verifier) Verify(_ context.Context, data, sig []byte) error {
 	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(v.p.key, data, sig) {
 		return errBadSig
@@ -135,8 +138,10 @@ func (v verifier) Verify(_ context.Context, data, sig []byte) error {
 	return nil
 }
 
+// KeyID is the pinned key's ID.
 func (v verifier) KeyID() (string, error) { return v.p.id, nil }
 
+// Public returns the pinned key.
 func (v verifier) Public() crypto.PublicKey { return v.p.Ed25519() }
 
 var (

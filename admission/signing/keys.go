@@ -60,6 +60,7 @@ type KeyPermError struct {
 	Why  string
 }
 
+// Error names the path, its mode and owner, and the rule it breaks.
 func (e *KeyPermError) Error() string {
 	return fmt.Sprintf("%s: %s: mode %04o owner %d: %s", ErrKeyPermissions, e.Path, e.Mode.Perm(), e.UID, e.Why)
 }

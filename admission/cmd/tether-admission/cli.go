@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // newFlags returns a flag set whose --help prints to stdout and whose
 // errors print to stderr.
-func newFlags(name, synopsis string, stdout, stderr io.Writer) *flag.FlagSet {
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -114,7 +114,7 @@ func fail(stderr io.Writer, cmd string, err error) int {
 }
 
 func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("keygen", "keygen --out DIR", stdout, stderr)
+	fs := newFlags("keygen", "keygen --out DIR", stderr)
 	out := fs.String("out", "", "directory for admission.key (mode 0600) and admission.pub; created 0700 if missing; existing keys are never overwritten")
 	if code, done := parse(fs, args, stdout); done {
 		return code
@@ -142,7 +142,7 @@ func runKeygen(_ context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("publish", "publish --dir DIR --key FILE --grants FILE", stdout, stderr)
+	fs := newFlags("publish", "publish --dir DIR --key FILE --grants FILE", stderr)
 	dir := fs.String("dir", "", "admission directory (must exist; not group/world-writable; no symlinks)")
 	keyPath := fs.String("key", "", "private signing key (PEM PKCS #8 ed25519, mode 0600)")
 	grants := fs.String("grants", "", "publish input JSON (docs/admission.md); generation may be omitted")
@@ -200,7 +200,7 @@ func readInput(path string) (admission.PublishInput, error) {
 }
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("inspect", "inspect --file FILE --pubkey FILE [--owner-uid N]", stdout, stderr)
+	fs := newFlags("inspect", "inspect --file FILE --pubkey FILE [--owner-uid N]", stderr)
 	file := fs.String("file", "", "admission file to check")
 	pubPath := fs.String("pubkey", "", "pinned public key (PEM PKIX ed25519)")
 	owner := fs.Int64("owner-uid", int64(os.Geteuid()), "uid that must own the file (the directory: this uid or root)")
@@ -244,7 +244,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 func runCoordinate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("coordinate", "coordinate --config FILE [--once]", stdout, stderr)
+	fs := newFlags("coordinate", "coordinate --config FILE [--once]", stderr)
 	cfgPath := fs.String("config", "", "coordinator config JSON (docs/admission.md)")
 	once := fs.Bool("once", false, "run one round and exit: 0 if it published, 1 if not")
 	if code, done := parse(fs, args, stdout); done {
