@@ -3,9 +3,11 @@ package custodian
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -246,3 +248,7 @@ func mustJSON(v any) string {
 	}
 	return string(b)
 }
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+func replaceOnce(s, old, new string) string { return strings.Replace(s, old, new, 1) }

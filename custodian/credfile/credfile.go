@@ -33,12 +33,24 @@ func (e *UnsafeError) Error() string { return fmt.Sprintf("credential file %s: %
 // Unwrap makes errors.Is(err, ErrUnsafe) hold.
 func (e *UnsafeError) Unwrap() error { return ErrUnsafe }
 
-// Read returns the contents of path after checking, on the opened file
+// Read returns the contents of a secret file after checking, on the opened file
 // itself (so a swap between check and read cannot pass): it is a regular
 // file reached without following a final symlink, owned by the effective
 // user or root, with no permission bits for group or others, and at most
 // MaxSize bytes.
 func Read(path string) ([]byte, error) {
+	return read(path, 0o077, "group or others access (want 0600 or 0400)")
+}
+
+// ReadPublic reads a trust anchor that may be world-readable but must not
+// be replaceable by anyone else: a public key or an issuer certificate.
+// The same checks as Read apply, except that only group and others write
+// bits are refused.
+func ReadPublic(path string) ([]byte, error) {
+	return read(path, 0o022, "group or others write access")
+}
+
+func read(path string, forbidden fs.FileMode, what string) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ELOOP) {
 		return nil, &UnsafeError{Path: path, Check: "is a symlink"}
@@ -52,7 +64,7 @@ func Read(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("credential file %s: %w", path, err)
 	}
-	if err := check(path, fi); err != nil {
+	if err := check(path, fi, forbidden, what); err != nil {
 		return nil, err
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
@@ -66,7 +78,7 @@ func Read(path string) ([]byte, error) {
 }
 
 // check applies the owner, type and mode rules to an opened file.
-func check(path string, fi fs.FileInfo) error {
+func check(path string, fi fs.FileInfo, forbidden fs.FileMode, what string) error {
 	if !fi.Mode().IsRegular() {
 		return &UnsafeError{Path: path, Check: fmt.Sprintf("not a regular file (%s)", fi.Mode().Type())}
 	}
@@ -77,8 +89,8 @@ func check(path string, fi fs.FileInfo) error {
 	if euid := os.Geteuid(); int(st.Uid) != euid && st.Uid != 0 {
 		return &UnsafeError{Path: path, Check: fmt.Sprintf("owned by uid %d, not %d or root", st.Uid, euid)}
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return &UnsafeError{Path: path, Check: fmt.Sprintf("mode %#o grants group or others access (want 0600 or 0400)", perm)}
+	if perm := fi.Mode().Perm(); perm&forbidden != 0 {
+		return &UnsafeError{Path: path, Check: fmt.Sprintf("mode %#o grants %s", perm, what)}
 	}
 	return nil
 }

@@ -81,3 +81,15 @@ func TestIntegrationReadRefusesForeignOwner(t *testing.T) {
 		t.Fatalf("foreign owner: %v, want UnsafeError", err)
 	}
 }
+
+func TestReadPublic(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := ReadPublic(write(t, dir, "pub644", 0o644)); err != nil {
+		t.Fatalf("0644 trust anchor refused: %v", err)
+	}
+	for _, mode := range []os.FileMode{0o664, 0o646, 0o666} {
+		if _, err := ReadPublic(write(t, dir, "pub"+mode.String(), mode)); !errors.Is(err, ErrUnsafe) {
+			t.Errorf("mode %v (writable by others) accepted: %v", mode, err)
+		}
+	}
+}

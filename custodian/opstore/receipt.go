@@ -47,8 +47,9 @@ func (o Outcome) Final() bool {
 	return false
 }
 
-// Valid reports whether o is a member of the closed set.
-func (o Outcome) Valid() bool { return o.Final() || o == Pending }
+// Valid reports whether o is a member of the closed set (the four final
+// outcomes, Pending, or the store's Dispatched state).
+func (o Outcome) Valid() bool { return o.Final() || o == Pending || o == Dispatched }
 
 // FileCheck is one file an exec asked to verify: its path relative to the
 // grant root, the digest the caller expected and the digest the receiver

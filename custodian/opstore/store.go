@@ -269,3 +269,5 @@ func laterOf(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+func nowUTC() time.Time { return time.Now().UTC() }

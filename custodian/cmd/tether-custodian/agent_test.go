@@ -1,0 +1,5 @@
+package main
+
+import "github.com/tetherdev/tether/custodian/internal/testagent"
+
+func testAgentMain() { testagent.Main() }

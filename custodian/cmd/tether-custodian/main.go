@@ -1,0 +1,19 @@
+// Command tether-custodian runs an ACP agent whose file and terminal
+// callbacks go to one isolated computer, and inspects what it recorded:
+// run, receipts show, audit verify, audit keygen. Run it with --help, or
+// any subcommand with --help. docs/custodian.md is its reference.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/tetherdev/tether/custodian"
+	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/credfile"
+	"github.com/tetherdev/tether/custodian/opstore"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"tether-custodian": func() {
+			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+		},
+		"test-agent": testAgentMain,
+	})
+}
+
+// TestScripts runs testdata/script/*.txtar: the CLI without a receiver.
+// Scripts are named category-first (custodian_audit_truncated.txtar).
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"audit-append":  cmdAuditAppend,
+			"edit-line":     cmdEditLine,
+			"seed-receipts": cmdSeedReceipts,
+		},
+	})
+}
+
+// audit-append STATE KEY N appends N records to the audit log of STATE
+// (signed with KEY) and closes it, which writes a checkpoint.
+func cmdAuditAppend(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: audit-append STATE KEY N")
+	}
+	skey, err := credfile.Read(ts.MkAbs(args[1]))
+	ts.Check(err)
+	s, v, err := audit.LoadSigner(skey)
+	ts.Check(err)
+	n, err := strconv.Atoi(args[2])
+	ts.Check(err)
+	l, err := audit.Open(filepath.Join(ts.MkAbs(args[0]), custodian.AuditDir), audit.Options{Signer: s, Verifier: v})
+	ts.Check(err)
+	for i := range n {
+		_, err := l.Append(audit.Record{Kind: audit.KindDispatch, SessionID: "s", OpKey: "k" + strconv.Itoa(i),
+			Sizes: map[string]int64{"content": int64(i)}})
+		ts.Check(err)
+	}
+	ts.Check(l.Close())
+}
+
+// edit-line FILE N OLD NEW replaces OLD with NEW in line N (1-based);
+// "swap A B" swaps lines; "cut N" keeps the first N lines.
+func cmdEditLine(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: edit-line FILE (N OLD NEW | swap A B | cut N)")
+	}
+	path := ts.MkAbs(args[0])
+	data, err := os.ReadFile(path)
+	ts.Check(err)
+	lines := strings.SplitAfter(string(data), "\n")
+	lines = lines[:len(lines)-1]
+	atoi := func(s string) int { n, err := strconv.Atoi(s); ts.Check(err); return n }
+	switch {
+	case args[1] == "swap" && len(args) == 4:
+		a, b := atoi(args[2])-1, atoi(args[3])-1
+		lines[a], lines[b] = lines[b], lines[a]
+	case args[1] == "cut" && len(args) == 3:
+		lines = lines[:atoi(args[2])]
+	case len(args) == 4:
+		i := atoi(args[1]) - 1
+		if !strings.Contains(lines[i], args[2]) {
+			ts.Fatalf("edit-line: %q not in line %s", args[2], args[1])
+		}
+		lines[i] = strings.Replace(lines[i], args[2], args[3], 1)
+	default:
+		ts.Fatalf("edit-line: bad arguments %q", args)
+	}
+	ts.Check(os.WriteFile(path, []byte(strings.Join(lines, "")), 0o600))
+}
+
+// seed-receipts STATE records a verified write (key w-1) and leaves key
+// lost-1 dispatched with no result, as a custodian killed mid-request.
+func cmdSeedReceipts(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: seed-receipts STATE")
+	}
+	dir := filepath.Join(ts.MkAbs(args[0]), custodian.OpKeysDir)
+	s, err := opstore.Open(dir, opstore.Options{})
+	ts.Check(err)
+	ctx := context.Background()
+	in := func(key string) opstore.Intent {
+		return opstore.Intent{OpKey: key, RequestSHA256: strings.Repeat("a", 64), Method: "fs/write_text_file",
+			SessionID: "sess-1", TupleSHA256: strings.Repeat("b", 64), Principal: "alice", LeaseNotAfter: time.Now().Add(time.Hour)}
+	}
+	t, _, err := s.Begin(ctx, in("w-1"))
+	ts.Check(err)
+	resp, _ := json.Marshal(map[string]any{})
+	ts.Check(t.Finish(&opstore.Receipt{Outcome: opstore.Verified, Response: resp}))
+	ts.Check(s.Flush(ctx))
+	_, _, err = s.Begin(ctx, in("lost-1"))
+	ts.Check(err)
+	ts.Check(s.Close()) // lost-1 stays dispatched: its result never came
+}

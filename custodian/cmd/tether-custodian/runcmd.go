@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian"
+	"github.com/tetherdev/tether/custodian/credfile"
+)
+
+// prompts collects repeated --prompt flags.
+type prompts []string
+
+func (p *prompts) String() string     { return strings.Join(*p, "\n") }
+func (p *prompts) Set(s string) error { *p = append(*p, s); return nil }
+
+// agentStopGrace is how long the agent gets to exit after its stdin
+// closes before it is killed.
+const agentStopGrace = 5 * time.Second
+
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md; required)")
+	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
+	var ps prompts
+	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line)")
+	usageFor(fs, "run --config FILE [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]",
+		"Spawns the ACP agent over stdio, initializes with the fs and terminal capabilities,\n"+
+			"binds a session to the config's tuple (session/new, or session/load with --session-id),\n"+
+			"sends the prompts and writes every session update to stdout as one JSON line, in order.\n"+
+			"Exits 0 only if every prompt ended with end_turn; stops at the first that did not.")
+	if code, ok := parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if *cfgPath == "" || fs.NArg() == 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	cfg, err := custodian.LoadConfig(*cfgPath)
+	if err != nil {
+		return fail(stderr, exitUsage, "run: %v", err)
+	}
+	if len(ps) == 0 {
+		if ps, err = readLines(stdin); err != nil {
+			return fail(stderr, exitUsage, "run: read prompts from stdin: %v", err)
+		}
+	}
+	r := &runner{cfg: cfg, sessionID: *sessionID, prompts: ps, argv: fs.Args(), stdout: stdout, stderr: stderr}
+	return r.run(ctx)
+}
+
+func readLines(r io.Reader) ([]string, error) {
+	var out []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" {
+			out = append(out, line)
+		}
+	}
+	return out, sc.Err()
+}
+
+// runner is one `tether-custodian run`.
+type runner struct {
+	cfg       *custodian.Config
+	sessionID string
+	prompts   []string
+	argv      []string
+	stdout    io.Writer
+	stderr    io.Writer
+	outMu     sync.Mutex
+}
+
+func (r *runner) run(ctx context.Context) int {
+	log := slog.New(slog.NewTextHandler(r.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	key, err := credfile.Read(r.cfg.AuditKeyFile)
+	if err != nil {
+		return fail(r.stderr, exitRuntime, "run: audit key: %v", err)
+	}
+	dial, err := r.cfg.Receiver.Dialer()
+	if err != nil {
+		return fail(r.stderr, exitRuntime, "run: receiver: %v", err)
+	}
+	c, err := custodian.New(custodian.Options{StateDir: r.cfg.StateDir, AuditKey: key, Logger: log,
+		Retention: time.Duration(r.cfg.Retention), CommandBudget: time.Duration(r.cfg.CommandBudget)})
+	if err != nil {
+		return fail(r.stderr, exitRuntime, "run: %v", err)
+	}
+	recv := custodian.NewReceiver(dial, custodian.Backoff{}, log)
+	code := r.withAgent(ctx, c, recv)
+	recv.Close()
+	if err := c.Close(); err != nil {
+		fmt.Fprintf(r.stderr, "tether-custodian: closing state: %v\n", err)
+		if code == exitOK {
+			code = exitRuntime
+		}
+	}
+	return code
+}
+
+// withAgent spawns the agent, serves its connection and drives the session.
+func (r *runner) withAgent(ctx context.Context, c *custodian.Custodian, recv *custodian.Receiver) int {
+	cmd := exec.Command(r.argv[0], r.argv[1:]...)
+	cmd.Stderr = r.stderr
+	toAgent, err := cmd.StdinPipe()
+	if err != nil {
+		return fail(r.stderr, exitRuntime, "run: %v", err)
+	}
+	fromAgent, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(r.stderr, exitRuntime, "run: %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fail(r.stderr, exitRuntime, "run: start agent: %v", err)
+	}
+	conn := c.Serve(toAgent, fromAgent, custodian.ConnOptions{OnUpdate: r.printUpdate, Permission: r.permission()})
+	code := r.session(ctx, conn, recv)
+	conn.Close()
+	toAgent.Close()
+	if err := stopAgent(cmd); err != nil && code == exitOK {
+		fmt.Fprintf(r.stderr, "tether-custodian: agent: %v\n", err)
+	}
+	return code
+}
+
+// session initializes, binds and sends every prompt.
+func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custodian.Receiver) int {
+	if _, err := conn.Initialize(ctx); err != nil {
+		return fail(r.stderr, exitFailed, "run: initialize: %v", err)
+	}
+	b := custodian.Binding{Tuple: r.cfg.Tuple, LeaseNotAfter: r.cfg.LeaseNotAfter, Principal: r.cfg.Principal, Receiver: recv}
+	sid, err := r.bind(ctx, conn, b)
+	if err != nil {
+		return fail(r.stderr, exitFailed, "run: bind: %v", err)
+	}
+	for i, text := range r.prompts {
+		resp, err := conn.Prompt(ctx, acp.PromptRequest{SessionId: sid, Prompt: []acp.ContentBlock{acp.TextBlock(text)}})
+		if err != nil {
+			return fail(r.stderr, exitFailed, "run: prompt %d: %v", i+1, err)
+		}
+		if resp.StopReason != acp.StopReasonEndTurn {
+			return fail(r.stderr, exitFailed, "run: prompt %d ended with %s, not end_turn", i+1, resp.StopReason)
+		}
+	}
+	return exitOK
+}
+
+func (r *runner) bind(ctx context.Context, conn *custodian.Conn, b custodian.Binding) (acp.SessionId, error) {
+	mcp := []acp.McpServer{}
+	if r.sessionID != "" {
+		_, err := conn.LoadSession(ctx, acp.LoadSessionRequest{SessionId: acp.SessionId(r.sessionID),
+			Cwd: r.cfg.Tuple.Root, McpServers: mcp}, b)
+		return acp.SessionId(r.sessionID), err
+	}
+	resp, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: r.cfg.Tuple.Root, McpServers: mcp}, b)
+	return resp.SessionId, err
+}
+
+// printUpdate writes one session/update as a JSON line.
+func (r *runner) printUpdate(_ context.Context, n acp.SessionNotification) error {
+	data, err := json.Marshal(n)
+	if err != nil {
+		return err
+	}
+	r.outMu.Lock()
+	defer r.outMu.Unlock()
+	_, err = fmt.Fprintf(r.stdout, "%s\n", data)
+	return err
+}
+
+// permission answers permission requests as the config says; nil means
+// the library default (reject).
+func (r *runner) permission() func(context.Context, acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+	if r.cfg.Permission != "allow_once" {
+		return nil
+	}
+	return func(_ context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+		for _, o := range req.Options {
+			if o.Kind == acp.PermissionOptionKindAllowOnce {
+				return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(o.OptionId)}, nil
+			}
+		}
+		return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}, nil
+	}
+}
+
+// stopAgent waits for the agent after its stdin closed, killing it after
+// agentStopGrace.
+func stopAgent(cmd *exec.Cmd) error {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(agentStopGrace):
+		cmd.Process.Kill()
+		<-done
+		return errors.New("did not exit after its stdin closed; killed")
+	}
+}
+

@@ -1,0 +1,199 @@
+package custodian
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/custodian/credfile"
+)
+
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// leaf issues a certificate for name; server or client usage.
+func (ca *testCA) leaf(t *testing.T, name string, server bool) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	usage := x509.ExtKeyUsageClientAuth
+	if server {
+		usage = x509.ExtKeyUsageServerAuth
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		DNSNames: []string{name}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
+}
+
+// tlsServer accepts one mTLS connection at a time and echoes a byte.
+func tlsServer(t *testing.T, ca *testCA, serverCA *testCA, maxVersion uint16) string {
+	t.Helper()
+	certPEM, keyPEM := serverCA.leaf(t, "receiver.test", true)
+	pair, _ := tls.X509KeyPair(certPEM, keyPEM)
+	clients := x509.NewCertPool()
+	clients.AddCert(ca.cert)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair},
+		ClientCAs: clients, ClientAuth: tls.RequireAndVerifyClientCert, MaxVersion: maxVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := make([]byte, 1)
+				if _, err := c.Read(b); err == nil {
+					c.Write(b)
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func writeCreds(t *testing.T, ca *testCA) *TLSConfig {
+	t.Helper()
+	dir := t.TempDir()
+	certPEM, keyPEM := ca.leaf(t, "custodian", false)
+	tc := &TLSConfig{Cert: filepath.Join(dir, "c.pem"), Key: filepath.Join(dir, "k.pem"), Issuer: filepath.Join(dir, "ca.pem")}
+	os.WriteFile(tc.Cert, certPEM, 0o600)
+	os.WriteFile(tc.Key, keyPEM, 0o600)
+	os.WriteFile(tc.Issuer, ca.pem, 0o644)
+	return tc
+}
+
+func dialOnce(t *testing.T, tc *TLSConfig, addr string) error {
+	t.Helper()
+	cfg, err := tc.clientConfig("receiver.test")
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := tlsDial(addr, cfg)(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte{7}); err != nil {
+		return err
+	}
+	b := make([]byte, 1)
+	_, err = c.Read(b)
+	return err
+}
+
+func TestTLSDialPinsTheIssuer(t *testing.T) {
+	ca := newCA(t, "tether test CA")
+	tc := writeCreds(t, ca)
+	if err := dialOnce(t, tc, tlsServer(t, ca, ca, 0)); err != nil {
+		t.Fatalf("pinned issuer refused: %v", err)
+	}
+	rogue := newCA(t, "tether test CA") // same name, another key
+	if err := dialOnce(t, tc, tlsServer(t, ca, rogue, 0)); err == nil {
+		t.Fatal("a receiver certificate from another issuer key was accepted")
+	}
+	if err := dialOnce(t, tc, tlsServer(t, ca, ca, tls.VersionTLS12)); err == nil {
+		t.Fatal("a TLS 1.2 receiver was accepted")
+	}
+}
+
+func TestTLSDialIgnoresProxyEnvironment(t *testing.T) {
+	ca := newCA(t, "tether test CA")
+	tc := writeCreds(t, ca)
+	addr := tlsServer(t, ca, ca, 0)
+	for _, v := range []string{"HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY"} {
+		t.Setenv(v, "http://127.0.0.1:1")
+	}
+	if err := dialOnce(t, tc, addr); err != nil {
+		t.Fatalf("dial went through a proxy from the environment: %v", err)
+	}
+}
+
+func TestTLSCredentialModesChecked(t *testing.T) {
+	ca := newCA(t, "tether test CA")
+	for _, f := range []func(*TLSConfig) string{
+		func(tc *TLSConfig) string { return tc.Key },
+		func(tc *TLSConfig) string { return tc.Cert },
+	} {
+		tc := writeCreds(t, ca)
+		os.Chmod(f(tc), 0o640)
+		if _, err := tc.clientConfig("receiver.test"); !errors.Is(err, credfile.ErrUnsafe) {
+			t.Fatalf("group-readable %s accepted: %v", f(tc), err)
+		}
+	}
+	tc := writeCreds(t, ca)
+	os.Chmod(tc.Issuer, 0o666)
+	if _, err := tc.clientConfig("receiver.test"); !errors.Is(err, credfile.ErrUnsafe) {
+		t.Fatalf("world-writable issuer accepted: %v", err)
+	}
+	tc = writeCreds(t, ca)
+	other := newCA(t, "second")
+	os.WriteFile(tc.Issuer, append(ca.pem, other.pem...), 0o644)
+	if _, err := tc.clientConfig("receiver.test"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("two issuers accepted: %v", err)
+	}
+}
+
+func TestConfigRefusesPlaintextAndUnflaggedUnix(t *testing.T) {
+	base := `{"tuple":{"owner":"alice","allocation":"a1","session":"s1","workspace":"w1","sandbox":"sb1","generation":1,"executor":"e1","site":"local","root":"/srv/w1"},
+"lease_not_after":"2030-01-01T00:00:00Z","principal":"alice","state_dir":"state","audit_key_file":"audit.key","receiver":%s}`
+	bad := map[string]string{
+		"tcp without tls":    `{"transport":"tcp","address":"127.0.0.1:1","server_name":"r"}`,
+		"unix not host-only": `{"transport":"unix","path":"/run/r.sock"}`,
+		"unknown transport":  `{"transport":"http","address":"r:80"}`,
+		"unknown field":      `{"transport":"unix","path":"/run/r.sock","host_only":true,"proxy":"x"}`,
+	}
+	for name, recv := range bad {
+		if _, err := ParseConfig([]byte(sprintf(base, recv)), "/etc/tether"); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
+		}
+	}
+	c, err := ParseConfig([]byte(sprintf(base, `{"transport":"unix","path":"r.sock","host_only":true}`)), "/etc/tether")
+	if err != nil || c.StateDir != "/etc/tether/state" || c.Receiver.Path != "/etc/tether/r.sock" {
+		t.Fatalf("relative paths: %+v %v", c, err)
+	}
+	foreign := sprintf(base, `{"transport":"unix","path":"/r","host_only":true}`)
+	foreign = replaceOnce(foreign, `"principal":"alice"`, `"principal":"mallory"`)
+	if _, err := ParseConfig([]byte(foreign), "/"); !errors.Is(err, ErrConfig) {
+		t.Errorf("principal other than the owner accepted: %v", err)
+	}
+}

@@ -1,0 +1,230 @@
+// Package testagent is a foreign ACP agent for the custodian's tests,
+// written with acp-go-sdk and independent of the plugin. Each prompt line
+// is a command it carries out through the client's fs/terminal methods,
+// reporting each result as an agent message:
+//
+//	read PATH                 fs/read_text_file
+//	write PATH TEXT...        fs/write_text_file
+//	exec CMD ARGS...          terminal/create, wait_for_exit, output, release
+//	stop REASON               end the turn with that stop reason
+//
+// A line may start with modifiers: key=K (op key base, for retries),
+// nometa (no `_meta["tether/op"]`), wrongtuple (another tuple's digest),
+// session=ID (another session id). Results read "ok ..." or
+// "error CODE ...", where CODE is the tether code of the refusal.
+package testagent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+)
+
+// Agent is the scripted agent.
+type Agent struct {
+	acp.Agent // nil: methods not defined here are never expected
+	conn      *acp.AgentSideConnection
+	sessionID string
+
+	mu     sync.Mutex
+	digest map[string]string // session -> tuple digest from its bind
+	root   map[string]string
+}
+
+// Main serves the agent on stdin/stdout until stdin closes. The session id
+// it answers is $TEST_AGENT_SESSION, default "sess-1".
+func Main() {
+	a := Serve(os.Stdout, os.Stdin, os.Getenv("TEST_AGENT_SESSION"))
+	<-a.conn.Done()
+}
+
+// Serve runs the agent on the given streams.
+func Serve(w io.Writer, r io.Reader, sessionID string) *Agent {
+	if sessionID == "" {
+		sessionID = "sess-1"
+	}
+	a := &Agent{sessionID: sessionID, digest: map[string]string{}, root: map[string]string{}}
+	a.conn = acp.NewAgentSideConnection(a, w, r)
+	return a
+}
+
+// Initialize answers with session loading supported.
+func (a *Agent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
+	return acp.InitializeResponse{ProtocolVersion: acp.ProtocolVersionNumber,
+		AgentCapabilities: acp.AgentCapabilities{LoadSession: true}}, nil
+}
+
+// NewSession binds if asked and attaches, like the plugin does.
+func (a *Agent) NewSession(ctx context.Context, req acp.NewSessionRequest) (acp.NewSessionResponse, error) {
+	return acp.NewSessionResponse{SessionId: acp.SessionId(a.sessionID)}, a.bind(ctx, a.sessionID, req.Meta)
+}
+
+// LoadSession binds if asked and attaches.
+func (a *Agent) LoadSession(ctx context.Context, req acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
+	return acp.LoadSessionResponse{}, a.bind(ctx, string(req.SessionId), req.Meta)
+}
+
+func (a *Agent) bind(ctx context.Context, sid string, meta map[string]any) error {
+	b, ok, err := acpmeta.BindFromMeta(meta)
+	if !ok || err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.digest[sid], a.root[sid] = b.Tuple.SHA256(), b.Tuple.Root
+	a.mu.Unlock()
+	_, err = a.conn.CallExtension(ctx, acpmeta.MethodAttach, acpmeta.AttachRequest{SessionID: sid, TupleSHA256: b.Tuple.SHA256()})
+	return err
+}
+
+// Cancel is accepted and ignored.
+func (a *Agent) Cancel(context.Context, acp.CancelNotification) error { return nil }
+
+// Prompt runs each line of the prompt's text.
+func (a *Agent) Prompt(ctx context.Context, req acp.PromptRequest) (acp.PromptResponse, error) {
+	var text strings.Builder
+	for _, b := range req.Prompt {
+		if b.Text != nil {
+			text.WriteString(b.Text.Text)
+			text.WriteByte('\n')
+		}
+	}
+	for _, line := range strings.Split(text.String(), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "stop" {
+			return acp.PromptResponse{StopReason: acp.StopReason(f[1])}, nil
+		}
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		msg := a.do(ctx, string(req.SessionId), line)
+		if err := a.conn.SessionUpdate(ctx, acp.SessionNotification{SessionId: req.SessionId,
+			Update: acp.UpdateAgentMessageText(msg)}); err != nil {
+			return acp.PromptResponse{}, err
+		}
+	}
+	return acp.PromptResponse{StopReason: acp.StopReasonEndTurn}, nil
+}
+
+// call is one command line with its modifiers applied.
+type call struct {
+	a    *Agent
+	sid  acp.SessionId
+	key  string
+	meta func(step string) map[string]any
+}
+
+func (a *Agent) do(ctx context.Context, sid, line string) string {
+	f := strings.Fields(line)
+	c := call{a: a, sid: acp.SessionId(sid), key: fresh()}
+	digest := a.digestOf(sid)
+	mode := ""
+	for len(f) > 0 && (strings.HasPrefix(f[0], "key=") || strings.HasPrefix(f[0], "session=") || f[0] == "nometa" || f[0] == "wrongtuple") {
+		switch {
+		case strings.HasPrefix(f[0], "key="):
+			c.key = strings.TrimPrefix(f[0], "key=")
+		case strings.HasPrefix(f[0], "session="):
+			c.sid = acp.SessionId(strings.TrimPrefix(f[0], "session="))
+		default:
+			mode = f[0]
+		}
+		f = f[1:]
+	}
+	if mode == "wrongtuple" {
+		digest = strings.Repeat("0", 64)
+	}
+	c.meta = func(step string) map[string]any {
+		if mode == "nometa" {
+			return nil
+		}
+		return acpmeta.Op{TupleSHA256: digest, OpKey: c.key + ":" + step, Deadline: time.Now().Add(time.Minute)}.Meta()
+	}
+	if len(f) == 0 {
+		return "error invalid empty command"
+	}
+	return c.run(ctx, f[0], f[1:])
+}
+
+func (c call) run(ctx context.Context, cmd string, args []string) string {
+	switch {
+	case cmd == "read" && len(args) == 1:
+		r, err := c.a.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: c.sid, Path: args[0], Meta: c.meta("read")})
+		return result(err, "ok read %q", r.Content)
+	case cmd == "write" && len(args) >= 2:
+		_, err := c.a.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: c.sid, Path: args[0],
+			Content: strings.Join(args[1:], " ") + "\n", Meta: c.meta("write")})
+		return result(err, "ok write %s", args[0])
+	case cmd == "exec" && len(args) >= 1:
+		return c.exec(ctx, args)
+	}
+	return fmt.Sprintf("error invalid unknown command %q", cmd)
+}
+
+func (c call) exec(ctx context.Context, argv []string) string {
+	cwd := c.a.rootOf(string(c.sid))
+	var cwdp *string
+	if cwd != "" {
+		cwdp = &cwd
+	}
+	t, err := c.a.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: c.sid, Command: argv[0], Args: argv[1:],
+		Cwd: cwdp, Env: []acp.EnvVariable{{Name: "PATH", Value: "/usr/local/bin:/usr/bin:/bin"}}, Meta: c.meta("create")})
+	if err != nil {
+		return result(err, "")
+	}
+	w, err := c.a.conn.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: c.sid, TerminalId: t.TerminalId, Meta: c.meta("wait")})
+	if err != nil {
+		return result(err, "")
+	}
+	out, err := c.a.conn.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: c.sid, TerminalId: t.TerminalId, Meta: c.meta("output")})
+	if err != nil {
+		return result(err, "")
+	}
+	_, err = c.a.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: c.sid, TerminalId: t.TerminalId, Meta: c.meta("release")})
+	code := -1
+	if w.ExitCode != nil {
+		code = *w.ExitCode
+	}
+	return result(err, "ok exec exit=%d output=%q", code, out.Output)
+}
+
+func result(err error, format string, args ...any) string {
+	if err != nil {
+		if code, ok := acpmeta.CodeOf(err); ok {
+			return fmt.Sprintf("error %s %v", code, err)
+		}
+		return fmt.Sprintf("error uncoded %v", err)
+	}
+	return fmt.Sprintf(format, args...)
+}
+
+func (a *Agent) digestOf(sid string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if d, ok := a.digest[sid]; ok {
+		return d
+	}
+	for _, d := range a.digest { // a foreign session borrows a real digest
+		return d
+	}
+	return strings.Repeat("f", 64)
+}
+
+func (a *Agent) rootOf(sid string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.root[sid]
+}
+
+func fresh() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "ta-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,92 @@
+package opstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ReadOnly returns every receipt in dir without modifying it, sorted by
+// dispatch time, for inspection (tether-custodian receipts show). Keys a
+// stopped custodian dispatched without recording a result, which the next
+// Open will mark interrupted, are shown as Interrupted already, and so are
+// execs whose exit was never observed. While a
+// custodian holds the directory it fails with ErrLocked.
+func ReadOnly(dir string) ([]*Receipt, error) {
+	if err := CheckPrivateDir(dir); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, dbName)
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("no op key store in %s: %w", dir, err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s (a running custodian holds it)", ErrLocked, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open op key database: %w", err)
+	}
+	defer db.Close()
+	byKey, err := readBucket(db)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := listSegments(dir)
+	if err != nil {
+		return nil, err
+	}
+	intents, err := readSegments(dir, ids)
+	if err != nil {
+		return nil, err
+	}
+	now := nowUTC()
+	for _, in := range intents {
+		if r, ok := byKey[in.OpKey]; ok && r.DispatchedAt.Equal(in.DispatchedAt) && r.HasResult() {
+			continue
+		}
+		byKey[in.OpKey] = interrupted(in, now, "custodian stopped before the result was recorded (not yet recovered)")
+	}
+	out := make([]*Receipt, 0, len(byKey))
+	for _, r := range byKey {
+		// Nobody holds the store, so nothing can finish these any more:
+		// show them as the next Open will record them.
+		switch r.Outcome {
+		case Dispatched:
+			r = interrupted(intentOf(r), now, "custodian stopped before the result was recorded (not yet recovered)")
+		case Pending:
+			r.Outcome, r.Note = Interrupted, "custodian stopped before the exit was observed (not yet recovered)"
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].DispatchedAt.Equal(out[j].DispatchedAt) {
+			return out[i].DispatchedAt.Before(out[j].DispatchedAt)
+		}
+		return out[i].OpKey < out[j].OpKey
+	})
+	return out, nil
+}
+
+func readBucket(db *bolt.DB) (map[string]*Receipt, error) {
+	out := map[string]*Receipt{}
+	err := db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(receiptsBucket)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			r, err := Unmarshal(v)
+			if err != nil {
+				return err
+			}
+			out[string(k)] = r
+			return nil
+		})
+	})
+	return out, err
+}
