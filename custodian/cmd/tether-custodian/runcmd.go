@@ -211,4 +211,3 @@ func stopAgent(cmd *exec.Cmd) error {
 		return errors.New("did not exit after its stdin closed; killed")
 	}
 }
-
