@@ -1,0 +1,294 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+)
+
+// DefaultHandshakeTimeout bounds one TLS handshake.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// maxHandshakes bounds the handshakes a listener runs at once.
+const maxHandshakes = 32
+
+// TLS is TCP with mutual TLS 1.3 (no other version). Each side requires a
+// certificate from the other and accepts it only if it is signed directly
+// by CA (no intermediates), CA's public key matches the pin, and the
+// certificate is valid now and carries the right extended key usage
+// (serverAuth for the receiver, clientAuth for the custodian). No system
+// roots are ever consulted. Session tickets are off, so every connection
+// runs the full verification.
+type TLS struct {
+	// Address is host:port to dial or listen on.
+	Address string
+	// CA is the one issuer both peers' certificates must be signed by.
+	CA *x509.Certificate
+	// CASPKISHA256, if set, is the hex SHA-256 of CA's SubjectPublicKeyInfo;
+	// a CA whose key does not match is refused at Dial and Listen.
+	CASPKISHA256 string
+	// Certificate is this side's certificate and key.
+	Certificate tls.Certificate
+	// ServerName is what the receiver's certificate must name (DNS name or
+	// IP address); required to Dial.
+	ServerName string
+	// HandshakeTimeout overrides DefaultHandshakeTimeout when positive.
+	HandshakeTimeout time.Duration
+	// Log receives refused handshakes on Listen; nil discards.
+	Log *slog.Logger
+}
+
+var _ Transport = TLS{}
+
+func (t TLS) String() string { return "tls:" + t.Address }
+
+// LoadTLS reads the PEM files of a TLS transport: caFile holds exactly one
+// CA certificate; certFile this side's certificate and keyFile its key.
+// The caller sets ServerName (to dial) and CASPKISHA256 (optional) on the
+// result.
+func LoadTLS(address, caFile, certFile, keyFile string) (TLS, error) {
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return TLS{}, fmt.Errorf("transport: tls CA: %w", err)
+	}
+	block, rest := pem.Decode(caPEM)
+	if block == nil || block.Type != "CERTIFICATE" || len(bytes.TrimSpace(rest)) != 0 {
+		return TLS{}, fmt.Errorf("%w: %s must hold exactly one PEM certificate", ErrConfig, caFile)
+	}
+	ca, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return TLS{}, fmt.Errorf("%w: %s: %w", ErrConfig, caFile, err)
+	}
+	if !ca.IsCA || !ca.BasicConstraintsValid {
+		return TLS{}, fmt.Errorf("%w: %s is not a CA certificate", ErrConfig, caFile)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return TLS{}, fmt.Errorf("%w: tls key pair: %w", ErrConfig, err)
+	}
+	return TLS{Address: address, CA: ca, Certificate: cert}, nil
+}
+
+// config builds the tls.Config of one side.
+func (t TLS) config(server bool) (*tls.Config, error) {
+	switch {
+	case t.CA == nil:
+		return nil, fmt.Errorf("%w: tls: no CA", ErrConfig)
+	case !t.CA.IsCA || !t.CA.BasicConstraintsValid:
+		return nil, fmt.Errorf("%w: tls: the configured CA certificate is not a CA", ErrConfig)
+	case len(t.Certificate.Certificate) == 0 || t.Certificate.PrivateKey == nil:
+		return nil, fmt.Errorf("%w: tls: no certificate and key of our own", ErrConfig)
+	case !server && t.ServerName == "":
+		return nil, fmt.Errorf("%w: tls: ServerName is required to dial", ErrConfig)
+	case t.Address == "":
+		return nil, fmt.Errorf("%w: tls: no address", ErrConfig)
+	}
+	pin := spkiSHA256(t.CA)
+	if t.CASPKISHA256 != "" && t.CASPKISHA256 != pin {
+		return nil, fmt.Errorf("%w: tls: CA key sha256 %s does not match the pin %s", ErrConfig, pin, t.CASPKISHA256)
+	}
+	pool := x509.NewCertPool() // exactly the one issuer; never the system roots
+	pool.AddCert(t.CA)
+	cfg := &tls.Config{
+		MinVersion:             tls.VersionTLS13,
+		MaxVersion:             tls.VersionTLS13,
+		Certificates:           []tls.Certificate{t.Certificate},
+		SessionTicketsDisabled: true,
+	}
+	if server {
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		cfg.ClientCAs = pool
+		cfg.VerifyConnection = verifyPinned(t.CA, x509.ExtKeyUsageClientAuth)
+	} else {
+		cfg.RootCAs = pool
+		cfg.ServerName = t.ServerName
+		cfg.VerifyConnection = verifyPinned(t.CA, x509.ExtKeyUsageServerAuth)
+	}
+	return cfg, nil
+}
+
+func spkiSHA256(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:])
+}
+
+// verifyPinned runs after crypto/tls has verified the peer's chain against
+// the one-CA pool. It also requires TLS 1.3, a verified chain of exactly
+// [peer, CA] (no intermediate, even one the CA signed) ending at the pinned
+// key, and the peer's certificate to list usage explicitly (Go treats a
+// certificate without extended key usage as valid for any).
+func verifyPinned(ca *x509.Certificate, usage x509.ExtKeyUsage) func(tls.ConnectionState) error {
+	want := ca.RawSubjectPublicKeyInfo
+	return func(cs tls.ConnectionState) error {
+		if cs.Version != tls.VersionTLS13 {
+			return &PeerError{Check: "tls version", Peer: tls.VersionName(cs.Version), Want: "TLS 1.3"}
+		}
+		if len(cs.PeerCertificates) == 0 {
+			return &PeerError{Check: "peer certificate", Peer: "none", Want: "one signed by the pinned CA"}
+		}
+		leaf := cs.PeerCertificates[0]
+		if !slices.Contains(leaf.ExtKeyUsage, usage) {
+			return &PeerError{Check: "peer certificate extended key usage", Peer: fmt.Sprint(leaf.ExtKeyUsage),
+				Want: fmt.Sprintf("a list containing %d", usage)}
+		}
+		for _, chain := range cs.VerifiedChains {
+			if len(chain) == 2 && chain[0].Equal(leaf) && bytes.Equal(chain[1].RawSubjectPublicKeyInfo, want) {
+				return nil
+			}
+		}
+		return &PeerError{Check: "peer certificate issuer", Peer: fmt.Sprintf("%q via %d verified chains",
+			leaf.Issuer.String(), len(cs.VerifiedChains)), Want: "signed directly by the CA with key sha256 " + spkiSHA256(ca)}
+	}
+}
+
+// Dial connects and completes the handshake (bounded by ctx and the
+// handshake timeout). The receiver verifies our certificate during or just
+// after the handshake; a refusal shows as an error on the first read.
+func (t TLS) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
+	cfg, err := t.config(false)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, t.handshakeTimeout())
+	defer cancel()
+	d := tls.Dialer{Config: cfg}
+	c, err := d.DialContext(ctx, "tcp", t.Address)
+	if err != nil {
+		return nil, fmt.Errorf("transport: dial tls %s: %w", t.Address, err)
+	}
+	return c.(*tls.Conn), nil
+}
+
+func (t TLS) handshakeTimeout() time.Duration {
+	if t.HandshakeTimeout > 0 {
+		return t.HandshakeTimeout
+	}
+	return DefaultHandshakeTimeout
+}
+
+// Listen listens on Address. Handshakes run in the background (at most
+// maxHandshakes at once, each bounded by the handshake timeout), so a peer
+// that stalls its handshake cannot hold up others; Accept returns only
+// connections whose peer passed verification.
+func (t TLS) Listen(ctx context.Context) (Listener, error) {
+	cfg, err := t.config(true)
+	if err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", t.Address)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen tls %s: %w", t.Address, err)
+	}
+	log := t.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	l := &tlsListener{ln: ln, cfg: cfg, timeout: t.handshakeTimeout(), log: log,
+		conns: make(chan *tls.Conn), sem: make(chan struct{}, maxHandshakes)}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Go(l.acceptLoop)
+	return l, nil
+}
+
+type tlsListener struct {
+	ln      net.Listener
+	cfg     *tls.Config
+	timeout time.Duration
+	log     *slog.Logger
+	conns   chan *tls.Conn
+	sem     chan struct{}
+	ctx     context.Context // ends at Close
+	cancel  context.CancelFunc
+	once    sync.Once
+	wg      sync.WaitGroup // accept loop and handshakes
+}
+
+// Addr is the listening address (with the port the kernel chose for :0).
+func (l *tlsListener) Addr() string { return l.ln.Addr().String() }
+
+func (l *tlsListener) acceptLoop() {
+	backoff := 5 * time.Millisecond
+	for {
+		raw, err := l.ln.Accept()
+		if err != nil {
+			if l.ctx.Err() != nil {
+				return
+			}
+			l.log.Warn("transport: tls accept failed; retrying", "err", err)
+			select {
+			case <-time.After(backoff):
+			case <-l.ctx.Done():
+				return
+			}
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff = 5 * time.Millisecond
+		select {
+		case l.sem <- struct{}{}:
+		case <-l.ctx.Done():
+			_ = raw.Close()
+			return
+		}
+		l.wg.Go(func() { l.handshake(raw) })
+	}
+}
+
+func (l *tlsListener) handshake(raw net.Conn) {
+	defer func() { <-l.sem }()
+	c := tls.Server(raw, l.cfg)
+	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+	err := c.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		l.log.Warn("transport: tls peer refused", "remote", raw.RemoteAddr().String(), "err", err)
+		_ = c.Close()
+		return
+	}
+	select {
+	case l.conns <- c:
+	case <-l.ctx.Done():
+		_ = c.Close()
+	}
+}
+
+// Accept returns the next verified connection.
+func (l *tlsListener) Accept(ctx context.Context) (io.ReadWriteCloser, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.ctx.Done():
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops listening, abandons pending handshakes and joins the
+// listener's goroutines.
+func (l *tlsListener) Close() error {
+	var err error
+	l.once.Do(func() {
+		l.cancel()
+		err = l.ln.Close()
+		l.wg.Wait()
+	})
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
