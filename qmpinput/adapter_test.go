@@ -559,3 +559,39 @@ func TestHandoverNeedsAudit(t *testing.T) {
 		t.Fatalf("handover without audit: %v", err)
 	}
 }
+
+// TestHandoverStopsTypingMidText: a handover that begins while the agent
+// types stops the text at the next character, and no key is left down.
+func TestHandoverStopsTypingMidText(t *testing.T) {
+	f := newFakeQMP(t)
+	a := openFake(t, f, func(c *Config) {
+		c.TypeRate, c.TypeBurst = 50, 1
+		c.Audit = func(AuditEvent) {}
+	})
+	done := make(chan error, 1)
+	go func() { done <- a.Type(context.Background(), strings.Repeat("x", 100)) }()
+	for len(sentInputs(t, f)) < 4 { // at least two characters went through
+		time.Sleep(5 * time.Millisecond)
+	}
+	hold, err := a.Handover().Begin(time.Minute, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.End()
+	n := len(sentInputs(t, f))
+	if err := <-done; !errors.Is(err, ErrFenced) {
+		t.Fatalf("Type across a handover: %v, want ErrFenced", err)
+	}
+	sent := sentInputs(t, f)
+	if len(sent) != n {
+		t.Fatalf("%d input commands after Begin returned", len(sent)-n)
+	}
+	if len(sent) >= 200 || len(sent)%2 != 0 {
+		t.Fatalf("%d commands: typing did not stop, or a key was left down", len(sent))
+	}
+	for i := 0; i < len(sent); i += 2 {
+		if !strings.Contains(sent[i], `"down":true`) || !strings.Contains(sent[i+1], `"down":false`) {
+			t.Fatalf("command %d/%d is not a down/up pair: %s / %s", i, i+1, sent[i], sent[i+1])
+		}
+	}
+}
