@@ -1,0 +1,104 @@
+package binding
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+func tu(owner string) admission.Tuple {
+	return admission.Tuple{Owner: owner, Allocation: "a", Session: "s", Workspace: "w", Sandbox: "x",
+		Generation: 1, Executor: "e", Site: "t", Root: "/r"}
+}
+
+func admitAll(ctx context.Context, sid, sha string) (time.Time, uint64, error) {
+	return time.Now().Add(time.Hour), 1, nil
+}
+
+func open(t *Table, conn, sid, who string, m Method, meta map[string]any) (Status, error) {
+	return t.Open(context.Background(), OpenRequest{ConnID: conn, SessionID: sid, Principal: who, Method: m, Meta: meta, Attach: admitAll})
+}
+
+func bindMeta(x admission.Tuple) map[string]any {
+	return acpmeta.Bind{Tuple: x, LeaseNotAfter: time.Now().Add(time.Hour)}.Meta()
+}
+
+// TestStaleFenceDoesNotUndoReattach: a failure from before a reattach must
+// not fence the new binding (epochs).
+func TestStaleFenceDoesNotUndoReattach(t *testing.T) {
+	tb := New(nil)
+	if _, err := open(tb, "c1", "s", "alice", MethodNew, bindMeta(tu("alice"))); err != nil {
+		t.Fatal(err)
+	}
+	old, err := tb.Authorize("c1", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Disconnect("c1")
+	if _, err := open(tb, "c2", "s", "alice", MethodLoad, bindMeta(tu("alice"))); err != nil {
+		t.Fatal(err)
+	}
+	tb.Fence(old, wire.CodeTupleMismatch, "stale")
+	if _, err := tb.Authorize("c2", "s"); err != nil {
+		t.Fatalf("stale fence undid the reattach: %v", err)
+	}
+	if err := tb.Check(old); err == nil {
+		t.Fatal("old grant still checks")
+	}
+}
+
+// TestAttachTransportErrorFences: a bind whose attach fails leaves a
+// never-bound session pending and a bound one fenced.
+func TestAttachFailureStates(t *testing.T) {
+	tb := New(nil)
+	fail := func(ctx context.Context, sid, sha string) (time.Time, uint64, error) {
+		return time.Time{}, 0, wire.Errorf(wire.CodeFateUnknown, "lost")
+	}
+	req := OpenRequest{ConnID: "c", SessionID: "s", Principal: "alice", Method: MethodNew, Meta: bindMeta(tu("alice")), Attach: fail}
+	st, err := tb.Open(context.Background(), req)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeFateUnknown || st.State != Pending {
+		t.Fatalf("first attach lost: %v %v", st.State, err)
+	}
+	req.Method, req.Attach = MethodLoad, admitAll
+	if st, err := tb.Open(context.Background(), req); err != nil || st.State != Bound {
+		t.Fatalf("bind: %v %v", st.State, err)
+	}
+	req.Attach = fail
+	if st, _ := tb.Open(context.Background(), req); st.State != Fenced {
+		t.Fatalf("failed reattach of a bound session: %v", st.State)
+	}
+}
+
+// TestConcurrentUse exercises the table from many goroutines (run -race).
+func TestConcurrentUse(t *testing.T) {
+	tb := New(nil)
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			conn := []string{"c1", "c2"}[i%2]
+			for j := 0; j < 50; j++ {
+				_, _ = open(tb, conn, "s", "alice", MethodLoad, bindMeta(tu("alice")))
+				if g, err := tb.Authorize(conn, "s"); err == nil {
+					tb.Fence(g, wire.CodeFenced, "x")
+				}
+				_ = tb.Policy(conn, "s", HostFilesystem)
+				if j%10 == 0 {
+					tb.Disconnect(conn)
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	if err := tb.Policy("c1", "s", HostProcess); err == nil {
+		t.Fatal("bound-scope session allowed a host tool")
+	}
+}

@@ -1,0 +1,88 @@
+package shared
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+
+	acp "github.com/coder/acp-go-sdk"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	pb "github.com/tetherdev/tether/plugin/proto"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// TestJSONRPCErrorSurvivesTheHop: the custodian's error, data and all,
+// arrives at the plugin identical to what a JSON decode of the wire gives.
+func TestJSONRPCErrorSurvivesTheHop(t *testing.T) {
+	orig := acpmeta.NewError(wire.CodeTupleMismatch, "digest %s is not the binding's", "abc")
+	orig.Data.(map[string]any)["extra"] = []any{1.5, "x", map[string]any{"k": true}}
+	// What the host holds: the error as acp-go-sdk decoded it off the wire.
+	b, _ := json.Marshal(orig)
+	var onWire acp.RequestError
+	if err := json.Unmarshal(b, &onWire); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	got := acpErrorFromStatus(ctx, acpErrorStatus(ctx, &onWire))
+	var re *acp.RequestError
+	if !errors.As(got, &re) || re.Code != onWire.Code || re.Message != onWire.Message || !reflect.DeepEqual(re.Data, onWire.Data) {
+		t.Fatalf("after the hop: %#v, want %#v", got, &onWire)
+	}
+	if code, ok := acpmeta.CodeOf(got); !ok || code != wire.CodeTupleMismatch {
+		t.Fatalf("CodeOf after the hop = %q %v", code, ok)
+	}
+}
+
+func TestTransportLossIsNotAPeerError(t *testing.T) {
+	ctx := context.Background()
+	for _, err := range []error{
+		acpErrorStatus(ctx, ErrTransport),
+		status.Error(codes.Unavailable, "connection refused"),
+		status.Error(codes.Internal, "boom"),
+	} {
+		got := acpErrorFromStatus(ctx, err)
+		var re *acp.RequestError
+		if !errors.Is(got, ErrTransport) || errors.As(got, &re) {
+			t.Errorf("%v -> %v, want ErrTransport and no RequestError", err, got)
+		}
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if got := acpErrorFromStatus(cancelled, status.Error(codes.Canceled, "x")); errors.Is(got, ErrTransport) || !errors.Is(got, context.Canceled) {
+		t.Errorf("caller's cancel -> %v", got)
+	}
+}
+
+func TestToolErrorSurvivesTheHop(t *testing.T) {
+	ctx := context.Background()
+	got := toolErrorFromStatus(ctx, toolErrorStatus(wire.Errorf(wire.CodeFenced, "session %q is fenced", "s1")))
+	var we *wire.Error
+	if !errors.As(got, &we) || we.Code != wire.CodeFenced || we.Message != `session "s1" is fenced` {
+		t.Fatalf("tool error after the hop: %v", got)
+	}
+	bogus, _ := status.New(codes.FailedPrecondition, "x").WithDetails(&pb.ToolError{Code: "made_up", Message: "x"})
+	if code, _ := acpmeta.CodeOf(toolErrorFromStatus(ctx, bogus.Err())); code != wire.CodeInternal {
+		t.Fatalf("a code outside the closed set became %q", code)
+	}
+}
+
+// FuzzMetaFromJSON: anything that decodes is a JSON object; nothing panics.
+func FuzzMetaFromJSON(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := MetaFromJSON(b)
+		if err != nil {
+			if !errors.Is(err, acpmeta.ErrMeta) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if _, _, err := acpmeta.BindFromMeta(m); err != nil && !errors.Is(err, acpmeta.ErrMeta) {
+			t.Fatalf("BindFromMeta untyped error %v", err)
+		}
+	})
+}
