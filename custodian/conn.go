@@ -53,8 +53,9 @@ var (
 // (its stdin), fromAgent its output (its stdout).
 func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptions) *Conn {
 	cn := &Conn{c: c, table: newTable(), opts: opts, watches: map[*Receiver]func(){}}
+	// The SDK starts reading at once; its diagnostics go to slog.Default
+	// (SetLogger after construction would race with that reader).
 	cn.acp = acp.NewClientSideConnection(&client{c: c, conn: cn}, toAgent, fromAgent)
-	cn.acp.SetLogger(c.log.With("acp", "client"))
 	return cn
 }
 

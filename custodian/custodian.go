@@ -74,6 +74,15 @@ type Custodian struct {
 	log   *slog.Logger
 	store *opstore.Store
 	alog  *audit.Log
+	// hook, set only by tests, is called at the named steps of a keyed
+	// dispatch (the crash test SIGKILLs the process there).
+	hook func(step string)
+}
+
+func (c *Custodian) step(name string) {
+	if c.hook != nil {
+		c.hook(name)
+	}
 }
 
 // New opens the state directory: it recovers the operation-key store

@@ -97,6 +97,7 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	if err := cl.c.auditErr(); err != nil {
 		return nil, err
 	}
+	cl.c.step("before-intent")
 	t, replay, err := cl.c.store.Begin(ctx, cl.intent(digest))
 	switch {
 	case errors.Is(err, opstore.ErrConflict):
@@ -107,7 +108,10 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	case replay != nil:
 		return cl.replay(replay)
 	}
-	return cl.dispatch(ctx, t, digest, k)
+	cl.c.step("after-intent")
+	raw, err := cl.dispatch(ctx, t, digest, k)
+	cl.c.step("after-result")
+	return raw, err
 }
 
 func (cl *call) intent(digest string) opstore.Intent {
@@ -134,6 +138,7 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), cl.deadline)
 	defer cancel()
 	err = conn.Call(callCtx, k.op, cl.b.digest, cl.op.OpKey, cl.deadline, k.args, k.result)
+	cl.c.step("after-send")
 	if err != nil {
 		code, msg := codeMessage(err)
 		outcome := opstore.Failed

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -93,6 +94,7 @@ type testAgent struct {
 	sessionID   string
 	attachOnNew bool
 	attachErr   error
+	bound       chan struct{} // closed after session/new's attach, if set
 }
 
 func (a *testAgent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
@@ -106,6 +108,9 @@ func (a *testAgent) NewSession(ctx context.Context, req acp.NewSessionRequest) (
 				acpmeta.AttachRequest{SessionID: a.sessionID, TupleSHA256: b.Tuple.SHA256()})
 		}
 		a.attachErr = err
+	}
+	if a.bound != nil {
+		defer close(a.bound)
 	}
 	return acp.NewSessionResponse{SessionId: acp.SessionId(a.sessionID)}, nil
 }
@@ -190,7 +195,9 @@ func (h *harness) connectAgent(attachOnNew bool) {
 	c2aR, c2aW := io.Pipe()
 	a2cR, a2cW := io.Pipe()
 	h.agent = &testAgent{sessionID: "sess-1", attachOnNew: attachOnNew}
-	h.agent.conn = acp.NewAgentSideConnection(h.agent, a2cW, c2aR)
+	g := &testagent.Gate{R: c2aR, Ready: make(chan struct{})}
+	h.agent.conn = acp.NewAgentSideConnection(h.agent, a2cW, g)
+	close(g.Ready)
 	h.conn = h.c.Serve(c2aW, a2cR, ConnOptions{})
 	h.t.Cleanup(func() { c2aW.Close(); a2cW.Close(); h.conn.Close() })
 }

@@ -100,3 +100,29 @@ func (s *Store) Get(key string) ([]byte, error) {
 	}
 	return append([]byte(nil), data...), nil
 }
+
+// List returns every receipt the store holds, including those still
+// queued for bbolt, in no particular order.
+func (s *Store) List() ([]*Receipt, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	byKey, err := readBucket(s.db)
+	if err != nil {
+		return nil, err
+	}
+	for k, c := range s.cache {
+		r, err := Unmarshal(c.data)
+		if err != nil {
+			return nil, err
+		}
+		byKey[k] = r
+	}
+	out := make([]*Receipt, 0, len(byKey))
+	for _, r := range byKey {
+		out = append(out, r)
+	}
+	return out, nil
+}

@@ -86,6 +86,7 @@ type runner struct {
 
 func (r *runner) run(ctx context.Context) int {
 	log := slog.New(slog.NewTextHandler(r.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	slog.SetDefault(log) // acp-go-sdk's diagnostics: warnings and errors only
 	key, err := credfile.Read(r.cfg.AuditKeyFile)
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: audit key: %v", err)

@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -54,7 +55,10 @@ func Serve(w io.Writer, r io.Reader, sessionID string) *Agent {
 		sessionID = "sess-1"
 	}
 	a := &Agent{sessionID: sessionID, digest: map[string]string{}, root: map[string]string{}}
-	a.conn = acp.NewAgentSideConnection(a, w, r)
+	g := &Gate{R: r, Ready: make(chan struct{})}
+	a.conn = acp.NewAgentSideConnection(a, w, g)
+	a.conn.SetLogger(slog.New(slog.DiscardHandler))
+	close(g.Ready)
 	return a
 }
 
@@ -227,4 +231,17 @@ func fresh() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return "ta-" + hex.EncodeToString(b[:])
+}
+
+// Gate holds reads from R until Ready is closed, so an SDK connection
+// built on it handles nothing before its constructor's result (and logger)
+// is stored: acp-go-sdk starts reading inside the constructor.
+type Gate struct {
+	R     io.Reader
+	Ready chan struct{}
+}
+
+func (g *Gate) Read(p []byte) (int, error) {
+	<-g.Ready
+	return g.R.Read(p)
 }
