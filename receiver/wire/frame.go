@@ -83,15 +83,16 @@ func NewFrameReader(r io.Reader, limit int) (*FrameReader, error) {
 }
 
 // ReadFrame returns the next frame's payload. The slice is valid only until
-// the next call. A clean end of stream at a frame boundary is io.EOF; an
-// end inside a frame is ErrFrameTruncated; a declared length of zero is
+// the next call. A clean end of stream at a frame boundary is io.EOF (and
+// a read error there is returned as is); an end inside a frame is
+// ErrFrameTruncated; a declared length of zero is
 // ErrFrameEmpty; a declared length above the limit is a *FrameSizeError,
 // returned before any payload byte is read.
 func (fr *FrameReader) ReadFrame() ([]byte, error) {
 	var hdr [headerSize]byte
 	if n, err := io.ReadFull(fr.r, hdr[:]); err != nil {
-		if n == 0 && errors.Is(err, io.EOF) {
-			return nil, io.EOF
+		if n == 0 { // between frames: a clean end (io.EOF) or the stream's own error
+			return nil, err
 		}
 		return nil, fmt.Errorf("%w: header: %w", ErrFrameTruncated, err)
 	}
