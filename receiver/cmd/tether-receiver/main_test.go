@@ -1,0 +1,432 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/signing"
+	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/receiver/caps"
+	"github.com/tetherdev/tether/receiver/transport"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// The binary under test is built once, with CGO_ENABLED=0 as the Makefile
+// builds it (caps.Narrow needs that).
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tether-receiver-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		os.Chmod(dir, 0o755)
+		binPath = filepath.Join(dir, "tether-receiver")
+		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		cmd := exec.Command(goBin, "build", "-trimpath", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func capsh(t testing.TB) string {
+	t.Helper()
+	p, err := exec.LookPath("capsh")
+	if err != nil {
+		t.Fatalf("capsh not found (ci/setup installs libcap2-bin): %v", err)
+	}
+	return p
+}
+
+const (
+	gUID = 60401
+	gGID = 60402
+)
+
+// env is a complete receiver deployment in a temporary directory: an
+// admission directory with a signed snapshot, a grant root, a config.
+type env struct {
+	t      testing.TB
+	base   string
+	config string
+	socket string
+	grant  admission.Grant
+	pub    *admission.Publisher
+}
+
+func newEnv(t testing.TB, landlock, spawnMode string) *env {
+	t.Helper()
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} {
+		os.Chmod(d, 0o755)
+	}
+	e := &env{t: t, base: base, socket: filepath.Join(base, "run", "receiver.sock")}
+	for _, d := range []string{"admission", "run", "root"} {
+		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(base, "root")
+	if err := os.Chown(root, gUID, gGID); err != nil {
+		t.Fatal(err)
+	}
+	key, err := signing.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := signing.WritePublicKey(filepath.Join(base, "admission.pub"), key.Public()); err != nil {
+		t.Fatal(err)
+	}
+	if e.pub, err = admission.NewPublisher(admission.PublisherConfig{Dir: filepath.Join(base, "admission"), Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	e.grant = admission.Grant{
+		Tuple: admission.Tuple{Owner: "o", Allocation: "a", Session: "s", Workspace: "w", Sandbox: "sb",
+			Generation: 1, Executor: "e", Site: "site", Root: root},
+		UID: gUID, GID: gGID, Groups: []uint32{60403},
+		Ops:      []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill},
+		Limits:   admission.Limits{MaxProcs: 64, MaxRuntimeS: 600, MaxOutputBytes: 64 << 10, MaxFileBytes: 1 << 20},
+		NotAfter: time.Now().Add(time.Hour),
+	}
+	if _, err := e.pub.Publish(context.Background(), admission.PublishInput{NotAfter: time.Now().Add(2 * time.Hour),
+		Grants: []admission.Grant{e.grant}}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{
+		"listen": []any{map[string]any{"unix": map[string]any{"path": e.socket, "host_only": true}}},
+		"admission": map[string]any{"file": filepath.Join(base, "admission", admission.FileName),
+			"public_key": filepath.Join(base, "admission.pub"), "owner_uid": 0},
+		"landlock": map[string]any{"mode": landlock},
+		"spawn":    spawnMode,
+	}
+	data, _ := json.Marshal(cfg)
+	e.config = filepath.Join(base, "receiver.json")
+	if err := os.WriteFile(e.config, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// daemon is a running tether-receiver process.
+type daemon struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// start runs the binary with the config and waits for its socket.
+func (e *env) start(prefix ...string) *daemon {
+	e.t.Helper()
+	args := append(append([]string{}, prefix...), binary(e.t), "--config", e.config)
+	d := &daemon{cmd: exec.Command(args[0], args[1:]...), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	d.cmd.Stderr = d.stderr
+	if err := d.cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	e.t.Cleanup(func() { d.cmd.Process.Kill(); <-d.done })
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if conn, err := (transport.Unix{Path: e.socket, HostOnly: true}).Dial(context.Background()); err == nil {
+			conn.Close() // the socket exists between bind and listen; wait until it accepts
+			return d
+		}
+		select {
+		case err := <-d.done:
+			d.done <- err
+			e.t.Fatalf("daemon exited: %v\n%s", err, d.stderr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	e.t.Fatalf("daemon did not listen within 15 s\n%s", d.stderr)
+	return nil
+}
+
+// client dials the daemon's socket.
+func (e *env) client() *client {
+	e.t.Helper()
+	conn, err := transport.Unix{Path: e.socket, HostOnly: true}.Dial(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c, err := wire.NewClient(conn, wire.ClientConfig{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return &client{t: e.t, c: c, digest: e.grant.Tuple.SHA256()}
+}
+
+type client struct {
+	t      testing.TB
+	c      *wire.Client
+	digest string
+	seq    atomic.Int64
+}
+
+func (c *client) call(op wire.Op, args, result any) error {
+	key := "k-" + strconv.FormatInt(c.seq.Add(1), 10)
+	return c.c.Call(context.Background(), op, c.digest, key, time.Now().Add(30*time.Second), args, result)
+}
+
+// run starts argv and waits for it; it returns output and exit status.
+func (c *client) run(argv ...string) (string, wire.ExitStatus) {
+	c.t.Helper()
+	var st wire.ExecStartResult
+	if err := c.call(wire.OpExecStart, wire.ExecStartArgs{Argv: argv, Env: map[string]string{"PATH": "/usr/bin:/bin"}}, &st); err != nil {
+		c.t.Fatalf("exec_start %v: %v", argv, err)
+	}
+	var w wire.ExecWaitResult
+	if err := c.call(wire.OpExecWait, wire.TerminalArgs{TerminalID: st.TerminalID}, &w); err != nil {
+		c.t.Fatal(err)
+	}
+	var out wire.ExecOutputResult
+	if err := c.call(wire.OpExecOutput, wire.TerminalArgs{TerminalID: st.TerminalID}, &out); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := c.call(wire.OpExecRelease, wire.TerminalArgs{TerminalID: st.TerminalID}, nil); err != nil {
+		c.t.Fatal(err)
+	}
+	return out.Output, w.Exit
+}
+
+// procsOfUID lists the processes of real uid u, zombies included.
+func procsOfUID(t testing.TB, u uint32) []int { return scanUID(u, true) }
+
+// liveProcsOfUID lists the processes of real uid u that have not exited.
+// Once the receiver is gone, its dead children are init's to reap.
+func liveProcsOfUID(t testing.TB, u uint32) []int { return scanUID(u, false) }
+
+func scanUID(u uint32, zombies bool) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		st, err := caps.ReadStatus(fmt.Sprintf("/proc/%d/status", pid))
+		if err == nil && st.UID[0] == u && (zombies || st.State != "Z") {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestIntegrationCheckCaps(t *testing.T) {
+	testenv.Require(t, "root")
+	bin := binary(t)
+	out, err := exec.Command(bin, "check-caps").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK: uid 0 with all seven capabilities") {
+		t.Fatalf("check-caps as root: %v\n%s", err, out)
+	}
+	for _, c := range caps.Required {
+		name := caps.Name(c)
+		out, err := exec.Command(capsh(t), "--drop=cap_"+c.String(), "--", "-c", `exec "$0" check-caps`, bin).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitMissing {
+			t.Fatalf("check-caps without %s: %v\n%s", name, err, out)
+		}
+		if !strings.Contains(string(out), name+" ") || !strings.Contains(string(out), "MISSING") || strings.Count(string(out), "MISSING") != 1 {
+			t.Fatalf("check-caps without %s does not name exactly it:\n%s", name, out)
+		}
+	}
+}
+
+// TestIntegrationRefusesWithoutEachCap starts the daemon with each of the
+// seven dropped from its bounding set: it refuses naming the capability,
+// never listens, and (without KILL in particular) never starts a child.
+func TestIntegrationRefusesWithoutEachCap(t *testing.T) {
+	testenv.Require(t, "root")
+	for _, c := range caps.Required {
+		e := newEnv(t, "off", "thread")
+		cmd := exec.Command(capsh(t), "--drop=cap_"+c.String(), "--", "-c", `exec "$0" --config "$1"`, binary(t), e.config)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitFailed || !strings.Contains(string(out), caps.Name(c)+" (not in") {
+			t.Fatalf("daemon without %s: %v\n%s", caps.Name(c), err, out)
+		}
+		if _, err := os.Stat(e.socket); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("daemon without %s created its socket", caps.Name(c))
+		}
+	}
+	if ps := procsOfUID(t, gUID); len(ps) > 0 {
+		t.Fatalf("processes of the grant uid exist: %v", ps)
+	}
+}
+
+// TestIntegrationDaemon runs the real daemon and proves the masks of the
+// receiver and of its children, before and after 100 commands.
+func TestIntegrationDaemon(t *testing.T) {
+	testenv.Require(t, "root")
+	for _, mode := range []struct{ landlock, spawn string }{{"required", "thread"}, {"off", "helper"}} {
+		t.Run(mode.landlock+"-"+mode.spawn, func(t *testing.T) {
+			e := newEnv(t, mode.landlock, mode.spawn)
+			d := e.start()
+			assertReceiverThreads(t, d.cmd.Process.Pid)
+			c := e.client()
+			out, st := c.run("/bin/sh", "-c", "cat /proc/self/status; echo @@@; /bin/sh -c 'cat /proc/self/status'")
+			if st.ExitCode == nil || *st.ExitCode != 0 {
+				t.Fatalf("status %+v\n%s", st, out)
+			}
+			for i, part := range strings.Split(out, "@@@\n") {
+				assertChild(t, []string{"child", "grandchild"}[i], part)
+			}
+			for range 100 {
+				if _, st := c.run("/bin/true"); st.ExitCode == nil || *st.ExitCode != 0 {
+					t.Fatalf("true: %+v", st)
+				}
+			}
+			assertReceiverThreads(t, d.cmd.Process.Pid)
+			var w wire.WriteResult
+			if err := c.call(wire.OpWrite, wire.WriteArgs{Path: "f", Content: "x"}, &w); err != nil || w.Size != 1 {
+				t.Fatalf("write: %+v %v", w, err)
+			}
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			if err := <-d.done; err != nil {
+				t.Fatalf("daemon after SIGTERM: %v\n%s", err, d.stderr)
+			}
+			d.done <- nil
+		})
+	}
+}
+
+// assertReceiverThreads: every thread of the receiver holds exactly the
+// seven capabilities (CapEff=CapPrm=CapBnd=00000000000001eb) and nothing
+// else, and none has NoNewPrivs.
+func assertReceiverThreads(t *testing.T, pid int) {
+	t.Helper()
+	sts, err := caps.ThreadStatuses(pid)
+	if err != nil || len(sts) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	for tid, st := range sts {
+		got := fmt.Sprintf("Eff=%016x Prm=%016x Bnd=%016x Inh=%016x Amb=%016x NNP=%d uid=%v",
+			st.CapEff, st.CapPrm, st.CapBnd, st.CapInh, st.CapAmb, st.NoNewPrivs, st.UID)
+		want := "Eff=00000000000001eb Prm=00000000000001eb Bnd=00000000000001eb Inh=0000000000000000 Amb=0000000000000000 NNP=0 uid=[0 0 0 0]"
+		if got != want {
+			t.Fatalf("receiver thread %d: %s\nwant %s", tid, got, want)
+		}
+	}
+}
+
+func assertChild(t *testing.T, who, status string) {
+	t.Helper()
+	st, err := caps.ParseStatus([]byte(status))
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", who, err, status)
+	}
+	got := fmt.Sprintf("Uid=%v Gid=%v Groups=%v Inh=%016x Prm=%016x Eff=%016x Bnd=%016x Amb=%016x NNP=%d",
+		st.UID, st.GID, st.Groups, st.CapInh, st.CapPrm, st.CapEff, st.CapBnd, st.CapAmb, st.NoNewPrivs)
+	want := fmt.Sprintf("Uid=[%d %d %d %d] Gid=[%d %d %d %d] Groups=[60403] Inh=0000000000000000 Prm=0000000000000000 Eff=0000000000000000 Bnd=0000000000000000 Amb=0000000000000000 NNP=1",
+		gUID, gUID, gUID, gUID, gGID, gGID, gGID, gGID)
+	if got != want {
+		t.Fatalf("%s:\n got %s\nwant %s", who, got, want)
+	}
+}
+
+// TestIntegrationSIGKILLKillsChildren: children die with the receiver.
+func TestIntegrationSIGKILLKillsChildren(t *testing.T) {
+	testenv.Require(t, "root")
+	e := newEnv(t, "off", "thread")
+	d := e.start()
+	c := e.client()
+	for range 3 {
+		var st wire.ExecStartResult
+		if err := c.call(wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/sleep", "100"}}, &st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(procsOfUID(t, gUID)); n != 3 {
+		t.Fatalf("%d children running, want 3", n)
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+	d.done <- nil
+	deadline := time.Now().Add(2 * time.Second)
+	for len(liveProcsOfUID(t, gUID)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ps := liveProcsOfUID(t, gUID); len(ps) > 0 {
+		t.Fatalf("children %v survived SIGKILL of the receiver", ps)
+	}
+}
+
+// BenchmarkExecRoundTrip measures exec_start + exec_wait of /bin/true
+// through a wire client, the unix socket, the real daemon and its handler,
+// against a direct fork/exec of /bin/true in the same run.
+func BenchmarkExecRoundTrip(b *testing.B) {
+	testenv.Require(b, "root")
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	for _, mode := range []string{"thread", "helper"} {
+		b.Run("receiver-"+mode, func(b *testing.B) {
+			e := newEnv(b, "off", mode)
+			e.start()
+			c := e.client()
+			for b.Loop() {
+				var st wire.ExecStartResult
+				if err := c.call(wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}, &st); err != nil {
+					b.Fatal(err)
+				}
+				var w wire.ExecWaitResult
+				if err := c.call(wire.OpExecWait, wire.TerminalArgs{TerminalID: st.TerminalID}, &w); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer() // releasing the finished terminal is bookkeeping, not the round trip
+				if err := c.call(wire.OpExecRelease, wire.TerminalArgs{TerminalID: st.TerminalID}, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkStatRoundTrip isolates the wire, socket, grant lookup and
+// handler cost of one request that starts nothing.
+func BenchmarkStatRoundTrip(b *testing.B) {
+	testenv.Require(b, "root")
+	e := newEnv(b, "off", "thread")
+	e.start()
+	c := e.client()
+	for b.Loop() {
+		var st wire.StatResult
+		if err := c.call(wire.OpStat, wire.StatArgs{Path: "."}, &st); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
