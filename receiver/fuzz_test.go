@@ -14,9 +14,9 @@ import (
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
-// FuzzDecodeArgs drives the Handler's own argument path: strict decoding
-// of each op's args, then (for exec_start) planExec, which turns args into
-// what would be started. A plan must never carry a loader variable, an
+// FuzzDecodeArgs drives the Handler's argument path: the wire decoder of
+// each op's args as the Handler calls it, then (for exec_start) planExec,
+// which turns args into what would be started. A plan must never carry a loader variable, an
 // unsorted or duplicated environment, a relative executable, an output
 // bound above the grant's or the receiver's, or a deadline past the
 // grant's end.
@@ -42,7 +42,7 @@ func FuzzDecodeArgs(f *testing.F) {
 		Limits: admission.Limits{MaxProcs: 1, MaxRuntimeS: 60, MaxOutputBytes: 1000, MaxFileBytes: 1000}}
 	f.Fuzz(func(t *testing.T, opIndex uint8, raw []byte) {
 		op := wire.Ops[int(opIndex)%len(wire.Ops)]
-		args, err := decodeArgs(op, raw)
+		args, err := decodeArgs(&wire.Request{Op: op, Args: raw})
 		if err != nil {
 			var we *wire.Error
 			if !errors.As(err, &we) || we.Code != wire.CodeInvalid {
@@ -54,7 +54,7 @@ func FuzzDecodeArgs(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := decodeArgs(op, again); err != nil {
+		if _, err := decodeArgs(&wire.Request{Op: op, Args: again}); err != nil {
 			t.Fatalf("re-encoded args %s refused: %v", again, err)
 		}
 		a, ok := args.(*wire.ExecStartArgs)

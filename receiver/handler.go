@@ -114,7 +114,7 @@ func (h *Handler) Serve(ctx context.Context, req *wire.Request) (any, error) {
 	if err := checkEnvelope(req, h.now()); err != nil {
 		return nil, err
 	}
-	args, err := decodeArgs(req.Op, req.Args)
+	args, err := decodeArgs(req)
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +166,9 @@ func checkEnvelope(req *wire.Request, now time.Time) error {
 	switch {
 	case !req.Op.Valid():
 		return wire.Errorf(wire.CodeInvalid, "op %q is not in the closed set", req.Op)
-	case !validDigest(req.TupleSHA256):
+	case !wire.ValidDigest(req.TupleSHA256):
 		return wire.Errorf(wire.CodeInvalid, "tuple_sha256 is not 64 lowercase hex digits")
-	case !validOpKey(req.OpKey):
+	case !wire.ValidOpKey(req.OpKey):
 		return wire.Errorf(wire.CodeInvalid, "op_key is not 1..128 characters of [A-Za-z0-9._:-]")
 	case req.Deadline.IsZero():
 		return wire.Errorf(wire.CodeInvalid, "deadline missing")
@@ -176,31 +176,6 @@ func checkEnvelope(req *wire.Request, now time.Time) error {
 		return wire.Errorf(wire.CodeTimeout, "request deadline %s has passed", req.Deadline.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
-}
-
-func validDigest(d string) bool {
-	if len(d) != 64 {
-		return false
-	}
-	for i := range len(d) {
-		if c := d[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-func validOpKey(k string) bool {
-	if len(k) == 0 || len(k) > 128 {
-		return false
-	}
-	for i := range len(k) {
-		c := k[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // logInternal records an unexpected failure; the peer sees only internal.

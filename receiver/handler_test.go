@@ -144,7 +144,7 @@ func TestAttach(t *testing.T) {
 	if err != nil || ar.GrantGeneration != 2 || !ar.NotAfter.Equal(kill.NotAfter) || len(ar.Ops) != 1 || ar.Ops[0] != "kill" {
 		t.Fatalf("attach = %+v, %v", res, err)
 	}
-	if _, err := f.call(f.newGrant("nobody"), wire.OpAttach, nil); code(err) != wire.CodeNotAdmitted {
+	if _, err := f.call(f.newGrant("nobody"), wire.OpAttach, wire.AttachArgs{}); code(err) != wire.CodeNotAdmitted {
 		t.Fatalf("attach without grant: %v", err)
 	}
 	f.clk.Advance(61 * time.Minute)
