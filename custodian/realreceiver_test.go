@@ -42,7 +42,7 @@ var (
 )
 
 // buildBinary builds one of this module's commands once per test process.
-func buildBinary(t *testing.T, pkg, name string) string {
+func buildBinary(t testing.TB, pkg, name string) string {
 	t.Helper()
 	binOnce.Do(func() { binDir, binErr = os.MkdirTemp("", "tether-custodian-test-bin-") })
 	if binErr != nil {
@@ -60,7 +60,7 @@ func buildBinary(t *testing.T, pkg, name string) string {
 	return out
 }
 
-func startReceiver(t *testing.T) *realReceiver {
+func startReceiver(t testing.TB) *realReceiver {
 	t.Helper()
 	testenv.Require(t, "root")
 	bin := buildBinary(t, "github.com/tetherdev/tether/receiver/cmd/tether-receiver", "tether-receiver")
@@ -99,7 +99,7 @@ func startReceiver(t *testing.T) *realReceiver {
 	return rr
 }
 
-func (rr *realReceiver) publish(t *testing.T, dir string, key signing.PrivateKey) {
+func (rr *realReceiver) publish(t testing.TB, dir string, key signing.PrivateKey) {
 	t.Helper()
 	pub, err := admission.NewPublisher(admission.PublisherConfig{Dir: dir, Key: key})
 	must(t, err)
@@ -112,7 +112,7 @@ func (rr *realReceiver) publish(t *testing.T, dir string, key signing.PrivateKey
 	must(t, err)
 }
 
-func (rr *realReceiver) waitUp(t *testing.T) {
+func (rr *realReceiver) waitUp(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -134,7 +134,7 @@ func (rr *realReceiver) dialer() Dialer {
 // file returns the path of rel inside the tuple's root.
 func (rr *realReceiver) file(rel string) string { return filepath.Join(rr.tuple.Root, rel) }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +142,7 @@ func must(t *testing.T, err error) {
 }
 
 type prefixWriter struct {
-	t      *testing.T
+	t      testing.TB
 	prefix string
 }
 

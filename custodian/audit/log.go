@@ -47,6 +47,11 @@ type Options struct {
 	// MaxQueue bounds records waiting for the writer; Append blocks (never
 	// drops) beyond it. Zero means 65536.
 	MaxQueue int
+	// GroupDelay is how long the writer lets records gather after the
+	// first one arrives, so a burst shares one write and one fdatasync
+	// (and the log's fsyncs stay off the disk queue of the requests it
+	// audits). Zero means 50 ms; negative means no delay.
+	GroupDelay time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 }
@@ -109,6 +114,9 @@ func (o *Options) fill() {
 	}
 	if o.MaxQueue <= 0 {
 		o.MaxQueue = 65536
+	}
+	if o.GroupDelay == 0 {
+		o.GroupDelay = 50 * time.Millisecond
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -285,12 +293,18 @@ func (l *Log) wakeOn(c <-chan time.Time) {
 	}
 }
 
-// take waits for queued records (or a tick, or Close) and takes them all.
+// take waits for queued records (or a tick, or Close), lets a group
+// gather for GroupDelay, and takes them all.
 func (l *Log) take() ([][]byte, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.queue) == 0 && !l.closing && l.broken == nil {
 		l.cond.Wait()
+	}
+	if len(l.queue) > 0 && !l.closing && l.opts.GroupDelay > 0 && len(l.queue) < l.opts.MaxQueue/2 {
+		l.mu.Unlock()
+		time.Sleep(l.opts.GroupDelay)
+		l.mu.Lock()
 	}
 	batch := l.queue
 	l.queue = nil

@@ -32,6 +32,11 @@ type Options struct {
 	SegmentBytes int64
 	// PruneEvery is how often expired receipts are deleted. Zero means 1 h.
 	PruneEvery time.Duration
+	// WriteDelay is how long results gather before one bbolt commit (two
+	// fsyncs) records them all, off the request path. Zero means 50 ms;
+	// negative means no delay. A crash inside it only turns those keys
+	// interrupted.
+	WriteDelay time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 }
@@ -56,6 +61,9 @@ func (o *Options) fill() error {
 	}
 	if o.PruneEvery <= 0 {
 		o.PruneEvery = time.Hour
+	}
+	if o.WriteDelay == 0 {
+		o.WriteDelay = 50 * time.Millisecond
 	}
 	if o.Now == nil {
 		o.Now = time.Now

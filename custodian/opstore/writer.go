@@ -57,6 +57,11 @@ func (s *Store) nextBatch(kick chan struct{}) ([]queued, bool) {
 	for len(s.queue) == 0 && !s.closing && len(kick) == 0 {
 		s.cond.Wait()
 	}
+	if len(s.queue) > 0 && !s.closing && s.opts.WriteDelay > 0 {
+		s.mu.Unlock()
+		time.Sleep(s.opts.WriteDelay)
+		s.mu.Lock()
+	}
 	batch := s.queue
 	s.queue = nil
 	return batch, s.closing && len(batch) == 0
