@@ -125,7 +125,7 @@ func (h *Handler) execStart(req *wire.Request, a *wire.ExecStartArgs, g admissio
 	if err != nil {
 		return nil, err
 	}
-	slot, err := h.terms.reserve(req.TupleSHA256, req.OpKey, g.Limits.MaxProcs)
+	slot, err := h.terms.reserve(req.TupleSHA256, req.OpKey, g.Limits.MaxProcs, now)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecSta
 		return nil, err
 	}
 	t := &terminal{id: id, tuple: tuple, child: child, out: newTailBuffer(int(plan.limit)), output: rd,
-		done: make(chan struct{})}
+		done: make(chan struct{}), now: h.now}
 	t.timer = time.AfterFunc(plan.deadline.Sub(now), t.kill)
 	copied := make(chan struct{})
 	go t.copyOutput(copied)

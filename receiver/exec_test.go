@@ -303,3 +303,55 @@ func taintedThreads(t *testing.T, want caps.Status) []string {
 	}
 	return bad
 }
+
+// TestRevocationKillsRunningCommands: a command whose grant disappears
+// from the snapshot, or stops allowing exec, is killed within the recheck
+// interval; a command of a grant that stays is not.
+func TestRevocationKillsRunningCommands(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{RecheckEvery: 50 * time.Millisecond})
+	gone := f.newGrant("gone", allOps...)
+	narrowed := f.newGrant("narrowed", allOps...)
+	f.publish(f.grant, gone, narrowed)
+	sleep := wire.ExecStartArgs{Argv: []string{"/bin/sleep", "100"}}
+	keep, g1, n1 := f.start(f.grant, sleep), f.start(gone, sleep), f.start(narrowed, sleep)
+	narrowed.Ops = []admission.Op{admission.OpRead}
+	f.publish(f.grant, narrowed)
+	// The revoked tuples can no longer ask (their requests are refused),
+	// so the terminals are read from the table.
+	for id, g := range map[string]admission.Grant{g1: gone, n1: narrowed} {
+		tm := f.h.terms.get(g.Tuple.SHA256(), id)
+		select {
+		case <-tm.done:
+			if st := tm.status(); st.Signal != "KILL" {
+				t.Fatalf("%s: ended %+v, want KILL", g.Tuple.Allocation, st)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: command still runs 5 s after its grant went away", g.Tuple.Allocation)
+		}
+	}
+	if out := f.output(f.grant, keep); out.Exit != nil {
+		t.Fatalf("a command whose grant stayed was killed: %+v", out.Exit)
+	}
+}
+
+// TestStaleTerminalsMakeRoom: a full table evicts finished terminals older
+// than TerminalRetention, never running or recent ones.
+func TestStaleTerminalsMakeRoom(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{Limits: Limits{MaxTerminals: 2}})
+	old := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/true"}})
+	f.wait(f.grant, old)
+	running := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sleep", "100"}})
+	if _, err := f.call(f.grant, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}); code(err) != wire.CodeDenied {
+		t.Fatalf("full table with a recent finished terminal: %v", err)
+	}
+	f.clk.Advance(TerminalRetention + time.Second)
+	f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/true"}})
+	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: old}); code(err) != wire.CodeNotFound {
+		t.Fatalf("stale terminal kept: %v", err)
+	}
+	if out := f.output(f.grant, running); out.Exit != nil {
+		t.Fatalf("running terminal disturbed: %+v", out)
+	}
+}

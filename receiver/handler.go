@@ -33,6 +33,10 @@ type Options struct {
 	// default). HelperPath is the binary ModeHelper re-executes.
 	SpawnMode  spawn.Mode
 	HelperPath string
+	// RecheckEvery is how often the grants of running commands are looked
+	// up again; a command whose grant is gone, expired or no longer allows
+	// exec is killed. 0 means DefaultRecheckEvery.
+	RecheckEvery time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log receives failures the peer sees only as a code; nil discards.
@@ -55,7 +59,11 @@ type Handler struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
+	sweeper   sync.WaitGroup
 }
+
+// DefaultRecheckEvery is how often running commands' grants are checked.
+const DefaultRecheckEvery = 5 * time.Second
 
 var _ wire.Handler = (*Handler)(nil)
 
@@ -87,6 +95,11 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h.terms = newTerminals(lim.MaxTerminals)
+	every := opts.RecheckEvery
+	if every <= 0 {
+		every = DefaultRecheckEvery
+	}
+	h.sweeper.Go(func() { h.sweep(every) })
 	return h, nil
 }
 
@@ -96,6 +109,7 @@ func NewHandler(opts Options) (*Handler, error) {
 func (h *Handler) Close() error {
 	h.closeOnce.Do(func() {
 		close(h.closed)
+		h.sweeper.Wait()
 		h.terms.closeAll()
 		h.landlock.close()
 	})
@@ -182,4 +196,29 @@ func checkEnvelope(req *wire.Request, now time.Time) error {
 func (h *Handler) logInternal(op wire.Op, err error) error {
 	h.log.Error("receiver: op failed", "op", op, "err", err)
 	return wire.Errorf(wire.CodeInternal, "%s failed inside the receiver", op)
+}
+
+// sweep re-resolves the grant of every running command each interval and
+// kills the command when the grant no longer admits it: revocation reaches
+// a running command within one interval, not only at its deadline. Any
+// lookup failure kills, as any failure refuses a request.
+func (h *Handler) sweep(every time.Duration) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.closed:
+			return
+		case <-tick.C:
+		}
+		for _, t := range h.terms.running() {
+			ctx, cancel := context.WithTimeout(context.Background(), every)
+			_, err := h.grant(ctx, t.tuple, admission.OpExec)
+			cancel()
+			if err != nil {
+				h.log.Warn("receiver: grant gone; killing command", "terminal", t.id, "err", err)
+				t.kill()
+			}
+		}
+	}
 }

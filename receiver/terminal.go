@@ -26,9 +26,11 @@ type terminal struct {
 
 	mu sync.Mutex // guards exit
 
-	done   chan struct{} // closed once exit, output and hashes are final
-	exit   wire.ExitStatus
-	hashes map[string]string
+	done    chan struct{} // closed once exit, output and hashes are final
+	exit    wire.ExitStatus
+	hashes  map[string]string
+	endedAt time.Time // set before done is closed
+	now     func() time.Time
 }
 
 // newTerminalID returns 128 random bits in hex: terminal ids are not
@@ -74,6 +76,7 @@ func (t *terminal) watch(root *fsops.Root, hashPaths []string, copied <-chan str
 		}
 		t.hashes = sums
 	}
+	t.endedAt = t.now()
 	close(t.done)
 }
 
@@ -155,7 +158,7 @@ func newTerminals(max int) *terminals {
 
 // reserve checks capacity, the tuple's max_procs and op-key replay before
 // a child is started, and holds a slot: commit or cancel must follow.
-func (ts *terminals) reserve(tuple, opKey string, maxProcs int) (slot *reservation, err error) {
+func (ts *terminals) reserve(tuple, opKey string, maxProcs int, now time.Time) (slot *reservation, err error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	key := tuple + "\n" + opKey
@@ -164,7 +167,7 @@ func (ts *terminals) reserve(tuple, opKey string, maxProcs int) (slot *reservati
 		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
 	case ts.opKeys[key] != "":
 		return nil, wire.Errorf(wire.CodeOpKeyConflict, "op_key %q already started terminal %s; a command never runs twice", opKey, ts.opKeys[key])
-	case len(ts.byID) >= ts.max:
+	case len(ts.byID) >= ts.max && ts.evictStale(now) == 0:
 		return nil, wire.Errorf(wire.CodeDenied, "the receiver keeps %d terminals already; release finished ones", ts.max)
 	}
 	running := 0
@@ -180,6 +183,37 @@ func (ts *terminals) reserve(tuple, opKey string, maxProcs int) (slot *reservati
 	ts.byID[id] = nil // the slot; get() skips it until commit
 	ts.rememberKey(key, id)
 	return &reservation{ts: ts, id: id}, nil
+}
+
+// TerminalRetention is how long a finished, unreleased terminal keeps its
+// output and status once the table is full; older ones make room for new
+// commands. A client that never releases cannot lock the receiver up.
+const TerminalRetention = 10 * time.Minute
+
+// evictStale drops finished terminals that ended more than
+// TerminalRetention ago and returns how many; ts.mu is held.
+func (ts *terminals) evictStale(now time.Time) int {
+	n := 0
+	for id, t := range ts.byID {
+		if t != nil && t.finished() && now.Sub(t.endedAt) > TerminalRetention {
+			delete(ts.byID, id)
+			n++
+		}
+	}
+	return n
+}
+
+// running returns the terminals whose command has not ended.
+func (ts *terminals) running() []*terminal {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	var out []*terminal
+	for _, t := range ts.byID {
+		if t != nil && !t.finished() {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func (ts *terminals) rememberKey(key, id string) {
