@@ -58,6 +58,7 @@ type AttachFunc func(ctx context.Context, sessionID, tupleSHA256 string) (leaseN
 // Status is a snapshot of one session.
 type Status struct {
 	SessionID       string
+	Principal       string // who opened the session
 	State           State
 	Tuple           admission.Tuple // zero unless a tuple is pinned
 	TupleSHA256     string
@@ -113,7 +114,7 @@ func (s *session) state() State {
 }
 
 func (s *session) status() Status {
-	st := Status{SessionID: s.id, State: s.state(), LeaseNotAfter: s.notAfter,
+	st := Status{SessionID: s.id, Principal: s.principal, State: s.state(), LeaseNotAfter: s.notAfter,
 		GrantGeneration: s.generation, Code: s.code, Message: s.message}
 	if s.tuple != nil {
 		st.Tuple = *s.tuple

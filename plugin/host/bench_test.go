@@ -75,4 +75,3 @@ func BenchmarkRead4KiB(b *testing.B) {
 	})
 	client.Reset()
 }
-

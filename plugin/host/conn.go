@@ -3,7 +3,6 @@ package host
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -237,11 +236,5 @@ func (a *ascClient) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalRe
 
 func (a *ascClient) Attach(ctx context.Context, p acpmeta.AttachRequest) (json.RawMessage, error) {
 	raw, err := a.asc.CallExtension(ctx, acpmeta.MethodAttach, p)
-	if err != nil {
-		return nil, a.wrap(err)
-	}
-	if len(raw) == 0 {
-		return nil, errors.New("_tether/attach: empty result")
-	}
-	return raw, nil
+	return raw, a.wrap(err)
 }

@@ -190,6 +190,8 @@ func TestRule5ForeignAndOperatorRefused(t *testing.T) {
 		_, err = f.conn.OpenSession(ctx, host.MethodNew, "fresh-"+who, bindMeta(t, tu, lease))
 		wantCode(t, err, "denied")
 		readRefused(t, f, "s1", "fenced")
+		_, err = f.conn.Status(ctx, "s1")
+		wantCode(t, err, "denied") // nor can they read its state
 	}
 	readOK(t, a, "s1") // alice's binding is untouched
 }
@@ -234,15 +236,15 @@ func TestRule6FencesAreSticky(t *testing.T) {
 		p := loadPlugin(t)
 		l, _ := bound(t, p)
 		ctx, tu := ctxT(t), tuple("alice", l.client.Root)
+		n := newLink(t, p, l.client, "alice")
 		l.cut()
 		deadline := time.Now().Add(10 * time.Second)
-		for state(t, l, "s1") != pb.BindingState_BINDING_STATE_FENCED && time.Now().Before(deadline) {
+		for state(t, n, "s1") != pb.BindingState_BINDING_STATE_FENCED && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if state(t, l, "s1") != pb.BindingState_BINDING_STATE_FENCED {
+		if state(t, n, "s1") != pb.BindingState_BINDING_STATE_FENCED {
 			t.Fatal("transport loss did not fence")
 		}
-		n := newLink(t, p, l.client, "alice")
 		readRefused(t, n, "s1", "fenced")
 		if _, err := n.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, time.Now().Add(time.Hour))); err != nil {
 			t.Fatal(err)

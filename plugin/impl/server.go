@@ -156,11 +156,19 @@ func attachFunc(c *conn) binding.AttachFunc {
 	}
 }
 
-// Status implements shared.Plugin.
+// Status implements shared.Plugin. Only the principal that opened the
+// session may read its state.
 func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.SessionStatus, error) {
+	c, err := s.conn(req.GetConnId())
+	if err != nil {
+		return nil, err
+	}
 	st, err := s.table.Status(req.GetSessionId())
 	if err != nil {
 		return nil, err
+	}
+	if st.Principal != c.principal {
+		return nil, wire.Errorf(wire.CodeDenied, "session %q belongs to another principal", req.GetSessionId())
 	}
 	return statusPB(st), nil
 }

@@ -3,7 +3,6 @@ package shared
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 
@@ -301,9 +300,6 @@ func (s *acpClientServer) Attach(ctx context.Context, r *pb.AcpAttachRequest) (*
 	raw, err := s.impl.Attach(ctx, acpmeta.AttachRequest{SessionID: r.GetSessionId(), TupleSHA256: r.GetTupleSha256()})
 	if err != nil {
 		return nil, acpErrorStatus(ctx, err)
-	}
-	if len(raw) == 0 {
-		return nil, acpErrorStatus(ctx, errors.New("_tether/attach returned no result"))
 	}
 	return &pb.AcpAttachResponse{ResultJson: raw}, nil
 }
