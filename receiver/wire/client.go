@@ -312,17 +312,19 @@ func (c *Client) readLoop(fr *FrameReader) {
 }
 
 // route hands resp to its call. A notice (id 0) of shutdown stops new
-// calls; an answer to an id never sent is a protocol violation; an answer
-// to an abandoned call is dropped.
+// calls; any other notice means the receiver is closing the connection
+// (on a byte stream nothing else would tell us), so it ends it here too.
+// An answer to an id never sent is a protocol violation; an answer to an
+// abandoned call is dropped.
 func (c *Client) route(resp *Response) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if resp.ID == 0 {
+		if resp.Error.Code != CodeUnavailable { // the receiver is closing this connection
+			return fmt.Errorf("receiver closed the connection: %w", resp.Error)
+		}
 		if c.refuse == nil {
 			c.refuse = Errorf(CodeUnavailable, "receiver notice: %s", resp.Error.Message)
-		}
-		if resp.Error.Code != CodeUnavailable && c.cause == nil {
-			c.cause = fmt.Errorf("receiver notice: %w", resp.Error)
 		}
 		return nil
 	}

@@ -278,3 +278,24 @@ func TestCallResultStrict(t *testing.T) {
 		t.Fatalf("err = %v, want ErrMalformed", err)
 	}
 }
+
+// A violation notice ends the connection on the client side at once: on a
+// byte stream the receiver closing its end is not visible otherwise.
+func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
+	cc, sc := socketPair(t)
+	cl, _ := NewClient(cc, ClientConfig{})
+	defer cl.Close()
+	peer := newRawPeer(t, sc)
+	done := make(chan error, 1)
+	go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
+	var req Request
+	peer.next(&req)
+	peer.send(Response{ID: 0, Error: Errorf(CodeInvalid, "frame too large")})
+	if err := <-done; codeOf(err) != CodeFateUnknown {
+		t.Fatalf("in-flight call: %v, want fate_unknown", err)
+	}
+	if !errors.Is(cl.Err(), &Error{Code: CodeInvalid}) {
+		t.Fatalf("Err() = %v, want the notice", cl.Err())
+	}
+	peer.expectEOF()
+}
