@@ -9,8 +9,8 @@ package conformance
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
