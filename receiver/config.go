@@ -8,14 +8,17 @@ import (
 	"path/filepath"
 
 	"github.com/tetherdev/tether/receiver/spawn"
+	"github.com/tetherdev/tether/receiver/transport"
 )
 
 // Config is the daemon's configuration file (docs/protocol.md "Config"),
 // decoded strictly: unknown fields, a missing required field or trailing
 // data are refused.
 type Config struct {
-	// Listen lists the channels to serve; at least one.
-	Listen []ListenConfig `json:"listen"`
+	// Listen lists the channels to serve, at least one, each in the form
+	// of receiver/transport's Config ("kind" unix, tls, vsock or stream;
+	// the unauthenticated kinds only with host_only).
+	Listen []transport.Config `json:"listen"`
 	// Admission says where the signed grants are and who signs them.
 	Admission AdmissionConfig `json:"admission"`
 	// Landlock must name its mode explicitly ("off" or "required").
@@ -39,20 +42,6 @@ type AdmissionConfig struct {
 	OwnerUID *uint32 `json:"owner_uid"`
 	// MaxBytes bounds the file (0: the admission default).
 	MaxBytes int64 `json:"max_bytes,omitempty"`
-}
-
-// ListenConfig is one channel: exactly one of its members is set.
-type ListenConfig struct {
-	Unix *UnixListen `json:"unix,omitempty"`
-}
-
-// UnixListen is a unix socket. It has no peer authentication, so
-// HostOnly must be true: only the host can reach the path.
-type UnixListen struct {
-	Path     string   `json:"path"`
-	HostOnly bool     `json:"host_only"`
-	Mode     uint32   `json:"mode,omitempty"`      // socket file mode, default 0600
-	PeerUIDs []uint32 `json:"peer_uids,omitempty"` // uids a client may run as; default root
 }
 
 // ErrConfig wraps every configuration refusal; the message names the field.
@@ -93,7 +82,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: listen: at least one channel is required", ErrConfig)
 	}
 	for i, l := range c.Listen {
-		if err := l.validate(); err != nil {
+		if _, err := l.Transport(nil); err != nil {
 			return fmt.Errorf("%w: listen[%d]: %w", ErrConfig, i, err)
 		}
 	}
@@ -137,22 +126,6 @@ func (a AdmissionConfig) validate() error {
 		return errors.New("owner_uid is required")
 	case a.MaxBytes < 0:
 		return errors.New("max_bytes is negative")
-	}
-	return nil
-}
-
-func (l ListenConfig) validate() error {
-	if l.Unix == nil {
-		return errors.New("exactly one channel kind is required (unix)")
-	}
-	u := l.Unix
-	switch {
-	case !absClean(u.Path):
-		return fmt.Errorf("unix.path %q is not an absolute clean path", u.Path)
-	case !u.HostOnly:
-		return errors.New("unix.host_only must be true: a unix socket has no peer authentication")
-	case u.Mode&^0o777 != 0:
-		return fmt.Errorf("unix.mode %#o has bits beyond 0777", u.Mode)
 	}
 	return nil
 }

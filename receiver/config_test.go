@@ -9,7 +9,7 @@ import (
 )
 
 const goodConfig = `{
-  "listen": [{"unix": {"path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}}],
+  "listen": [{"kind": "unix", "path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}],
   "admission": {"file": "/var/lib/tether/admission/admission.dsse.json", "public_key": "/etc/tether/admission.pub", "owner_uid": 0},
   "landlock": {"mode": "required"},
   "spawn": "thread",
@@ -21,7 +21,7 @@ func TestDecodeConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *c.Admission.OwnerUID != 0 || c.Listen[0].Unix.Path != "/run/tether/receiver.sock" || c.Landlock.Mode != LandlockRequired {
+	if *c.Admission.OwnerUID != 0 || c.Listen[0].Path != "/run/tether/receiver.sock" || c.Landlock.Mode != LandlockRequired {
 		t.Fatalf("decoded %+v", c)
 	}
 	if m, _ := c.spawnMode(); m != spawn.ModeThread {
@@ -36,8 +36,10 @@ func TestDecodeConfigRefuses(t *testing.T) {
 		"relative file":       {`"file": "/var/lib/tether/admission/admission.dsse.json"`, `"file": "admission.json"`},
 		"unclean key":         {`"public_key": "/etc/tether/admission.pub"`, `"public_key": "/etc/tether/../admission.pub"`},
 		"not host-only":       {`"host_only": true`, `"host_only": false`},
-		"no listener":         {`[{"unix": {"path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}}]`, `[]`},
-		"empty listener":      {`{"unix": {"path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}}`, `{}`},
+		"no listener":         {`[{"kind": "unix", "path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}]`, `[]`},
+		"empty listener":      {`{"kind": "unix", "path": "/run/tether/receiver.sock", "host_only": true, "peer_uids": [0]}`, `{}`},
+		"stray field":         {`"peer_uids": [0]}`, `"peer_uids": [0], "port": 5}`},
+		"unknown kind":        {`"kind": "unix"`, `"kind": "udp"`},
 		"landlock downgrade":  {`"mode": "required"`, `"mode": "best_effort"`},
 		"landlock unset":      {`"landlock": {"mode": "required"}`, `"landlock": {}`},
 		"spawn unknown":       {`"spawn": "thread"`, `"spawn": "fork"`},
@@ -69,7 +71,7 @@ func FuzzDecodeConfig(f *testing.F) {
 			}
 			return
 		}
-		if c.Admission.OwnerUID == nil || len(c.Listen) == 0 || !c.Listen[0].Unix.HostOnly {
+		if c.Admission.OwnerUID == nil || len(c.Listen) == 0 || (c.Listen[0].Kind != "tls" && !c.Listen[0].HostOnly) {
 			t.Fatalf("accepted an incomplete config: %+v", c)
 		}
 		if c.Landlock.Mode != LandlockOff && c.Landlock.Mode != LandlockRequired {

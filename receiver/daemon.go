@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"sync"
 	"time"
@@ -118,14 +117,16 @@ func (d *Daemon) build(ctx context.Context, cfg Config) error {
 func listenAll(ctx context.Context, cfg Config, log *slog.Logger) ([]transport.Listener, error) {
 	var out []transport.Listener
 	for i, lc := range cfg.Listen {
-		tr := transport.Unix{Path: lc.Unix.Path, HostOnly: lc.Unix.HostOnly, Mode: fs.FileMode(lc.Unix.Mode),
-			PeerUIDs: lc.Unix.PeerUIDs, Log: log}
-		l, err := tr.Listen(ctx)
+		tr, err := lc.Transport(log)
+		var l transport.Listener
+		if err == nil {
+			l, err = tr.Listen(ctx)
+		}
 		if err != nil {
 			for _, o := range out {
 				o.Close()
 			}
-			return nil, fmt.Errorf("listen[%d] %s: %w", i, tr, err)
+			return nil, fmt.Errorf("listen[%d] (%s): %w", i, lc.Kind, err)
 		}
 		out = append(out, l)
 	}

@@ -121,7 +121,7 @@ func newEnv(t testing.TB, landlock, spawnMode string) *env {
 		t.Fatal(err)
 	}
 	cfg := map[string]any{
-		"listen": []any{map[string]any{"unix": map[string]any{"path": e.socket, "host_only": true}}},
+		"listen": []any{map[string]any{"kind": "unix", "path": e.socket, "host_only": true}},
 		"admission": map[string]any{"file": filepath.Join(base, "admission", admission.FileName),
 			"public_key": filepath.Join(base, "admission.pub"), "owner_uid": 0},
 		"landlock": map[string]any{"mode": landlock},
