@@ -2,7 +2,9 @@ package receiver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -279,5 +281,39 @@ func TestErrorMapping(t *testing.T) {
 	}
 	if e := h.toWire(wire.OpRead, errors.New("secret detail")); strings.Contains(e.Error(), "secret") {
 		t.Fatalf("internal error leaked: %v", e)
+	}
+}
+
+// TestResultsFitAFrame: a listing that would not fit in a result is
+// truncated (and says so), and a read that would not fit is too_large.
+func TestResultsFitAFrame(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{Limits: Limits{MaxResultBytes: 64 << 10, MaxFileBytes: 1 << 20}})
+	dir := filepath.Join(f.grant.Tuple.Root, "many")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("n", 200)
+	for i := range 600 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%04d", long, i)), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := f.call(f.grant, wire.OpList, wire.ListArgs{Path: "many"})
+	lr, _ := res.(*wire.ListResult)
+	if err != nil || !lr.Truncated || len(lr.Entries) == 0 || len(lr.Entries) >= 600 {
+		t.Fatalf("list of 600 long names within 64 KiB: %d entries, truncated %v, %v", len(lr.Entries), lr.Truncated, err)
+	}
+	if b, _ := json.Marshal(lr); len(b) > 64<<10 {
+		t.Fatalf("list result is %d bytes", len(b))
+	}
+	if err := os.WriteFile(filepath.Join(f.grant.Tuple.Root, "big"), []byte(strings.Repeat("a\n", 40<<10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.call(f.grant, wire.OpRead, wire.ReadArgs{Path: "big"}); code(err) != wire.CodeTooLarge {
+		t.Fatalf("read of 80 KiB into a 64 KiB result: %v", err)
+	}
+	if _, err := f.call(f.grant, wire.OpRead, wire.ReadArgs{Path: "big", Line: 1, Limit: 100}); err != nil {
+		t.Fatalf("read of 100 lines: %v", err)
 	}
 }
