@@ -108,6 +108,9 @@ func (fr *FrameReader) ReadFrame() ([]byte, error) {
 	}
 	payload := fr.buf[:size]
 	if _, err := io.ReadFull(fr.r, payload); err != nil {
+		if err == io.EOF { // no payload byte at all: still inside the frame, never a clean end
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, fmt.Errorf("%w: payload of %d bytes: %w", ErrFrameTruncated, size, err)
 	}
 	return payload, nil

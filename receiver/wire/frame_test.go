@@ -23,6 +23,7 @@ func TestReadFrameBoundaries(t *testing.T) {
 		{"half header", []byte{0, 0}, 0, ErrFrameTruncated},
 		{"zero length", hdr(0), 0, ErrFrameEmpty},
 		{"short payload", append(hdr(10), "{}"...), 0, ErrFrameTruncated},
+		{"header only", hdr(10), 0, ErrFrameTruncated},
 		{"over protocol max", hdr(MaxFrameSize + 1), 0, ErrFrameTooLarge},
 		{"over configured limit", append(hdr(5), "12345"...), 4, ErrFrameTooLarge},
 		{"max uint32", hdr(^uint32(0)), 0, ErrFrameTooLarge},
@@ -35,6 +36,9 @@ func TestReadFrameBoundaries(t *testing.T) {
 				t.Fatal(err)
 			}
 			got, err := fr.ReadFrame()
+			if c.want != io.EOF && errors.Is(err, io.EOF) {
+				t.Fatalf("ReadFrame() err = %v also matches io.EOF: a truncation would pass for a clean end", err)
+			}
 			if !errors.Is(err, c.want) {
 				t.Fatalf("ReadFrame() err = %v, want %v", err, c.want)
 			}

@@ -78,12 +78,20 @@ func TestServerViolationClosesConnection(t *testing.T) {
 // A truncated frame (peer closes mid-frame) ends the connection with
 // ErrFrameTruncated.
 func TestServerTruncatedFrame(t *testing.T) {
-	h := &countingHandler{}
-	_, _, conn, served := serveRaw(t, h, ServerConfig{})
-	conn.Write(append(hdr(100), `{"id":1`...))
-	conn.(*net.UnixConn).CloseWrite()
-	if err := <-served; !errors.Is(err, ErrFrameTruncated) {
-		t.Fatalf("ServeConn = %v, want ErrFrameTruncated", err)
+	for name, sent := range map[string][]byte{
+		"inside the payload": append(hdr(100), `{"id":1`...),
+		"after the header":   hdr(100),
+		"inside the header":  {0, 0},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := &countingHandler{}
+			_, _, conn, served := serveRaw(t, h, ServerConfig{})
+			conn.Write(sent)
+			conn.(*net.UnixConn).CloseWrite()
+			if err := <-served; !errors.Is(err, ErrFrameTruncated) {
+				t.Fatalf("ServeConn = %v, want ErrFrameTruncated", err)
+			}
+		})
 	}
 }
 
