@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -353,5 +355,37 @@ func TestStaleTerminalsMakeRoom(t *testing.T) {
 	}
 	if out := f.output(f.grant, running); out.Exit != nil {
 		t.Fatalf("running terminal disturbed: %+v", out)
+	}
+}
+
+// TestMaxProcsUnderConcurrentStarts: 16 simultaneous exec_starts under
+// max_procs 2 start exactly 2 commands.
+func TestMaxProcsUnderConcurrentStarts(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	two := f.newGrant("two", allOps...)
+	two.Limits.MaxProcs = 2
+	f.publish(f.grant, two)
+	var wg sync.WaitGroup
+	var started, denied atomic.Int32
+	for range 16 {
+		wg.Go(func() {
+			_, err := f.call(two, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/sleep", "100"}})
+			switch code(err) {
+			case "":
+				started.Add(1)
+			case wire.CodeDenied:
+				denied.Add(1)
+			default:
+				t.Errorf("exec_start: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if started.Load() != 2 || denied.Load() != 14 {
+		t.Fatalf("%d started, %d denied; want 2 and 14", started.Load(), denied.Load())
+	}
+	if n := len(procsOfUID(t, gUID)); n != 2 {
+		t.Fatalf("%d processes of the grant uid, want 2", n)
 	}
 }

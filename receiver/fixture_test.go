@@ -53,6 +53,7 @@ var allOps = []admission.Op{admission.OpRead, admission.OpWrite, admission.OpLis
 
 func newFixture(t testing.TB, opts Options) *fixture {
 	t.Helper()
+	waitNoUID(t, gUID) // orphans of earlier tests are reaped asynchronously
 	base := t.TempDir()
 	for _, d := range []string{filepath.Dir(base), base} { // t.TempDir makes both 0700
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -167,3 +168,15 @@ func procsOfUID(t testing.TB, u uint32) []int {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// waitNoUID waits until no process of uid u is left from earlier tests.
+func waitNoUID(t testing.TB, u uint32) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(procsOfUID(t, u)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of uid %d left by earlier tests", procsOfUID(t, u), u)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -17,8 +17,9 @@ import (
 // terminal is one started command: its child, its output and, once it
 // ended, its status and the digests of the files it was asked to hash.
 type terminal struct {
-	id     string
-	tuple  string // the tuple_sha256 that started it; others cannot see it
+	id      string
+	tuple   string // the tuple_sha256 that started it; others cannot see it
+	pending bool   // a reserved slot whose child is being started
 	child  *spawn.Child
 	out    *tailBuffer
 	timer  *time.Timer
@@ -170,9 +171,9 @@ func (ts *terminals) reserve(tuple, opKey string, maxProcs int, now time.Time) (
 	case len(ts.byID) >= ts.max && ts.evictStale(now) == 0:
 		return nil, wire.Errorf(wire.CodeDenied, "the receiver keeps %d terminals already; release finished ones", ts.max)
 	}
-	running := 0
+	running := 0 // reserved slots count: concurrent starts cannot pass the limit together
 	for _, t := range ts.byID {
-		if t.tuple == tuple && !t.finished() {
+		if t.tuple == tuple && (t.pending || !t.finished()) {
 			running++
 		}
 	}
@@ -180,7 +181,7 @@ func (ts *terminals) reserve(tuple, opKey string, maxProcs int, now time.Time) (
 		return nil, wire.Errorf(wire.CodeDenied, "grant max_procs %d: %d commands are running", maxProcs, running)
 	}
 	id := newTerminalID()
-	ts.byID[id] = nil // the slot; get() skips it until commit
+	ts.byID[id] = &terminal{id: id, tuple: tuple, pending: true} // get() skips it until commit
 	ts.rememberKey(key, id)
 	return &reservation{ts: ts, id: id}, nil
 }
@@ -195,7 +196,7 @@ const TerminalRetention = 10 * time.Minute
 func (ts *terminals) evictStale(now time.Time) int {
 	n := 0
 	for id, t := range ts.byID {
-		if t != nil && t.finished() && now.Sub(t.endedAt) > TerminalRetention {
+		if !t.pending && t.finished() && now.Sub(t.endedAt) > TerminalRetention {
 			delete(ts.byID, id)
 			n++
 		}
@@ -209,7 +210,7 @@ func (ts *terminals) running() []*terminal {
 	defer ts.mu.Unlock()
 	var out []*terminal
 	for _, t := range ts.byID {
-		if t != nil && !t.finished() {
+		if !t.pending && !t.finished() {
 			out = append(out, t)
 		}
 	}
@@ -258,7 +259,7 @@ func (ts *terminals) get(tuple, id string) *terminal {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	t := ts.byID[id]
-	if t == nil || t.tuple != tuple {
+	if t == nil || t.pending || t.tuple != tuple {
 		return nil
 	}
 	return t
@@ -278,7 +279,7 @@ func (ts *terminals) closeAll() {
 	ts.closed = true
 	all := make([]*terminal, 0, len(ts.byID))
 	for _, t := range ts.byID {
-		if t != nil {
+		if !t.pending { // a pending start is killed by its commit
 			all = append(all, t)
 		}
 	}

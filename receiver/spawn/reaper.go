@@ -17,10 +17,32 @@ import (
 // orphan, and Child.Signal never signals a reaped group.
 var reg = struct {
 	mu       sync.RWMutex
+	mapMu    sync.Mutex // guards children: forks register concurrently under mu.RLock
 	children map[int]*Child
 	once     sync.Once
 	wake     chan struct{}
 }{children: map[int]*Child{}, wake: make(chan struct{}, 1)}
+
+func register(c *Child) {
+	reg.mapMu.Lock()
+	reg.children[c.pid] = c
+	reg.mapMu.Unlock()
+}
+
+// unregister returns the registered child of pid, removing it.
+func unregister(pid int) *Child {
+	reg.mapMu.Lock()
+	defer reg.mapMu.Unlock()
+	c := reg.children[pid]
+	delete(reg.children, pid)
+	return c
+}
+
+func registered(pid int) *Child {
+	reg.mapMu.Lock()
+	defer reg.mapMu.Unlock()
+	return reg.children[pid]
+}
 
 // startReaper makes the process a child subreaper (orphaned descendants of
 // a child are reparented to the receiver, not to an init that may never
@@ -86,16 +108,14 @@ func reapOne(pid int) {
 	if err != nil || info.Pid == 0 {
 		return
 	}
-	c := reg.children[pid]
-	if c != nil {
+	if registered(pid) != nil {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	var ws syscall.WaitStatus
 	if _, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err != nil {
 		return
 	}
-	if c != nil {
-		delete(reg.children, pid)
+	if c := unregister(pid); c != nil {
 		c.finish(ws)
 	}
 }

@@ -191,7 +191,7 @@ func TestStartRefuses(t *testing.T) {
 		"missing":    {func(s *Spec) { s.Path = "/nonexistent/tether" }, ErrStart},
 		"not exec":   {func(s *Spec) { s.Path = "/etc/hostname" }, ErrStart},
 	}
-	before := countUID(t, uid)
+	waitNoUID(t, uid)
 	for name, c := range cases {
 		s := base
 		c.mut(&s)
@@ -199,8 +199,8 @@ func TestStartRefuses(t *testing.T) {
 			t.Errorf("%s: Start = %v, %v; want %v", name, ch, err, c.want)
 		}
 	}
-	if n := countUID(t, uid); n != before {
-		t.Fatalf("refused starts left %d processes of uid %d (before: %d)", n, uid, before)
+	if ps := procsOfUID(t, uid); len(ps) > 0 {
+		t.Fatalf("refused starts left processes %v of uid %d", ps, uid)
 	}
 }
 
@@ -227,11 +227,24 @@ func procsOfUID(t testing.TB, u uint32) []int {
 
 func countUID(t testing.TB, u uint32) int { return len(procsOfUID(t, u)) }
 
+// waitNoUID waits until no process of uid u is left from earlier tests.
+func waitNoUID(t testing.TB, u uint32) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for countUID(t, u) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of uid %d left by earlier tests", procsOfUID(t, u), u)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // TestKillTree kills a shell with two sleepers and a double-forked
 // sleeper (reparented, still in the group) and requires all of them gone
 // from /proc within 100 ms.
 func TestKillTree(t *testing.T) {
 	testenv.Require(t, "root")
+	waitNoUID(t, uid)
 	dir, _ := workDir(t)
 	c, _, err := start(ModeThread, dir, nil, nil, "/bin/sh", "-c", "sleep 100 & sleep 100 & (sleep 100 &); exec sleep 100")
 	if err != nil {
@@ -272,6 +285,7 @@ func TestKillTree(t *testing.T) {
 // live or zombie, may remain.
 func TestCancelCycles(t *testing.T) {
 	testenv.Require(t, "root")
+	waitNoUID(t, uid)
 	dir, _ := workDir(t)
 	n := 1000
 	if testing.Short() {
@@ -434,15 +448,15 @@ func withReaperHeld(f func()) {
 // process in its group does not leave it running.
 func TestLeaderExitKillsGroup(t *testing.T) {
 	testenv.Require(t, "root")
-	before := countUID(t, uid)
+	waitNoUID(t, uid)
 	if _, st := run(t, ModeThread, nil, "/bin/sh", "-c", "sleep 100 & (sleep 100 &); exit 3"); st.Code != 3 {
 		t.Fatalf("status %+v", st)
 	}
 	deadline := time.Now().Add(time.Second)
-	for countUID(t, uid) > before && time.Now().Before(deadline) {
+	for countUID(t, uid) > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if left := procsOfUID(t, uid); len(left) > before {
+	if left := procsOfUID(t, uid); len(left) > 0 {
 		t.Fatalf("background processes %v outlived their group leader", left)
 	}
 }

@@ -77,7 +77,7 @@ func (c *Child) launch(spec *Spec, devNull *os.File) error {
 	p, err := os.StartProcess(path, argv, attr)
 	if err == nil {
 		c.pid = p.Pid
-		reg.children[c.pid] = c
+		register(c)
 		_ = p.Release() // the reaper waits by pid; drop os's pidfd
 	}
 	reg.mu.RUnlock()
