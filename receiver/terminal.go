@@ -20,10 +20,10 @@ type terminal struct {
 	id      string
 	tuple   string // the tuple_sha256 that started it; others cannot see it
 	pending bool   // a reserved slot whose child is being started
-	child  *spawn.Child
-	out    *tailBuffer
-	timer  *time.Timer
-	output *os.File // read end of the output pipe
+	child   *spawn.Child
+	out     *tailBuffer
+	timer   *time.Timer
+	output  *os.File // read end of the output pipe
 
 	mu sync.Mutex // guards exit
 
