@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/receiver/transport"
 )
 
 // Config is the JSON file of `tether-custodian run --config FILE`
@@ -40,36 +41,19 @@ type Config struct {
 	Permission string `json:"permission,omitempty"`
 }
 
-// ReceiverConfig names the receiver endpoint. Exactly one transport:
-//   - "tcp": Address host:port with mutual TLS 1.3; TLS is required and
-//     ServerName must match the receiver's certificate;
-//   - "unix": Path of a unix socket (also QEMU's host end of a
-//     virtio-serial port); HostOnly must be true, as nothing
-//     authenticates the peer but its uid.
-type ReceiverConfig struct {
-	Transport  string     `json:"transport"`
-	Address    string     `json:"address,omitempty"`
-	ServerName string     `json:"server_name,omitempty"`
-	Path       string     `json:"path,omitempty"`
-	HostOnly   bool       `json:"host_only,omitempty"`
-	TLS        *TLSConfig `json:"tls,omitempty"`
-	// PeerUIDs are the uids a unix-socket peer may run as (default: root
-	// and this user).
-	PeerUIDs []uint32 `json:"peer_uids,omitempty"`
-}
-
-// TLSConfig names the credential files of the mutual TLS transport. The
-// certificate and key must be readable by their owner only; the issuer
-// certificate may be world-readable but writable by its owner only. Every
-// file must be owned by this user or root.
-type TLSConfig struct {
-	// Cert and Key are the custodian's client certificate and key (PEM).
-	Cert string `json:"cert"`
-	Key  string `json:"key"`
-	// Issuer is the one CA certificate (PEM) whose key must have signed
-	// the receiver's certificate; no system roots are used.
-	Issuer string `json:"issuer"`
-}
+// ReceiverConfig names the receiver endpoint in the same vocabulary as
+// the receiver's own listen entries (receiver/transport.Config):
+//   - {"kind":"tls","address","server_name","ca_file","cert_file",
+//     "key_file"[,"ca_spki_sha256"]}: mutual TLS 1.3, the receiver's
+//     certificate signed directly by the one CA (pinned, no system roots);
+//   - {"kind":"unix","path","host_only":true[,"peer_uids"]}: a unix socket
+//     (also QEMU's host end of a virtio-serial port);
+//   - {"kind":"vsock","cid","port","host_only":true}.
+//
+// Channels without peer authentication require host_only. The TLS files
+// are read through credfile: the certificate and key readable by their
+// owner only, the CA file not writable by others.
+type ReceiverConfig = transport.Config
 
 // Duration is a time.Duration written as a Go duration string in JSON.
 type Duration time.Duration
@@ -126,12 +110,13 @@ func (c *Config) resolve(dir string) {
 	}
 	abs(&c.StateDir)
 	abs(&c.AuditKeyFile)
-	abs(&c.Receiver.Path)
-	if t := c.Receiver.TLS; t != nil {
-		abs(&t.Cert)
-		abs(&t.Key)
-		abs(&t.Issuer)
+	r := &c.Receiver
+	if r.Kind == transport.KindUnix || r.Kind == transport.KindStream {
+		abs(&r.Path)
 	}
+	abs(&r.CAFile)
+	abs(&r.CertFile)
+	abs(&r.KeyFile)
 }
 
 // Validate names the first failed check.
@@ -158,36 +143,33 @@ func (c *Config) Validate() error {
 	case c.Retention != 0 && time.Duration(c.Retention) < 24*time.Hour:
 		return bad("retention %s is below the minimum 24h", time.Duration(c.Retention))
 	}
-	return c.Receiver.validate()
+	return validateReceiver(c.Receiver)
 }
 
-func (r *ReceiverConfig) validate() error {
+// validateReceiver checks the endpoint's shape without reading files.
+func validateReceiver(r ReceiverConfig) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: receiver: %s", ErrConfig, fmt.Sprintf(format, args...))
 	}
-	switch r.Transport {
-	case "tcp":
+	switch r.Kind {
+	case transport.KindTLS:
 		switch {
-		case r.Address == "":
-			return bad("tcp needs address host:port")
-		case r.TLS == nil || r.TLS.Cert == "" || r.TLS.Key == "" || r.TLS.Issuer == "":
-			return bad("tcp needs tls {cert, key, issuer}: plaintext is refused")
-		case r.ServerName == "":
-			return bad("tcp needs server_name (the name in the receiver's certificate)")
-		case r.Path != "" || r.HostOnly:
-			return bad("path and host_only are for the unix transport")
+		case r.Address == "" || r.ServerName == "":
+			return bad("tls needs address and server_name")
+		case r.CAFile == "" || r.CertFile == "" || r.KeyFile == "":
+			return bad("tls needs ca_file, cert_file and key_file")
+		case r.HostOnly || r.Path != "" || r.SocketMode != 0 || len(r.PeerUIDs) > 0 || r.CID != 0 || r.Port != 0 || r.PeerCID != 0:
+			return bad("tls takes only address, server_name, ca_file, ca_spki_sha256, cert_file and key_file")
 		}
-	case "unix":
-		switch {
-		case r.Path == "":
-			return bad("unix needs path")
-		case !r.HostOnly:
-			return bad("unix has no peer authentication: set host_only only if nothing but this host can reach the socket")
-		case r.TLS != nil || r.Address != "":
-			return bad("tls and address are for the tcp transport")
+		return nil
+	case transport.KindUnix, transport.KindVsock, transport.KindStream:
+		if !r.HostOnly {
+			return bad("%s has no peer authentication: set host_only only if nothing but this host can reach it", r.Kind)
 		}
-	default:
-		return bad("transport %q: want tcp or unix", r.Transport)
+		if _, err := r.Transport(nil); err != nil {
+			return bad("%v", err)
+		}
+		return nil
 	}
-	return nil
+	return bad("kind %q: want tls, unix, vsock or stream (plaintext tcp is refused)", r.Kind)
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/custodian/credfile"
+	"github.com/tetherdev/tether/receiver/transport"
 )
 
 type testCA struct {
@@ -89,26 +90,32 @@ func tlsServer(t *testing.T, ca *testCA, serverCA *testCA, maxVersion uint16) st
 	return l.Addr().String()
 }
 
-func writeCreds(t *testing.T, ca *testCA) *TLSConfig {
+func writeCreds(t *testing.T, ca *testCA) *ReceiverConfig {
 	t.Helper()
 	dir := t.TempDir()
 	certPEM, keyPEM := ca.leaf(t, "custodian", false)
-	tc := &TLSConfig{Cert: filepath.Join(dir, "c.pem"), Key: filepath.Join(dir, "k.pem"), Issuer: filepath.Join(dir, "ca.pem")}
-	os.WriteFile(tc.Cert, certPEM, 0o600)
-	os.WriteFile(tc.Key, keyPEM, 0o600)
-	os.WriteFile(tc.Issuer, ca.pem, 0o644)
+	tc := &ReceiverConfig{Kind: transport.KindTLS, ServerName: "receiver.test", CertFile: filepath.Join(dir, "c.pem"),
+		KeyFile: filepath.Join(dir, "k.pem"), CAFile: filepath.Join(dir, "ca.pem")}
+	os.WriteFile(tc.CertFile, certPEM, 0o600)
+	os.WriteFile(tc.KeyFile, keyPEM, 0o600)
+	os.WriteFile(tc.CAFile, ca.pem, 0o644)
 	return tc
 }
 
-func dialOnce(t *testing.T, tc *TLSConfig, addr string) error {
+func dialOnce(t *testing.T, tc *ReceiverConfig, addr string) error {
 	t.Helper()
-	cfg, err := tc.clientConfig("receiver.test")
+	rc := *tc
+	rc.Address = addr
+	if _, err := ReceiverDialer(rc); err != nil {
+		return err
+	}
+	tr, err := loadTLS(rc)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := tlsDial(addr, cfg)(ctx)
+	c, err := tr.Dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -121,6 +128,8 @@ func dialOnce(t *testing.T, tc *TLSConfig, addr string) error {
 	return err
 }
 
+// TestTLSDialPinsTheIssuer dials through the custodian's receiver dialer
+// (receiver/transport's TLS with credfile-checked files).
 func TestTLSDialPinsTheIssuer(t *testing.T) {
 	ca := newCA(t, "tether test CA")
 	tc := writeCreds(t, ca)
@@ -150,26 +159,29 @@ func TestTLSDialIgnoresProxyEnvironment(t *testing.T) {
 
 func TestTLSCredentialModesChecked(t *testing.T) {
 	ca := newCA(t, "tether test CA")
-	for _, f := range []func(*TLSConfig) string{
-		func(tc *TLSConfig) string { return tc.Key },
-		func(tc *TLSConfig) string { return tc.Cert },
+	for _, f := range []func(*ReceiverConfig) string{
+		func(tc *ReceiverConfig) string { return tc.KeyFile },
+		func(tc *ReceiverConfig) string { return tc.CertFile },
 	} {
 		tc := writeCreds(t, ca)
+		tc.Address = "127.0.0.1:1"
 		os.Chmod(f(tc), 0o640)
-		if _, err := tc.clientConfig("receiver.test"); !errors.Is(err, credfile.ErrUnsafe) {
+		if _, err := ReceiverDialer(*tc); !errors.Is(err, credfile.ErrUnsafe) {
 			t.Fatalf("group-readable %s accepted: %v", f(tc), err)
 		}
 	}
 	tc := writeCreds(t, ca)
-	os.Chmod(tc.Issuer, 0o666)
-	if _, err := tc.clientConfig("receiver.test"); !errors.Is(err, credfile.ErrUnsafe) {
-		t.Fatalf("world-writable issuer accepted: %v", err)
+	tc.Address = "127.0.0.1:1"
+	os.Chmod(tc.CAFile, 0o666)
+	if _, err := ReceiverDialer(*tc); !errors.Is(err, credfile.ErrUnsafe) {
+		t.Fatalf("world-writable CA file accepted: %v", err)
 	}
 	tc = writeCreds(t, ca)
+	tc.Address = "127.0.0.1:1"
 	other := newCA(t, "second")
-	os.WriteFile(tc.Issuer, append(ca.pem, other.pem...), 0o644)
-	if _, err := tc.clientConfig("receiver.test"); !errors.Is(err, ErrConfig) {
-		t.Fatalf("two issuers accepted: %v", err)
+	os.WriteFile(tc.CAFile, append(ca.pem, other.pem...), 0o644)
+	if _, err := ReceiverDialer(*tc); !errors.Is(err, ErrConfig) {
+		t.Fatalf("two CAs accepted: %v", err)
 	}
 }
 
@@ -177,21 +189,24 @@ func TestConfigRefusesPlaintextAndUnflaggedUnix(t *testing.T) {
 	base := `{"tuple":{"owner":"alice","allocation":"a1","session":"s1","workspace":"w1","sandbox":"sb1","generation":1,"executor":"e1","site":"local","root":"/srv/w1"},
 "lease_not_after":"2030-01-01T00:00:00Z","principal":"alice","state_dir":"state","audit_key_file":"audit.key","receiver":%s}`
 	bad := map[string]string{
-		"tcp without tls":    `{"transport":"tcp","address":"127.0.0.1:1","server_name":"r"}`,
-		"unix not host-only": `{"transport":"unix","path":"/run/r.sock"}`,
-		"unknown transport":  `{"transport":"http","address":"r:80"}`,
-		"unknown field":      `{"transport":"unix","path":"/run/r.sock","host_only":true,"proxy":"x"}`,
+		"plaintext tcp":        `{"kind":"tcp","address":"127.0.0.1:1"}`,
+		"tls without files":    `{"kind":"tls","address":"127.0.0.1:1","server_name":"r"}`,
+		"tls with host_only":   `{"kind":"tls","address":"127.0.0.1:1","server_name":"r","ca_file":"a","cert_file":"b","key_file":"c","host_only":true}`,
+		"unix not host-only":   `{"kind":"unix","path":"/run/r.sock"}`,
+		"vsock not host-only":  `{"kind":"vsock","cid":3,"port":7000}`,
+		"unknown field":        `{"kind":"unix","path":"/run/r.sock","host_only":true,"proxy":"x"}`,
+		"unix with tls fields": `{"kind":"unix","path":"/run/r.sock","host_only":true,"cert_file":"c"}`,
 	}
 	for name, recv := range bad {
 		if _, err := ParseConfig([]byte(sprintf(base, recv)), "/etc/tether"); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", name, err)
 		}
 	}
-	c, err := ParseConfig([]byte(sprintf(base, `{"transport":"unix","path":"r.sock","host_only":true}`)), "/etc/tether")
+	c, err := ParseConfig([]byte(sprintf(base, `{"kind":"unix","path":"r.sock","host_only":true}`)), "/etc/tether")
 	if err != nil || c.StateDir != "/etc/tether/state" || c.Receiver.Path != "/etc/tether/r.sock" {
 		t.Fatalf("relative paths: %+v %v", c, err)
 	}
-	foreign := sprintf(base, `{"transport":"unix","path":"/r","host_only":true}`)
+	foreign := sprintf(base, `{"kind":"unix","path":"/r","host_only":true}`)
 	foreign = replaceOnce(foreign, `"principal":"alice"`, `"principal":"mallory"`)
 	if _, err := ParseConfig([]byte(foreign), "/"); !errors.Is(err, ErrConfig) {
 		t.Errorf("principal other than the owner accepted: %v", err)

@@ -69,7 +69,8 @@ func (s *Store) nextBatch(kick chan struct{}) ([]queued, bool) {
 
 // commit writes one batch. After a failed commit the store is broken:
 // results stay answerable in this process, and the intents already on
-// disk make those keys Interrupted after a restart.
+// disk make those keys Interrupted after a restart. Sealed segments the
+// batch completes are released before Flush can observe the commit.
 func (s *Store) commit(batch []queued) {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(receiptsBucket)
@@ -80,28 +81,32 @@ func (s *Store) commit(batch []queued) {
 		}
 		return nil
 	})
-	segs := map[uint64]int{}
-	s.mu.Lock()
-	if err != nil {
-		if s.werr == nil {
-			s.werr = fmt.Errorf("%w: commit receipts: %w", ErrBroken, err)
-		}
-	} else {
+	if err == nil {
+		segs := map[uint64]int{}
 		for _, q := range batch {
-			if c, ok := s.cache[q.key]; ok && c.version == q.version {
-				delete(s.cache, q.key)
-			}
 			if q.seg != 0 {
 				segs[q.seg]++
 			}
 		}
-		s.committed = batch[len(batch)-1].version
+		for id, n := range segs {
+			s.log.committed(id, n)
+		}
 	}
-	s.cond.Broadcast()
-	s.mu.Unlock()
-	for id, n := range segs {
-		s.log.committed(id, n)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.cond.Broadcast()
+	if err != nil {
+		if s.werr == nil {
+			s.werr = fmt.Errorf("%w: commit receipts: %w", ErrBroken, err)
+		}
+		return
 	}
+	for _, q := range batch {
+		if c, ok := s.cache[q.key]; ok && c.version == q.version {
+			delete(s.cache, q.key)
+		}
+	}
+	s.committed = batch[len(batch)-1].version
 }
 
 // prune deletes final receipts whose retention has passed.

@@ -91,7 +91,7 @@ func (r *runner) run(ctx context.Context) int {
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: audit key: %v", err)
 	}
-	dial, err := r.cfg.Receiver.Dialer()
+	dial, err := custodian.ReceiverDialer(r.cfg.Receiver)
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: receiver: %v", err)
 	}

@@ -1,0 +1,170 @@
+// Package realrecv starts a real tether-receiver process for the
+// custodian's integration tests: the binary is built from this module, it
+// serves a host-only unix socket, and a signed admission file grants one
+// tuple whose root is a fresh directory. It needs root (testenv "root").
+package realrecv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/signing"
+	"github.com/tetherdev/tether/fixtures/testenv"
+)
+
+// Grant identity of the real receiver's children in these tests.
+const (
+	GrantUID = 60411
+	GrantGID = 60412
+)
+
+// Receiver is a tether-receiver process (built from this module)
+// serving a host-only unix socket, with a signed admission file granting
+// one tuple whose root is a fresh directory.
+type Receiver struct {
+	// Sock is the unix socket it serves (host-only).
+	Sock string
+	// Tuple is the granted tuple; its Root is a directory owned by GrantUID.
+	Tuple  admission.Tuple
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// Cleanup removes the binaries BuildBinary built; call it from TestMain
+// after m.Run.
+func Cleanup() {
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+}
+
+// BuildBinary builds one of this module's commands once per test process.
+func BuildBinary(t testing.TB, pkg, name string) string {
+	t.Helper()
+	binOnce.Do(func() { binDir, binErr = os.MkdirTemp("", "tether-custodian-test-bin-") })
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	out := filepath.Join(binDir, name)
+	if _, err := os.Stat(out); err == nil {
+		return out
+	}
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
+	}
+	return out
+}
+
+func Start(t testing.TB) *Receiver {
+	t.Helper()
+	testenv.Require(t, "root")
+	bin := BuildBinary(t, "github.com/tetherdev/tether/receiver/cmd/tether-receiver", "tether-receiver")
+	base := t.TempDir()
+	for _, d := range []string{filepath.Dir(base), base} {
+		Must(t, os.Chmod(d, 0o755))
+	}
+	adm, run, root := filepath.Join(base, "admission"), filepath.Join(base, "run"), filepath.Join(base, "roots", "w1")
+	Must(t, os.Mkdir(adm, 0o755))
+	Must(t, os.Mkdir(run, 0o755))
+	Must(t, os.MkdirAll(root, 0o755))
+	Must(t, os.Chown(root, GrantUID, GrantGID))
+	key, err := signing.GenerateKey()
+	Must(t, err)
+	pubPath := filepath.Join(base, "admission.pub")
+	Must(t, signing.WritePublicKey(pubPath, key.Public()))
+	rr := &Receiver{Sock: filepath.Join(run, "receiver.sock"), Tuple: admission.Tuple{Owner: "alice",
+		Allocation: "a1", Session: "s1", Workspace: "w1", Sandbox: "sb1", Generation: 1, Executor: "e1", Site: "local", Root: root}}
+	rr.publish(t, adm, key)
+	cfg := map[string]any{
+		"listen":    []any{map[string]any{"kind": "unix", "path": rr.Sock, "host_only": true}},
+		"admission": map[string]any{"file": filepath.Join(adm, admission.FileName), "public_key": pubPath, "owner_uid": 0},
+		"landlock":  map[string]any{"mode": "off"},
+	}
+	cfgPath := filepath.Join(base, "receiver.json")
+	data, _ := json.Marshal(cfg)
+	Must(t, os.WriteFile(cfgPath, data, 0o600))
+	rr.cmd = exec.Command(bin, "--config", cfgPath)
+	rr.cmd.Stderr = &prefixWriter{t: t, prefix: "tether-receiver: "}
+	Must(t, rr.cmd.Start())
+	rr.exited = make(chan struct{})
+	go func() { rr.cmd.Wait(); close(rr.exited) }()
+	t.Cleanup(func() {
+		rr.cmd.Process.Signal(syscall.SIGTERM)
+		<-rr.exited
+	})
+	rr.waitUp(t)
+	return rr
+}
+
+func (rr *Receiver) publish(t testing.TB, dir string, key signing.PrivateKey) {
+	t.Helper()
+	pub, err := admission.NewPublisher(admission.PublisherConfig{Dir: dir, Key: key})
+	Must(t, err)
+	now := time.Now()
+	g := admission.Grant{Tuple: rr.Tuple, UID: GrantUID, GID: GrantGID, Groups: []uint32{},
+		Ops:      []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill},
+		Limits:   admission.Limits{MaxProcs: 16, MaxRuntimeS: 600, MaxOutputBytes: 64 << 10, MaxFileBytes: 1 << 20},
+		NotAfter: now.Add(time.Hour)}
+	_, err = pub.Publish(context.Background(), admission.PublishInput{NotAfter: now.Add(2 * time.Hour), Grants: []admission.Grant{g}})
+	Must(t, err)
+}
+
+func (rr *Receiver) waitUp(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(rr.Sock); err == nil {
+			return
+		}
+		select {
+		case <-rr.exited:
+			t.Fatalf("tether-receiver exited before listening on %s (its stderr is above)", rr.Sock)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tether-receiver did not listen on %s", rr.Sock)
+		}
+	}
+}
+
+// File returns the path of rel inside the tuple's root.
+func (rr *Receiver) File(rel string) string { return filepath.Join(rr.Tuple.Root, rel) }
+
+func Must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+type prefixWriter struct {
+	t      testing.TB
+	prefix string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	for _, l := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, `"level":"WARN"`) {
+			fmt.Fprintln(os.Stderr, w.prefix+l)
+		}
+	}
+	return len(p), nil
+}
