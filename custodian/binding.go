@@ -143,10 +143,12 @@ func (b *binding) extend(notAfter time.Time) error {
 	return nil
 }
 
-func (b *binding) addTerminal(id string, t *terminal) {
+func (b *binding) addTerminalIfAbsent(id string, t *terminal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.terminals[id] = t
+	if _, ok := b.terminals[id]; !ok {
+		b.terminals[id] = t
+	}
 }
 
 func (b *binding) terminal(id string) (*terminal, bool) {

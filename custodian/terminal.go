@@ -30,7 +30,6 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	var res wire.ExecStartResult
 	k := keyed{op: wire.OpExecStart, args: args, result: &res,
 		settle: func() (any, *opstore.Receipt) {
-			cl.b.addTerminal(res.TerminalID, &terminal{createKey: cl.op.OpKey, expect: verify})
 			return acp.CreateTerminalResponse{TerminalId: res.TerminalID},
 				&opstore.Receipt{Outcome: opstore.Pending, TerminalID: res.TerminalID}
 		},
@@ -43,6 +42,11 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 		k.extra = verify
 	}
 	resp, err := decodeResponse[acp.CreateTerminalResponse](cl.keyed(ctx, k))
+	if err == nil {
+		// Also on a replay: the same digest means the same request (and the
+		// same files to verify), so the terminal is this session's.
+		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: cl.op.OpKey, expect: verify})
+	}
 	if err == nil && ctx.Err() != nil {
 		cl.kill(resp.TerminalId, "terminal/create cancelled by the agent")
 		return acp.CreateTerminalResponse{}, acp.NewRequestCancelled(map[string]any{"terminalId": resp.TerminalId})

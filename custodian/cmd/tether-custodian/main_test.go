@@ -15,16 +15,25 @@ import (
 	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/credfile"
+	"github.com/tetherdev/tether/custodian/internal/realrecv"
 	"github.com/tetherdev/tether/custodian/opstore"
 )
 
 func TestMain(m *testing.M) {
-	testscript.Main(m, map[string]func(){
+	testscript.Main(testMain{m}, map[string]func(){
 		"tether-custodian": func() {
 			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 		},
 		"test-agent": testAgentMain,
 	})
+}
+
+// testMain removes the binaries realrecv built once the tests ran.
+type testMain struct{ m *testing.M }
+
+func (t testMain) Run() int {
+	defer realrecv.Cleanup()
+	return t.m.Run()
 }
 
 // TestScripts runs testdata/script/*.txtar: the CLI without a receiver.
@@ -40,6 +49,44 @@ func TestScripts(t *testing.T) {
 			"seed-receipts": cmdSeedReceipts,
 		},
 	})
+}
+
+// TestScriptsRoot runs testdata/script-root/*.txtar: `run` end to end
+// against a real tether-receiver process (custodian/internal/realrecv),
+// which needs root. Scripts get $ROOT (the granted tuple's root) and write
+// their config with write-config.
+func TestScriptsRoot(t *testing.T) {
+	rr := realrecv.Start(t)
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script-root",
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Setup: func(env *testscript.Env) error {
+			env.Setenv("ROOT", rr.Tuple.Root)
+			env.Values["receiver"] = rr
+			return nil
+		},
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"write-config": cmdWriteConfig,
+		},
+	})
+}
+
+// write-config FILE writes a run config for the real receiver: the granted
+// tuple, a one-hour lease, state in ./state, the audit key ./audit.key.
+func cmdWriteConfig(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: write-config FILE")
+	}
+	rr := ts.Value("receiver").(*realrecv.Receiver)
+	cfg := map[string]any{
+		"tuple": rr.Tuple, "lease_not_after": time.Now().Add(time.Hour).UTC(), "principal": rr.Tuple.Owner,
+		"receiver":  map[string]any{"kind": "unix", "path": rr.Sock, "host_only": true},
+		"state_dir": "state", "audit_key_file": "audit.key",
+	}
+	data, err := json.MarshalIndent(cfg, "", "  ")
+	ts.Check(err)
+	ts.Check(os.WriteFile(ts.MkAbs(args[0]), data, 0o600))
 }
 
 // audit-append STATE KEY N appends N records to the audit log of STATE

@@ -6,12 +6,14 @@
 //	read PATH                 fs/read_text_file
 //	write PATH TEXT...        fs/write_text_file
 //	exec CMD ARGS...          terminal/create, wait_for_exit, output, release
+//	sh SCRIPT...              exec /bin/sh -c SCRIPT (the rest of the line)
 //	stop REASON               end the turn with that stop reason
 //
 // A line may start with modifiers: key=K (op key base, for retries),
 // nometa (no `_meta["tether/op"]`), wrongtuple (another tuple's digest),
 // session=ID (another session id). Results read "ok ..." or
-// "error CODE ...", where CODE is the tether code of the refusal.
+// "error CODE ...", where CODE is the tether code of the refusal. The
+// word ROOT in a line stands for the bound tuple's root.
 package testagent
 
 import (
@@ -127,6 +129,9 @@ type call struct {
 }
 
 func (a *Agent) do(ctx context.Context, sid, line string) string {
+	if root := a.rootOf(sid); root != "" {
+		line = strings.ReplaceAll(line, "ROOT", root)
+	}
 	f := strings.Fields(line)
 	c := call{a: a, sid: acp.SessionId(sid), key: fresh()}
 	digest := a.digestOf(sid)
@@ -168,6 +173,8 @@ func (c call) run(ctx context.Context, cmd string, args []string) string {
 		return result(err, "ok write %s", args[0])
 	case cmd == "exec" && len(args) >= 1:
 		return c.exec(ctx, args)
+	case cmd == "sh" && len(args) >= 1:
+		return c.exec(ctx, []string{"/bin/sh", "-c", strings.Join(args, " ")})
 	}
 	return fmt.Sprintf("error invalid unknown command %q", cmd)
 }
