@@ -29,7 +29,7 @@ type Dial func(ctx context.Context) (io.ReadWriteCloser, error)
 // Setup builds one transport instance for one check: a listener the
 // server owns (the suite closes it) and a Dial for the client side. Setup
 // registers any other cleanup with t.Cleanup.
-type Setup func(t *testing.T) (wire.Listener, Dial)
+type Setup func(t testing.TB) (wire.Listener, Dial)
 
 // Digest is the tuple_sha256 the suite sends.
 const Digest = "5e0b8b9f1f2c3d4e5f60718293a4b5c6d7e8f90112233445566778899aabbccd"
