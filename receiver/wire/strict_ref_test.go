@@ -103,4 +103,3 @@ func (w *walker) object(t reflect.Type, path string) error {
 	_, err := w.dec.Token() // '}'
 	return err
 }
-
