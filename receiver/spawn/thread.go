@@ -148,10 +148,22 @@ func restrictSelf(rs *Ruleset) error {
 }
 
 // dropBoundingSet drops every capability the kernel knows from the
-// calling thread's bounding set (this is what SETPCAP is kept for).
+// calling thread's bounding set (this is what SETPCAP is kept for). Each
+// drop commits new credentials, so only capabilities still in the set are
+// dropped: seven in the narrowed receiver.
 func dropBoundingSet() error {
 	for c := 0; c <= lastCap(); c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err == unix.EINVAL {
+			continue // the kernel does not know this capability
+		}
+		if err != nil {
+			return fmt.Errorf("read capability %d of the bounding set: %w", c, err)
+		}
+		if in == 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
 			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
 		}
 	}

@@ -442,3 +442,44 @@ func BenchmarkStatRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkExecRatio interleaves the two measurements of
+// BenchmarkExecRoundTrip in every iteration, so load that drifts during the
+// run (this machine is shared) affects both alike, and reports each mean
+// and their ratio (the target is ≤ 1.3).
+func BenchmarkExecRatio(b *testing.B) {
+	testenv.Require(b, "root")
+	for _, mode := range []string{"thread", "helper"} {
+		b.Run(mode, func(b *testing.B) {
+			e := newEnv(b, "off", mode)
+			e.start()
+			c := e.client()
+			var direct, recv time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if err := exec.Command("/bin/true").Run(); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				var st wire.ExecStartResult
+				if err := c.call(wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}, &st); err != nil {
+					b.Fatal(err)
+				}
+				var w wire.ExecWaitResult
+				if err := c.call(wire.OpExecWait, wire.TerminalArgs{TerminalID: st.TerminalID}, &w); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				direct, recv = direct+t1.Sub(t0), recv+t2.Sub(t1)
+				b.StopTimer()
+				if err := c.call(wire.OpExecRelease, wire.TerminalArgs{TerminalID: st.TerminalID}, nil); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(direct.Nanoseconds())/float64(b.N), "direct-ns/op")
+			b.ReportMetric(float64(recv.Nanoseconds())/float64(b.N), "receiver-ns/op")
+			b.ReportMetric(float64(recv)/float64(direct), "ratio")
+		})
+	}
+}
