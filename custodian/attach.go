@@ -23,12 +23,22 @@ func (h *client) HandleExtensionMethod(ctx context.Context, method string, param
 	if method != acpmeta.MethodAttach {
 		return nil, acp.NewMethodNotFound(method)
 	}
-	var req acpmeta.AttachRequest
-	if err := decodeStrict(params, &req); err != nil || req.SessionID == "" || !acpmeta.ValidDigest(req.TupleSHA256) {
+	req, err := parseAttach(params)
+	if err != nil {
 		h.c.auditRefusal(req.SessionID, nil, method, "", wire.CodeInvalid)
-		return nil, acpmeta.NewError(wire.CodeInvalid, "%s params must be {session_id, tuple_sha256 (lowercase hex)}", method)
+		return nil, err
 	}
 	return h.attach(ctx, req)
+}
+
+// parseAttach strictly decodes `_tether/attach` params.
+func parseAttach(params json.RawMessage) (acpmeta.AttachRequest, error) {
+	var req acpmeta.AttachRequest
+	if err := decodeStrict(params, &req); err != nil || req.SessionID == "" || !acpmeta.ValidDigest(req.TupleSHA256) {
+		return acpmeta.AttachRequest{}, acpmeta.NewError(wire.CodeInvalid,
+			"%s params must be exactly {session_id, tuple_sha256 (lowercase hex)}", acpmeta.MethodAttach)
+	}
+	return req, nil
 }
 
 // attach confirms with the receiver that a current grant covers the
