@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +24,7 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/signing"
+	"github.com/tetherdev/tether/fixtures/pki"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/transport"
@@ -77,9 +82,11 @@ type env struct {
 	t      testing.TB
 	base   string
 	config string
+	cfg    map[string]any
 	socket string
 	grant  admission.Grant
 	pub    *admission.Publisher
+	dial   func(context.Context) (io.ReadWriteCloser, error) // how clients reach the daemon
 }
 
 func newEnv(t testing.TB, landlock, spawnMode string) *env {
@@ -127,12 +134,17 @@ func newEnv(t testing.TB, landlock, spawnMode string) *env {
 		"landlock": map[string]any{"mode": landlock},
 		"spawn":    spawnMode,
 	}
-	data, _ := json.Marshal(cfg)
-	e.config = filepath.Join(base, "receiver.json")
-	if err := os.WriteFile(e.config, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	e.cfg, e.config = cfg, filepath.Join(base, "receiver.json")
+	e.dial = transport.Unix{Path: e.socket, HostOnly: true}.Dial
+	e.writeConfig()
 	return e
+}
+
+func (e *env) writeConfig() {
+	data, _ := json.Marshal(e.cfg)
+	if err := os.WriteFile(e.config, data, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // daemon is a running tether-receiver process.
@@ -155,8 +167,8 @@ func (e *env) start(prefix ...string) *daemon {
 	e.t.Cleanup(func() { d.cmd.Process.Kill(); <-d.done })
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
-		if conn, err := (transport.Unix{Path: e.socket, HostOnly: true}).Dial(context.Background()); err == nil {
-			conn.Close() // the socket exists between bind and listen; wait until it accepts
+		if conn, err := e.dial(context.Background()); err == nil {
+			conn.Close() // a unix socket exists between bind and listen; wait until it accepts
 			return d
 		}
 		select {
@@ -173,7 +185,7 @@ func (e *env) start(prefix ...string) *daemon {
 // client dials the daemon's socket.
 func (e *env) client() *client {
 	e.t.Helper()
-	conn, err := transport.Unix{Path: e.socket, HostOnly: true}.Dial(context.Background())
+	conn, err := e.dial(context.Background())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -482,4 +494,82 @@ func BenchmarkExecRatio(b *testing.B) {
 			b.ReportMetric(float64(recv)/float64(direct), "ratio")
 		})
 	}
+}
+
+// TestIntegrationTLSListener serves the daemon on TCP with mutual TLS from
+// its config: a client with a certificate of the pinned CA works, one of
+// another CA is refused before any request.
+func TestIntegrationTLSListener(t *testing.T) {
+	testenv.Require(t, "root")
+	e := newEnv(t, "off", "thread")
+	ca, err := pki.NewCA("tether test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ca.Server("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(e.base, "ca.pem")
+	if err := ca.WriteCert(caFile); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := srv.WriteFiles(e.base, "receiver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	e.cfg["listen"] = []any{map[string]any{"kind": "tls", "address": addr, "ca_file": caFile,
+		"cert_file": certFile, "key_file": keyFile}}
+	e.writeConfig()
+	e.dial = tlsDialer(t, ca, addr)
+	e.start()
+	c := e.client()
+	if out, st := c.run("/bin/sh", "-c", "echo over tls"); out != "over tls\n" || st.ExitCode == nil || *st.ExitCode != 0 {
+		t.Fatalf("exec over TLS: %q %+v", out, st)
+	}
+	// A client that trusts the receiver but presents a certificate of
+	// another CA must be refused by the receiver.
+	other, err := pki.NewCA("another CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := other.Client("stranger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, ServerName: "127.0.0.1",
+		Certificates: []tls.Certificate{stranger.TLSCertificate()}, MinVersion: tls.VersionTLS13})
+	if err == nil {
+		defer conn.Close()
+		wc, _ := wire.NewClient(conn, wire.ClientConfig{})
+		defer wc.Close()
+		// TLS 1.3 reports a refused client certificate on the first read.
+		if err := wc.Call(context.Background(), wire.OpAttach, e.grant.Tuple.SHA256(), "k", time.Now().Add(5*time.Second), nil, nil); err == nil {
+			t.Fatal("a client certificate of another CA was served")
+		}
+	}
+}
+
+// tlsDialer dials addr with a client certificate issued by ca, trusting ca.
+func tlsDialer(t *testing.T, ca *pki.CA, addr string) func(context.Context) (io.ReadWriteCloser, error) {
+	t.Helper()
+	cl, err := ca.Client("custodian")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := transport.TLS{Address: addr, CA: ca.Cert, Certificate: cl.TLSCertificate(), ServerName: "127.0.0.1"}
+	return tr.Dial
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
