@@ -55,6 +55,9 @@ func (h *client) attach(ctx context.Context, req acpmeta.AttachRequest) (any, er
 		return nil, h.mismatch(b, acpmeta.MethodAttach, "attach names tuple_sha256 %s, the session is bound to %s",
 			req.TupleSHA256, b.digest)
 	}
+	if err := c.auditErr(); err != nil {
+		return nil, err
+	}
 	lease := b.lease()
 	if !c.now().Before(lease) {
 		c.auditRefusal(req.SessionID, b, acpmeta.MethodAttach, "", wire.CodeLeaseExpired)

@@ -70,3 +70,23 @@ func TestExtendLease(t *testing.T) {
 		t.Fatal("the binding changed after a refused load")
 	}
 }
+
+// TestBrokenAuditRefusesToAct: when the audit log cannot record, the
+// custodian refuses attach and every callback (unavailable) and sends
+// nothing.
+func TestBrokenAuditRefusesToAct(t *testing.T) {
+	h := newHarness(t)
+	h.scriptFiles()
+	h.bind()
+	h.c.alog.Close() // a closed log refuses appends, as a broken one does
+	n := len(h.fr.ops())
+	ctx := context.Background()
+	_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Meta: h.op("r")})
+	wantCode(t, err, "unavailable")
+	_, err = h.agent.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Content: "x", Meta: h.op("w")})
+	wantCode(t, err, "unavailable")
+	wantCode(t, h.attach(), "unavailable")
+	if len(h.fr.ops()) != n {
+		t.Fatalf("the receiver saw %v while the audit log was down", h.fr.ops()[n:])
+	}
+}
