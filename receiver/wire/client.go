@@ -116,6 +116,9 @@ func (c *Client) Err() error {
 //     ctx's error when ctx ended first. Never retry such a call blindly.
 func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 	deadline time.Time, args, result any) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("wire: call %s not sent: %w", op, err)
+	}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 		deadline = dl
 	}
@@ -200,6 +203,11 @@ func (c *Client) send(ctx context.Context, id uint64, frame []byte, deadline tim
 	if !c.stillPending(id) { // the connection ended before this write
 		<-c.wsem
 		return c.refusal()
+	}
+	if err := ctx.Err(); err != nil { // ctx ended while waiting for the slot
+		<-c.wsem
+		c.forget(id)
+		return fmt.Errorf("wire: request %d not sent: %w", id, err)
 	}
 	d, canDeadline := c.conn.(interface{ SetWriteDeadline(time.Time) error })
 	if canDeadline {

@@ -299,3 +299,22 @@ func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
 	}
 	peer.expectEOF()
 }
+
+// A call whose ctx has already ended is not sent.
+func TestCallCtxDoneIsNotSent(t *testing.T) {
+	cc, sc := socketPair(t)
+	cl, _ := NewClient(cc, ClientConfig{})
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 { // the writer slot is free: a random select would sometimes send
+		err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
+		if !errors.Is(err, context.Canceled) || codeOf(err) == CodeFateUnknown {
+			t.Fatalf("err = %v, want context.Canceled and not fate_unknown", err)
+		}
+	}
+	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, _ := sc.Read(make([]byte, 1)); n != 0 {
+		t.Fatal("a call with a dead ctx wrote to the connection")
+	}
+}
