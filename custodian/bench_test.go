@@ -123,18 +123,19 @@ func BenchmarkIntegrationExec(b *testing.B) {
 		b.Run(map[bool]string{false: "direct", true: "custody"}[custody], func(b *testing.B) {
 			a := benchAgent(b, rr, custody)
 			ctx := context.Background()
+			run := newKey("b") // op keys stay unique across -count runs on one receiver
 			for i := 0; b.Loop(); i++ {
 				t, err := a.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: "sess-bench", Command: "/bin/true",
-					Cwd: &rr.tuple.Root, Meta: benchMeta(rr, fmt.Sprintf("e%d:create", i))})
+					Cwd: &rr.tuple.Root, Meta: benchMeta(rr, fmt.Sprintf("%s-%d:create", run, i))})
 				if err != nil {
 					b.Fatal(err)
 				}
 				if _, err := a.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: "sess-bench", TerminalId: t.TerminalId,
-					Meta: benchMeta(rr, fmt.Sprintf("e%d:wait", i))}); err != nil {
+					Meta: benchMeta(rr, fmt.Sprintf("%s-%d:wait", run, i))}); err != nil {
 					b.Fatal(err)
 				}
 				if _, err := a.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: "sess-bench", TerminalId: t.TerminalId,
-					Meta: benchMeta(rr, fmt.Sprintf("e%d:release", i))}); err != nil {
+					Meta: benchMeta(rr, fmt.Sprintf("%s-%d:release", run, i))}); err != nil {
 					b.Fatal(err)
 				}
 			}
