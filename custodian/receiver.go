@@ -228,4 +228,5 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// String shows the delay range.
 func (b Backoff) String() string { return fmt.Sprintf("%s..%s", b.Min, b.Max) }

@@ -28,6 +28,7 @@ type UnsafeError struct {
 	Check string
 }
 
+// Error names the file and the failed check.
 func (e *UnsafeError) Error() string { return fmt.Sprintf("credential file %s: %s", e.Path, e.Check) }
 
 // Unwrap makes errors.Is(err, ErrUnsafe) hold.

@@ -34,6 +34,7 @@ type ConflictError struct {
 	Got      string // the digest of the refused request
 }
 
+// Error names the key and why it was refused.
 func (e *ConflictError) Error() string {
 	if e.InFlight {
 		return fmt.Sprintf("op key %s: a request with this key is still in flight", e.OpKey)

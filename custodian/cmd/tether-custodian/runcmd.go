@@ -23,6 +23,7 @@ import (
 // prompts collects repeated --prompt flags.
 type prompts []string
 
+// String and Set make prompts a repeatable flag.
 func (p *prompts) String() string     { return strings.Join(*p, "\n") }
 func (p *prompts) Set(s string) error { *p = append(*p, s); return nil }
 

@@ -73,6 +73,8 @@ func BuildBinary(t testing.TB, pkg, name string) string {
 	return out
 }
 
+// Start builds and starts a receiver; it is stopped (SIGTERM) when t ends.
+// Without root it skips, or fails when TETHER_TEST_REQUIRE names root.
 func Start(t testing.TB) *Receiver {
 	t.Helper()
 	testenv.Require(t, "root")
@@ -148,6 +150,7 @@ func (rr *Receiver) waitUp(t testing.TB) {
 // File returns the path of rel inside the tuple's root.
 func (rr *Receiver) File(rel string) string { return filepath.Join(rr.Tuple.Root, rel) }
 
+// Must fails t on a non-nil err.
 func Must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {

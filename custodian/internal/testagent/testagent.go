@@ -248,6 +248,7 @@ type Gate struct {
 	Ready chan struct{}
 }
 
+// Read waits for Ready, then reads from R.
 func (g *Gate) Read(p []byte) (int, error) {
 	<-g.Ready
 	return g.R.Read(p)
