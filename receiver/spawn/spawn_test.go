@@ -492,3 +492,38 @@ func BenchmarkSpawn(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSpawnRatio interleaves a direct fork/exec of /bin/true and a
+// spawn of it in every iteration (load on this shared machine drifts) and
+// reports both means and their ratio, per mode.
+func BenchmarkSpawnRatio(b *testing.B) {
+	testenv.Require(b, "root")
+	dir, _ := workDir(b)
+	for _, name := range []string{"thread", "helper"} {
+		b.Run(name, func(b *testing.B) {
+			_, w, _ := os.Pipe()
+			defer w.Close()
+			spec := Spec{Mode: modes[name], Path: "/bin/true", Argv: []string{"true"}, Env: []string{},
+				Dir: dir, Output: w, UID: uid, GID: gid}
+			var direct, spawned time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				withReaperHeld(func() {
+					if err := exec.Command("/bin/true").Run(); err != nil {
+						b.Fatal(err)
+					}
+				})
+				t1 := time.Now()
+				c, err := Start(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-c.Done()
+				direct, spawned = direct+t1.Sub(t0), spawned+time.Since(t1)
+			}
+			b.ReportMetric(float64(direct.Nanoseconds())/float64(b.N), "direct-ns/op")
+			b.ReportMetric(float64(spawned.Nanoseconds())/float64(b.N), "spawn-ns/op")
+			b.ReportMetric(float64(spawned)/float64(direct), "ratio")
+		})
+	}
+}
