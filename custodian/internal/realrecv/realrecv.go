@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,7 +66,7 @@ func BuildBinary(t testing.TB, pkg, name string) string {
 	if _, err := os.Stat(out); err == nil {
 		return out
 	}
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd := exec.Command(goTool(), "build", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
@@ -170,4 +171,19 @@ func (w *prefixWriter) Write(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// goTool is the go command of the toolchain running the tests, or "go".
+func goTool() string {
+	if root := runtime.GOROOT(); root != "" {
+		if p := filepath.Join(root, "bin", "go"); fileExists(p) {
+			return p
+		}
+	}
+	return "go"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
