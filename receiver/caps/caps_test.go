@@ -24,6 +24,16 @@ import (
 const helperEnv = "TETHER_CAPS_TEST_HELPER"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "narrow" {
+		err := Narrow()
+		sts, _ := ThreadStatuses(0)
+		masks := map[string]bool{}
+		for _, st := range sts {
+			masks[fmt.Sprintf("%016x %016x %016x %016x %016x %d", st.CapEff, st.CapPrm, st.CapBnd, st.CapInh, st.CapAmb, st.NoNewPrivs)] = true
+		}
+		_ = json.NewEncoder(os.Stdout).Encode(map[string]any{"error": fmt.Sprint(err), "masks": masks, "threads": len(sts)})
+		os.Exit(0)
+	}
 	if os.Getenv(helperEnv) == "check" {
 		err := Check()
 		var me *MissingError
@@ -156,10 +166,11 @@ func TestCheckRefusesNonRoot(t *testing.T) {
 	}
 }
 
-func TestNarrowNeedsAllThreads(t *testing.T) {
+func TestNarrow(t *testing.T) {
 	testenv.Require(t, "root")
 	if !cgoEnabled() {
-		t.Log("built without cgo: Narrow is covered by the tether-receiver binary tests")
+		testNarrowInHelper(t)
+		t.Log("narrowed every thread of a helper process to exactly the seven")
 		return
 	}
 	// With cgo (go test -race), AllThreadsSyscall cannot reach every thread;
@@ -229,4 +240,27 @@ func worldExecutableCopy(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// testNarrowInHelper runs Narrow in a re-executed test binary (it is
+// irreversible) and checks every thread of it ends with exactly the seven.
+func testNarrowInHelper(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=narrow")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("narrow helper: %v", err)
+	}
+	var got struct {
+		Error   string          `json:"error"`
+		Masks   map[string]bool `json:"masks"`
+		Threads int             `json:"threads"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s: %v", out, err)
+	}
+	want := "00000000000001eb 00000000000001eb 00000000000001eb 0000000000000000 0000000000000000 0"
+	if got.Error != "<nil>" || len(got.Masks) != 1 || !got.Masks[want] || got.Threads < 2 {
+		t.Fatalf("after Narrow: %+v, want every thread %q", got, want)
+	}
 }
