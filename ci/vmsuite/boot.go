@@ -25,6 +25,7 @@ type BootSpec struct {
 	Timeout    time.Duration // the whole boot, from start to power-off
 	ConsoleLog io.Writer     // optional: every console line
 	Args       []string      // extra QEMU arguments (shares, networking)
+	Append     []string      // extra kernel command-line words
 }
 
 // ReportArgs returns the QEMU arguments of the report port: a
@@ -63,7 +64,7 @@ func BootAndCollect(ctx context.Context, spec BootSpec, steps int) *Boot {
 	bctx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
 	vm, err := guest.Start(bctx, guest.Config{Kernel: spec.Kernel, Initramfs: spec.Initramfs, QEMU: spec.QEMU,
-		Accel: spec.Accel, MemoryMiB: spec.MemoryMiB, CPUs: spec.CPUs,
+		Accel: spec.Accel, MemoryMiB: spec.MemoryMiB, CPUs: spec.CPUs, Append: spec.Append,
 		Args: append(ReportArgs(spec.Report), spec.Args...), ConsoleLog: spec.ConsoleLog})
 	if err != nil {
 		b.problem("qemu did not start: %v", err)
@@ -74,6 +75,10 @@ func BootAndCollect(ctx context.Context, spec BootSpec, steps int) *Boot {
 	console := vm.Lines()
 	if errors.Is(werr, context.DeadlineExceeded) {
 		b.problem("the guest did not power off within %s and was killed%s", spec.Timeout, tail(console))
+	}
+	var ce *guest.ConsoleError
+	if errors.As(werr, &ce) && strings.TrimSpace(ce.Stderr) != "" {
+		console = append(console, "--- qemu stderr ---", strings.TrimSpace(ce.Stderr))
 	}
 	b.collect(spec.Report, steps, console)
 	return b

@@ -45,7 +45,9 @@ type Options struct {
 	Accel     string    // AccelAuto, AccelTCG or AccelKVM; "" means auto
 	CPUs      int       // guest vCPUs; 0 means 2
 	MemoryMiB int       // guest memory; 0 means 2048
+	Append    []string  // extra guest kernel command-line words (debugging; tests inject failures)
 	Mutation  string    // suite (a) only: a Mutations name, "" for none
+	Packages  string    // suite (a) only, for tests: a narrower package pattern; the suite is then named IsolationSuite+"-subset"
 	Log       io.Writer // progress for a person; nil discards
 }
 

@@ -65,6 +65,7 @@ type isolation struct {
 	r        *receipt.Receipt
 	work     string
 	mutation *Mutation
+	packages string
 	bins     []TestBinary
 	files    []guest.File
 	stubs    []guestrun.Stub
@@ -73,14 +74,17 @@ type isolation struct {
 // RunIsolation runs suite (a) and writes its receipt. With a mutation the
 // suite is named IsolationSuite+"+"+mutation and can never pass.
 func RunIsolation(ctx context.Context, h *Host) (*receipt.Receipt, error) {
-	s := &isolation{h: h}
+	s := &isolation{h: h, packages: IsolationPackages}
 	name := IsolationSuite
+	if h.Opts.Packages != "" {
+		s.packages, name = h.Opts.Packages, IsolationSuite+"-subset"
+	}
 	if h.Opts.Mutation != "" {
 		m, err := FindMutation(h.Opts.Mutation)
 		if err != nil {
 			return nil, err
 		}
-		s.mutation, name = &m, IsolationSuite+"+"+m.Name
+		s.mutation, name = &m, name+"+"+m.Name
 	}
 	s.r = h.NewReceipt(name)
 	if s.mutation != nil {
@@ -129,7 +133,7 @@ func (s *isolation) buildImage(ctx context.Context) (string, error) {
 		}
 		b.Overlay = ov
 	}
-	pkgs, err := b.TestPackages(ctx, IsolationPackages)
+	pkgs, err := b.TestPackages(ctx, s.packages)
 	if err != nil {
 		return "", err
 	}
@@ -237,7 +241,7 @@ func (s *isolation) boot(ctx context.Context, img string) error {
 	defer console.Close()
 	b := BootAndCollect(ctx, BootSpec{Kernel: s.h.Kernel, Initramfs: img, QEMU: s.h.Opts.QEMU,
 		Accel: s.h.Accel.Name, MemoryMiB: s.h.Opts.MemoryMiB, CPUs: s.h.Opts.CPUs,
-		Report: filepath.Join(s.work, "report.jsonl"), Timeout: IsolationTimeout,
+		Report: filepath.Join(s.work, "report.jsonl"), Timeout: IsolationTimeout, Append: s.h.Opts.Append,
 		ConsoleLog: progress{console, s.h.Opts.Log}}, len(s.bins))
 	s.r.Problems = append(s.r.Problems, b.Problems...)
 	s.r.Kernel.Release = b.Transcript.Release

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/ci/receipt"
+	"github.com/tetherdev/tether/ci/vmsuite"
+)
+
+func passing(suite string) *receipt.Receipt {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	return &receipt.Receipt{
+		Suite:    suite,
+		Tests:    []receipt.Test{{Package: "receiver/caps", Name: "TestCheckPassesAsRoot", Result: receipt.Pass}},
+		Counts:   receipt.Counts{Declared: 1},
+		Go:       "go1.26.8",
+		Kernel:   receipt.Kernel{Release: "6.12", Image: "6.12", VmlinuxSHA256: strings.Repeat("a", 64)},
+		QEMU:     receipt.QEMU{Version: "7.2.22", Accelerator: "tcg"},
+		Binaries: []receipt.Binary{{Path: "/bin/busybox", SHA256: strings.Repeat("b", 64)}},
+		Source:   receipt.Source{GitTree: strings.Repeat("c", 40)},
+		Started:  start,
+		Ended:    start.Add(time.Minute),
+	}
+}
+
+func cli(args ...string) (int, string) {
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String() + errb.String()
+}
+
+func TestCheckCommand(t *testing.T) {
+	dir := t.TempDir()
+	if err := receipt.Write(dir, passing(vmsuite.IsolationSuite)); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := cli("check", "--dir", dir, vmsuite.IsolationSuite); code != exitOK || !strings.Contains(out, ": PASS 1 executed / 0 ignored") {
+		t.Fatalf("good receipt: %d\n%s", code, out)
+	}
+	// Every suite is checked by default; one that left no receipt fails.
+	all := t.TempDir()
+	for _, name := range suiteNames() {
+		if err := receipt.Write(all, passing(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code, out := cli("check", "--dir", all); code != exitOK {
+		t.Fatalf("every suite passing: %d\n%s", code, out)
+	}
+	if code, out := cli("check", "--dir", t.TempDir()); code != exitFailed || !strings.Contains(out, "REFUSED") {
+		t.Fatalf("no receipts at all: %d\n%s", code, out)
+	}
+	if code, out := cli("check", "--dir", dir, "native-client"); code != exitFailed || !strings.Contains(out, "missing") {
+		t.Fatalf("missing receipt: %d\n%s", code, out)
+	}
+	short := passing(vmsuite.IsolationSuite)
+	short.Counts.Declared = 2
+	if err := receipt.Write(dir, short); err != nil {
+		t.Fatal(err)
+	}
+	code, out := cli("check", "--dir", dir, vmsuite.IsolationSuite)
+	if code != exitFailed || !strings.Contains(out, "1 executed / 0 ignored / 0 failed of 2 declared") ||
+		!strings.Contains(out, "fewer than the 2 declared") {
+		t.Fatalf("short receipt: %d\n%s", code, out)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"run", "--help"}, {"check", "--help"}} {
+		if code, out := cli(args...); code != exitOK || !strings.Contains(out, "usage") {
+			t.Errorf("%v: %d\n%s", args, code, out)
+		}
+	}
+	for _, args := range [][]string{{}, {"frobnicate"}, {"run", "extra"}, {"run", "--suite", "nope"}} {
+		if code, _ := cli(args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
