@@ -199,10 +199,21 @@ func concurrent(t *testing.T, setup Setup, n int) {
 func refusalAfterShutdown(t *testing.T, setup Setup) {
 	started, release := make(chan struct{}), make(chan struct{})
 	var ran atomic.Int64
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release) // a failed check must not leave the handler blocked
+		}
+	}()
 	e := start(t, setup, wire.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
 		if ran.Add(1) == 1 {
 			close(started)
-			<-release
+			select {
+			case <-release:
+			case <-c.Done():
+				return nil, c.Err()
+			}
 		}
 		return echo(c, req)
 	}))
@@ -211,7 +222,10 @@ func refusalAfterShutdown(t *testing.T, setup Setup) {
 	<-started
 	shut := make(chan error, 1)
 	go func() { shut <- e.srv.Shutdown(ctx(t)) }()
+	// Until the shutdown has begun a late call may still run; once one is
+	// refused, none may run.
 	deadline := time.Now().Add(20 * time.Second)
+	answered := int64(0)
 	for {
 		_, err := call(t, e.client, "late", "x")
 		if codeOf(err) == wire.CodeUnavailable {
@@ -220,10 +234,16 @@ func refusalAfterShutdown(t *testing.T, setup Setup) {
 		if err != nil || time.Now().After(deadline) {
 			t.Fatalf("call during shutdown: %v, want unavailable", err)
 		}
+		answered++
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := ran.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1: a request was run during shutdown", n)
+	for range 3 {
+		if _, err := call(t, e.client, "later", "x"); codeOf(err) != wire.CodeUnavailable {
+			t.Fatalf("call after a refusal: %v, want unavailable", err)
+		}
+	}
+	if n := ran.Load(); n != 1+answered {
+		t.Fatalf("handler ran %d times, want %d: a refused request ran", n, 1+answered)
 	}
 	close(release)
 	if err := <-first; err != nil {

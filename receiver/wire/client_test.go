@@ -187,7 +187,10 @@ func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
 func TestCallCtxCancelAfterSend(t *testing.T) {
 	release := make(chan struct{})
 	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
-		<-release
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
 		return nil, nil
 	})
 	cl, _ := pair(t, h, ServerConfig{})

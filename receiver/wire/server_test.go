@@ -214,7 +214,11 @@ func TestServerShutdownGraceful(t *testing.T) {
 	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
 		if ran.Add(1) == 1 {
 			close(started)
-			<-release
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		return StatResult{Type: "file"}, nil
 	})
@@ -233,6 +237,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 	go func() { shut <- srv.Shutdown(testCtx(t)) }()
 	// The notice makes the client refuse locally; give it time to land.
 	deadline := time.Now().Add(5 * time.Second)
+	answered := int64(0) // before the shutdown began, a call may still run
 	for {
 		err := cl.Call(testCtx(t), OpStat, testDigest, "k2", soon(), &StatArgs{Path: "x"}, nil)
 		if codeOf(err) == CodeUnavailable {
@@ -241,10 +246,17 @@ func TestServerShutdownGraceful(t *testing.T) {
 		if err != nil || time.Now().After(deadline) {
 			t.Fatalf("call during shutdown: %v, want unavailable", err)
 		}
-		time.Sleep(5 * time.Millisecond) // the handler has not seen it: ran stays 1
+		answered++
+		time.Sleep(5 * time.Millisecond)
 	}
-	if got := ran.Load(); got != 1 {
-		t.Fatalf("handler ran %d times during shutdown, want 1", got)
+	for range 3 {
+		err := cl.Call(testCtx(t), OpStat, testDigest, "k3", soon(), &StatArgs{Path: "x"}, nil)
+		if codeOf(err) != CodeUnavailable {
+			t.Fatalf("call after a refusal: %v, want unavailable", err)
+		}
+	}
+	if got := ran.Load(); got != 1+answered {
+		t.Fatalf("handler ran %d times, want %d: a refused request ran", got, 1+answered)
 	}
 	close(release)
 	if err := <-first; err != nil {
