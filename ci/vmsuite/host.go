@@ -20,20 +20,10 @@ import (
 	"github.com/tetherdev/tether/fixtures/guest"
 )
 
-// KernelLink is the kernel directory, under the tether cache's kernel/,
-// that the suites boot by default: a Debian kernel whose Landlock ABI is
-// at least the receiver's (ci/vmkernel unpacks it).
-const KernelLink = "vmsuite"
-
-// DefaultKernelDir returns $TETHER_CACHE/kernel/vmsuite (or the default
-// cache's).
-func DefaultKernelDir() string {
-	cache := os.Getenv(guest.EnvCache)
-	if cache == "" {
-		cache = guest.DefaultCache
-	}
-	return filepath.Join(cache, "kernel", KernelLink)
-}
+// DefaultKernelDir is the kernel the suites boot unless told otherwise:
+// $TETHER_CACHE/kernel/vmsuite, a Debian kernel whose Landlock ABI is at
+// least the receiver's (ci/vmkernel unpacks it).
+func DefaultKernelDir() string { return guest.KernelDir(guest.KernelVMSuite) }
 
 // Options configure a run of the suites.
 type Options struct {
@@ -79,7 +69,7 @@ func (o *Options) defaults() {
 type Host struct {
 	Opts     Options
 	Kernel   guest.Kernel
-	Accel    Accel
+	Accel    guest.Accel
 	Go       string
 	QEMU     string
 	Source   receipt.Source
@@ -118,7 +108,7 @@ func NewHost(ctx context.Context, opts Options) *Host {
 		note(err)
 		return h
 	}
-	h.Accel, err = ChooseAccel(ctx, opts.Accel, h.Kernel, opts.QEMU, opts.Work)
+	h.Accel, err = guest.ChooseAccel(ctx, opts.Accel, h.Kernel, opts.QEMU, opts.Work)
 	note(err)
 	fmt.Fprintf(opts.Log, "vm-receipts: accelerator %s (%s)\n", h.Accel.Name, h.Accel.Reason)
 	return h

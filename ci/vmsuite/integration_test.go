@@ -136,18 +136,18 @@ func TestIntegrationAccelProbeBoots(t *testing.T) {
 		t.Fatalf("%v (run ci/vmkernel as root)", err)
 	}
 	ctx := context.Background()
-	a, err := ChooseAccel(ctx, AccelAuto, k, "qemu-system-x86_64", t.TempDir())
+	a, err := guest.ChooseAccel(ctx, AccelAuto, k, "qemu-system-x86_64", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, kvmErr := ChooseAccel(ctx, AccelKVM, k, "qemu-system-x86_64", t.TempDir())
+	_, kvmErr := guest.ChooseAccel(ctx, AccelKVM, k, "qemu-system-x86_64", t.TempDir())
 	switch a.Name {
 	case AccelKVM:
 		if !strings.Contains(a.Reason, "booted") || kvmErr != nil {
 			t.Fatalf("kvm chosen (%s) but --accel kvm: %v", a.Reason, kvmErr)
 		}
 	case AccelTCG:
-		if !strings.HasPrefix(a.Reason, "KVM unusable: ") || !errors.Is(kvmErr, ErrAccel) {
+		if !strings.HasPrefix(a.Reason, "KVM unusable: ") || !errors.Is(kvmErr, guest.ErrAccel) {
 			t.Fatalf("tcg chosen (%s) but --accel kvm: %v", a.Reason, kvmErr)
 		}
 		if _, err := os.Stat("/dev/kvm"); err == nil && !strings.Contains(a.Reason, "probe guest") {
@@ -156,10 +156,10 @@ func TestIntegrationAccelProbeBoots(t *testing.T) {
 	default:
 		t.Fatalf("accelerator %+v", a)
 	}
-	if a, _ := ChooseAccel(ctx, AccelTCG, k, "", ""); a.Name != AccelTCG {
+	if a, _ := guest.ChooseAccel(ctx, AccelTCG, k, "", ""); a.Name != AccelTCG {
 		t.Fatalf("--accel tcg gave %+v", a)
 	}
-	if _, err := ChooseAccel(ctx, "hvf", k, "", ""); !errors.Is(err, ErrAccel) {
+	if _, err := guest.ChooseAccel(ctx, "hvf", k, "", ""); !errors.Is(err, guest.ErrAccel) {
 		t.Fatalf("unknown mode: %v", err)
 	}
 }
