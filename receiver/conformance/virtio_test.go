@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -202,5 +203,15 @@ func virtioShutdown(ctx context.Context, t *testing.T, c *wire.Client) {
 	}
 	if err := <-blocked; err != nil {
 		t.Fatalf("request in flight across shutdown: %v", err)
+	}
+	// The guest's close of the port is invisible here: the client closes
+	// the connection itself once its last call is answered.
+	select {
+	case <-c.Done():
+		if !errors.Is(c.Err(), wire.ErrReceiverShutdown) {
+			t.Fatalf("client ended with %v, want ErrReceiverShutdown", c.Err())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("client still open after the receiver's shutdown")
 	}
 }

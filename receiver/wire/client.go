@@ -43,6 +43,7 @@ type Client struct {
 	pending map[uint64]chan *Response
 	lastID  uint64
 	refuse  *Error // non-nil: new calls fail with it, unsent
+	drain   bool   // the receiver announced shutdown: close once pending is empty
 	cause   error  // why the connection ended (nil while it is up)
 
 	done      chan struct{} // closed when the read loop has returned
@@ -262,7 +263,11 @@ func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
 func (c *Client) abandon(id uint64, ch chan *Response) *Response {
 	c.mu.Lock()
 	delete(c.pending, id)
+	drained := c.drained()
 	c.mu.Unlock()
+	if drained != nil {
+		c.fail(drained)
+	}
 	select {
 	case r := <-ch:
 		return r
@@ -320,7 +325,8 @@ func (c *Client) readLoop(fr *FrameReader) {
 }
 
 // route hands resp to its call. A notice (id 0) of shutdown stops new
-// calls; any other notice means the receiver is closing the connection
+// calls, and the connection is closed once the last call in flight has its
+// answer; any other notice means the receiver is closing the connection
 // (on a byte stream nothing else would tell us), so it ends it here too.
 // An answer to an id never sent is a protocol violation; an answer to an
 // abandoned call is dropped.
@@ -334,7 +340,8 @@ func (c *Client) route(resp *Response) error {
 		if c.refuse == nil {
 			c.refuse = Errorf(CodeUnavailable, "receiver notice: %s", resp.Error.Message)
 		}
-		return nil
+		c.drain = true
+		return c.drained()
 	}
 	if resp.ID > c.lastID {
 		return fmt.Errorf("%w: answer to request %d, never sent", ErrProtocol, resp.ID)
@@ -342,6 +349,21 @@ func (c *Client) route(resp *Response) error {
 	if ch, ok := c.pending[resp.ID]; ok {
 		delete(c.pending, resp.ID)
 		ch <- resp
+	}
+	return c.drained()
+}
+
+// ErrReceiverShutdown is the cause recorded (see Err) when the receiver
+// announced its shutdown and the client closed the connection after the
+// last call in flight was answered.
+var ErrReceiverShutdown = errors.New("wire: receiver shut down the connection")
+
+// drained reports ErrReceiverShutdown once a draining connection has no
+// call in flight: the client closes it itself, because on a byte stream
+// the receiver closing its end is invisible. c.mu is held.
+func (c *Client) drained() error {
+	if c.drain && len(c.pending) == 0 {
+		return ErrReceiverShutdown
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,5 +320,58 @@ func TestCallCtxDoneIsNotSent(t *testing.T) {
 	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if n, _ := sc.Read(make([]byte, 1)); n != 0 {
 		t.Fatal("a call with a dead ctx wrote to the connection")
+	}
+}
+
+// After the shutdown notice the client refuses new calls at once, lets the
+// call in flight get its answer, then closes the connection itself (Done),
+// because on a byte stream the receiver's close would never show.
+func TestClientClosesAfterDrain(t *testing.T) {
+	cc, sc := socketPair(t)
+	cl, _ := NewClient(cc, ClientConfig{ResponseGrace: 10 * time.Millisecond})
+	defer cl.Close()
+	peer := newRawPeer(t, sc)
+	done := make(chan error, 1)
+	go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
+	var req Request
+	peer.next(&req)
+	peer.send(Response{ID: 0, Error: Errorf(CodeUnavailable, "receiver shutting down")})
+	deadline := time.Now().Add(5 * time.Second)
+	for { // a call that beats the notice is sent and never answered here
+		err := cl.Call(testCtx(t), OpAttach, testDigest, "k2", time.Now().Add(20*time.Millisecond), nil, nil)
+		if codeOf(err) == CodeUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("call after the notice: %v, want unavailable", err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case <-cl.Done():
+		t.Fatal("connection closed with a call still in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	peer.send(Response{ID: req.ID, Result: json.RawMessage(`{}`)})
+	if err := <-done; err != nil {
+		t.Fatalf("call in flight across the notice: %v", err)
+	}
+	select {
+	case <-cl.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection not closed after the last answer")
+	}
+	if !errors.Is(cl.Err(), ErrReceiverShutdown) {
+		t.Fatalf("Err() = %v, want ErrReceiverShutdown", cl.Err())
+	}
+	for { // requests that beat the notice, then the close
+		_ = sc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, err := peer.fr.ReadFrame()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil || !strings.Contains(string(b), `"op_key":"k2"`) {
+			t.Fatalf("want only k2 requests then EOF, got %q %v", b, err)
+		}
 	}
 }
