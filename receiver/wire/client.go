@@ -75,6 +75,11 @@ func NewClient(conn io.ReadWriteCloser, cfg ClientConfig) (*Client, error) {
 	return c, nil
 }
 
+// ErrNoAnswer is the cause recorded (see Err) when a request had no answer
+// by its deadline plus the response grace: the client then ends the
+// connection, failing every call in flight as fate unknown.
+var ErrNoAnswer = errors.New("wire: receiver did not answer in time")
+
 // ErrClientClosed is the cause recorded when Close ended the connection.
 var ErrClientClosed = errors.New("wire: client closed")
 
@@ -115,6 +120,9 @@ func (c *Client) Err() error {
 //     shutdown), or ctx's error while waiting to write;
 //   - sent, answer lost: an error wrapping *Error CodeFateUnknown, and
 //     ctx's error when ctx ended first. Never retry such a call blindly.
+//     No answer by the deadline plus the response grace also ends the
+//     connection (Err wraps ErrNoAnswer): the receiver answers every
+//     request by its deadline, so silence means it or the link is gone.
 func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 	deadline time.Time, args, result any) error {
 	if err := ctx.Err(); err != nil {
@@ -240,7 +248,13 @@ func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
 		}
 	case <-timer.C:
 		if resp = c.abandon(id, ch); resp == nil {
-			return fateUnknown(id, fmt.Errorf("no answer %s after the deadline", c.grace))
+			// A live receiver answers every request by its deadline; a
+			// missing answer means the receiver or the link is gone, which
+			// a byte stream would never show otherwise. End the connection
+			// so the caller redials instead of waiting on a dead one.
+			cause := fmt.Errorf("%w: request %d unanswered %s after its deadline", ErrNoAnswer, id, c.grace)
+			c.fail(cause)
+			return fateUnknown(id, cause)
 		}
 	}
 	if resp.ID == 0 { // the connection ended with the call in flight

@@ -328,7 +328,7 @@ func TestCallCtxDoneIsNotSent(t *testing.T) {
 // because on a byte stream the receiver's close would never show.
 func TestClientClosesAfterDrain(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := NewClient(cc, ClientConfig{ResponseGrace: 10 * time.Millisecond})
+	cl, _ := NewClient(cc, ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	done := make(chan error, 1)
@@ -337,8 +337,10 @@ func TestClientClosesAfterDrain(t *testing.T) {
 	peer.next(&req)
 	peer.send(Response{ID: 0, Error: Errorf(CodeUnavailable, "receiver shutting down")})
 	deadline := time.Now().Add(5 * time.Second)
-	for { // a call that beats the notice is sent and never answered here
-		err := cl.Call(testCtx(t), OpAttach, testDigest, "k2", time.Now().Add(20*time.Millisecond), nil, nil)
+	for { // a call that beats the notice is sent, never answered, and given up (ctx)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err := cl.Call(ctx, OpAttach, testDigest, "k2", soon(), nil, nil)
+		cancel()
 		if codeOf(err) == CodeUnavailable {
 			break
 		}
@@ -373,5 +375,34 @@ func TestClientClosesAfterDrain(t *testing.T) {
 		if err != nil || !strings.Contains(string(b), `"op_key":"k2"`) {
 			t.Fatalf("want only k2 requests then EOF, got %q %v", b, err)
 		}
+	}
+}
+
+// No answer by the deadline plus the grace ends the connection: every call
+// in flight is fate unknown and Done fires, so a caller redials instead of
+// waiting on a receiver that is gone (invisible on a byte stream).
+func TestClientNoAnswerEndsConnection(t *testing.T) {
+	cc, sc := socketPair(t)
+	cl, _ := NewClient(cc, ClientConfig{ResponseGrace: 20 * time.Millisecond})
+	defer cl.Close()
+	peer := newRawPeer(t, sc)
+	other := make(chan error, 1)
+	go func() { other <- cl.Call(testCtx(t), OpAttach, testDigest, "k-long", soon(), nil, nil) }()
+	var req Request
+	peer.next(&req) // the long call is in flight
+	err := cl.Call(testCtx(t), OpAttach, testDigest, "k-short", time.Now().Add(50*time.Millisecond), nil, nil)
+	if codeOf(err) != CodeFateUnknown || !errors.Is(err, ErrNoAnswer) {
+		t.Fatalf("unanswered call: %v, want fate_unknown wrapping ErrNoAnswer", err)
+	}
+	if err := <-other; codeOf(err) != CodeFateUnknown {
+		t.Fatalf("other call in flight: %v, want fate_unknown", err)
+	}
+	select {
+	case <-cl.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("connection still up after an unanswered deadline")
+	}
+	if !errors.Is(cl.Err(), ErrNoAnswer) {
+		t.Fatalf("Err() = %v", cl.Err())
 	}
 }
