@@ -115,7 +115,8 @@ func (c *Client) Err() error {
 // one of them must be set. Errors:
 //   - the receiver's refusal: its *Error, with the receiver's Code;
 //   - not sent (nothing ran): *Error CodeInvalid (bad op or args type, no
-//     deadline), CodeTooLarge (frame over the limit), CodeUnavailable (the
+//     deadline), CodeTimeout (deadline already passed), CodeTooLarge
+//     (frame over the limit), CodeUnavailable (the
 //     client is closed, the connection is gone or the receiver announced
 //     shutdown), or ctx's error while waiting to write;
 //   - sent, answer lost: an error wrapping *Error CodeFateUnknown, and
@@ -141,35 +142,42 @@ func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 	return c.await(ctx, op, id, ch, deadline.Add(c.grace), result)
 }
 
-// prepare validates and encodes the request and registers its id.
+// prepare validates the call, registers a new id, then encodes the
+// request (outside the lock: a frame can be a megabyte).
 func (c *Client) prepare(op Op, digest, opKey string,
 	deadline time.Time, args any) ([]byte, uint64, chan *Response, error) {
 	if deadline.IsZero() {
 		return nil, 0, nil, Errorf(CodeInvalid, "call %s: no deadline (set one or give ctx one)", op)
+	}
+	if !time.Now().Before(deadline) {
+		return nil, 0, nil, Errorf(CodeTimeout, "call %s: deadline %s already passed; not sent",
+			op, deadline.UTC().Format(time.RFC3339Nano))
 	}
 	raw, err := encodeArgs(op, args)
 	if err != nil {
 		return nil, 0, nil, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.refuse != nil {
+		defer c.mu.Unlock()
 		return nil, 0, nil, c.refuse
 	}
-	id := c.lastID + 1
+	c.lastID++
+	id, ch := c.lastID, make(chan *Response, 1)
+	c.pending[id] = ch
+	c.mu.Unlock()
 	req := Request{ID: id, Op: op, TupleSHA256: digest, OpKey: opKey, Deadline: deadline.UTC(), Args: raw}
 	payload, err := json.Marshal(&req)
 	if err != nil {
+		c.forget(id)
 		return nil, 0, nil, Errorf(CodeInvalid, "call %s: encode request: %v", op, err)
 	}
 	frame, err := AppendFrame(make([]byte, 0, headerSize+len(payload)), payload, c.limit)
 	if err != nil {
+		c.forget(id)
 		return nil, 0, nil, Errorf(CodeTooLarge, "call %s: request of %d bytes exceeds the frame limit %d",
 			op, len(payload), c.limit)
 	}
-	c.lastID = id
-	ch := make(chan *Response, 1)
-	c.pending[id] = ch
 	return frame, id, ch, nil
 }
 
@@ -297,10 +305,16 @@ func (c *Client) stillPending(id uint64) bool {
 	return ok
 }
 
+// forget removes an unsent call; on a draining connection the last one
+// leaving closes it.
 func (c *Client) forget(id uint64) {
 	c.mu.Lock()
 	delete(c.pending, id)
+	drained := c.drained()
 	c.mu.Unlock()
+	if drained != nil {
+		c.fail(drained)
+	}
 }
 
 func (c *Client) refusal() *Error {

@@ -140,6 +140,9 @@ func TestCallRefusesBeforeSending(t *testing.T) {
 			t.Errorf("%s: err = %v, want %s", c.name, err, c.want)
 		}
 	}
+	if err := cl.Call(ctx, OpAttach, testDigest, testOpKey, time.Now().Add(-time.Second), nil, nil); codeOf(err) != CodeTimeout {
+		t.Errorf("past deadline: err = %v, want timeout", err)
+	}
 	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if n, _ := sc.Read(make([]byte, 1)); n != 0 {
 		t.Fatal("a refused call wrote to the connection")
