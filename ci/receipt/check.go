@@ -54,7 +54,7 @@ func checkTests(r *Receipt) []string {
 	var failed, skipped []string
 	seen := map[string]bool{}
 	for _, t := range r.Tests {
-		key := t.Package + " " + t.Name
+		key := t.Key()
 		if seen[key] {
 			why = append(why, fmt.Sprintf("test %s is listed twice", key))
 		}
@@ -70,8 +70,17 @@ func checkTests(r *Receipt) []string {
 		}
 	}
 	c := r.Counts
-	if got := Tally(r.Tests, c.Declared); got != c {
+	if got := Tally(r.Tests, r.Declared); got != c {
 		why = append(why, fmt.Sprintf("counts %+v do not match the tests listed (%+v)", c, got))
+	}
+	var unrun []string
+	for _, d := range r.Declared {
+		if !seen[d] {
+			unrun = append(unrun, d)
+		}
+	}
+	if len(unrun) > 0 {
+		why = append(why, fmt.Sprintf("%d declared tests did not run: %s", len(unrun), names(unrun)))
 	}
 	if len(failed) > 0 {
 		why = append(why, fmt.Sprintf("%d failed: %s", len(failed), names(failed)))
@@ -79,12 +88,12 @@ func checkTests(r *Receipt) []string {
 	if len(skipped) > 0 {
 		why = append(why, fmt.Sprintf("%d ignored (skipped): %s", len(skipped), names(skipped)))
 	}
-	executed := Tally(r.Tests, c.Declared).Executed
+	got := Tally(r.Tests, r.Declared)
 	switch {
-	case c.Declared <= 0:
+	case got.Declared <= 0:
 		why = append(why, "the suite declares no tests")
-	case executed < c.Declared:
-		why = append(why, fmt.Sprintf("%d executed, fewer than the %d declared", executed, c.Declared))
+	case got.Executed < got.Declared:
+		why = append(why, fmt.Sprintf("%d executed, fewer than the %d declared", got.Executed, got.Declared))
 	}
 	return why
 }

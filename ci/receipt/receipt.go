@@ -35,21 +35,23 @@ type Receipt struct {
 	Summary  string     `json:"summary"`  // the one line printed for a person
 	Problems []string   `json:"problems"` // suite-level failures no single test carries (no boot, a crashed binary)
 	Counts   Counts     `json:"counts"`
-	Tests    []Test     `json:"tests"`
-	Excluded []Excluded `json:"excluded"` // tests of the suite's packages it does not run, and why
 	Go       string     `json:"go_version"`
 	Kernel   Kernel     `json:"guest_kernel"`
 	QEMU     QEMU       `json:"qemu"`
-	Binaries []Binary   `json:"binaries"` // every executable placed in the guest image
 	Source   Source     `json:"source"`
 	Started  time.Time  `json:"started"`
 	Ended    time.Time  `json:"ended"`
+	Excluded []Excluded `json:"excluded"`       // tests of the suite's packages it does not run, and why
+	Declared []string   `json:"declared_tests"` // "package name" of every test the suite must execute
+	Tests    []Test     `json:"tests"`          // every test and subtest that reported, in run order
+	Binaries []Binary   `json:"binaries"`       // every binary placed in the guest image (and run on the host)
 }
 
-// Counts summarises Tests. Declared is the number of top-level tests the
-// suite must execute; Executed counts top-level tests that ran to a pass
-// or a fail; Ignored and Failed count skipped and failed tests at any
-// level (subtests included).
+// Counts summarises Tests. Declared is the number of tests the suite
+// names as ones it must execute (declared_tests: every top-level test its
+// binaries list, plus any subtest the suite names); Executed, Ignored and
+// Failed count the tests at any level (subtests included) that ran to a
+// pass or a fail, were skipped, or failed.
 type Counts struct {
 	Declared int `json:"declared"`
 	Executed int `json:"executed"`
@@ -76,8 +78,8 @@ type Excluded struct {
 	Reason  string `json:"reason"`
 }
 
-// TopLevel reports whether t is a top-level test (not a subtest).
-func (t Test) TopLevel() bool { return !strings.Contains(t.Name, "/") }
+// Key is how declared_tests names t: "package name".
+func (t Test) Key() string { return t.Package + " " + t.Name }
 
 // Kernel is the guest kernel: Release as the running guest reported it
 // (empty if it never booted), Image as the unpacked package names it.
@@ -111,15 +113,13 @@ type Source struct {
 	Dirty   bool   `json:"dirty"`
 }
 
-// Tally recomputes counts from the tests; declared is kept.
-func Tally(tests []Test, declared int) Counts {
-	c := Counts{Declared: declared}
+// Tally recomputes the counts from the tests and the declared names.
+func Tally(tests []Test, declared []string) Counts {
+	c := Counts{Declared: len(declared)}
 	for _, t := range tests {
 		switch t.Result {
 		case Pass, Fail:
-			if t.TopLevel() {
-				c.Executed++
-			}
+			c.Executed++
 			if t.Result == Fail {
 				c.Failed++
 			}
@@ -205,7 +205,10 @@ func Path(dir, suite string) string { return filepath.Join(dir, suite+".json") }
 // Write fills r's counts and summary and writes it atomically to
 // Path(dir, r.Suite).
 func Write(dir string, r *Receipt) error {
-	r.Counts = Tally(r.Tests, r.Counts.Declared)
+	if r.Declared == nil {
+		r.Declared = []string{}
+	}
+	r.Counts = Tally(r.Tests, r.Declared)
 	if r.Problems == nil {
 		r.Problems = []string{}
 	}

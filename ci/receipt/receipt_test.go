@@ -31,7 +31,8 @@ func good() *Receipt {
 		Started:  start,
 		Ended:    start.Add(3 * time.Minute),
 	}
-	r.Counts = Tally(r.Tests, 2)
+	r.Declared = []string{"receiver/spawn TestChildMasks", "receiver/caps TestCheckPassesAsRoot"}
+	r.Counts = Tally(r.Tests, r.Declared)
 	r.Summary = r.Summarize()
 	return r
 }
@@ -41,10 +42,10 @@ func TestGoodReceiptPasses(t *testing.T) {
 	if err := r.Check("receiver-isolation"); err != nil {
 		t.Fatal(err)
 	}
-	if r.Counts != (Counts{Declared: 2, Executed: 2, Ignored: 0, Failed: 0}) {
-		t.Fatalf("counts %+v: subtests must not count as executed top-level tests", r.Counts)
+	if r.Counts != (Counts{Declared: 2, Executed: 4, Ignored: 0, Failed: 0}) {
+		t.Fatalf("counts %+v: executed counts subtests too", r.Counts)
 	}
-	want := "receiver-isolation: PASS 2 executed / 0 ignored / 0 failed of 2 declared; tcg on qemu 7.2.22, kernel 6.12.95+deb12-amd64; 3m0s"
+	want := "receiver-isolation: PASS 4 executed / 0 ignored / 0 failed of 2 declared; tcg on qemu 7.2.22, kernel 6.12.95+deb12-amd64; 3m0s"
 	if r.Summary != want {
 		t.Fatalf("summary\n got %s\nwant %s", r.Summary, want)
 	}
@@ -64,29 +65,34 @@ func TestCheckRefuses(t *testing.T) {
 		"failed subtest":   {func(r *Receipt) { r.Tests[1].Result = Fail }, "1 failed: receiver/spawn TestChildMasks/thread", false},
 		"skipped test":     {func(r *Receipt) { r.Tests[3].Result = Skip }, "1 ignored (skipped)", false},
 		"skipped subtest":  {func(r *Receipt) { r.Tests[2].Result = Skip }, "ignored (skipped): receiver/spawn TestChildMasks/helper", false},
-		"fewer executed":   {func(r *Receipt) { r.Counts.Declared = 3 }, "2 executed, fewer than the 3 declared", true},
-		"declares nothing": {func(r *Receipt) { r.Counts.Declared = 0 }, "declares no tests", true},
-		"no tests at all":  {func(r *Receipt) { r.Tests = nil }, "0 executed, fewer than the 2 declared", false},
-		"tampered counts":  {func(r *Receipt) { r.Counts.Executed = 9 }, "do not match the tests listed", true},
-		"hidden failure":   {func(r *Receipt) { r.Tests[0].Result = Fail; r.Counts.Failed = 0 }, "do not match", true},
-		"unknown result":   {func(r *Receipt) { r.Tests[0].Result = "flaky" }, `unknown result "flaky"`, false},
-		"duplicate test":   {func(r *Receipt) { r.Tests = append(r.Tests, r.Tests[0]) }, "listed twice", false},
-		"no go version":    {func(r *Receipt) { r.Go = "" }, "missing go_version", false},
-		"no kernel":        {func(r *Receipt) { r.Kernel.Release = "" }, "guest never reported", false},
-		"no vmlinux hash":  {func(r *Receipt) { r.Kernel.VmlinuxSHA256 = "xyz" }, "vmlinux_sha256", false},
-		"no qemu":          {func(r *Receipt) { r.QEMU.Version = "" }, "missing qemu.version", false},
-		"bad accelerator":  {func(r *Receipt) { r.QEMU.Accelerator = "hvf" }, "qemu.accelerator", false},
-		"no binaries":      {func(r *Receipt) { r.Binaries = nil }, "missing binaries", false},
-		"bad binary hash":  {func(r *Receipt) { r.Binaries[0].SHA256 = strings.Repeat("AB", 32) }, "sha256 of binary", false},
-		"no tree":          {func(r *Receipt) { r.Source.GitTree = "" }, "source.git_tree", false},
-		"no start":         {func(r *Receipt) { r.Started = time.Time{} }, "started/ended", false},
-		"ended first":      {func(r *Receipt) { r.Ended = r.Started.Add(-time.Second) }, "started/ended", false},
+		"declared not run": {func(r *Receipt) { r.Tests = r.Tests[:3] }, "1 declared tests did not run: receiver/caps TestCheckPassesAsRoot", false},
+		"fewer executed": {func(r *Receipt) {
+			r.Tests = r.Tests[:2]
+			r.Declared = append(r.Declared, "receiver/spawn TestChildMasks/thread", "receiver/x TestY")
+		}, "2 executed, fewer than the 4 declared", false},
+		"declares nothing":      {func(r *Receipt) { r.Declared = nil }, "declares no tests", false},
+		"no tests at all":       {func(r *Receipt) { r.Tests = nil }, "0 executed, fewer than the 2 declared", false},
+		"declared count edited": {func(r *Receipt) { r.Counts.Declared = 1 }, "do not match", true},
+		"tampered counts":       {func(r *Receipt) { r.Counts.Executed = 9 }, "do not match the tests listed", true},
+		"hidden failure":        {func(r *Receipt) { r.Tests[0].Result = Fail; r.Counts.Failed = 0 }, "do not match", true},
+		"unknown result":        {func(r *Receipt) { r.Tests[0].Result = "flaky" }, `unknown result "flaky"`, false},
+		"duplicate test":        {func(r *Receipt) { r.Tests = append(r.Tests, r.Tests[0]) }, "listed twice", false},
+		"no go version":         {func(r *Receipt) { r.Go = "" }, "missing go_version", false},
+		"no kernel":             {func(r *Receipt) { r.Kernel.Release = "" }, "guest never reported", false},
+		"no vmlinux hash":       {func(r *Receipt) { r.Kernel.VmlinuxSHA256 = "xyz" }, "vmlinux_sha256", false},
+		"no qemu":               {func(r *Receipt) { r.QEMU.Version = "" }, "missing qemu.version", false},
+		"bad accelerator":       {func(r *Receipt) { r.QEMU.Accelerator = "hvf" }, "qemu.accelerator", false},
+		"no binaries":           {func(r *Receipt) { r.Binaries = nil }, "missing binaries", false},
+		"bad binary hash":       {func(r *Receipt) { r.Binaries[0].SHA256 = strings.Repeat("AB", 32) }, "sha256 of binary", false},
+		"no tree":               {func(r *Receipt) { r.Source.GitTree = "" }, "source.git_tree", false},
+		"no start":              {func(r *Receipt) { r.Started = time.Time{} }, "started/ended", false},
+		"ended first":           {func(r *Receipt) { r.Ended = r.Started.Add(-time.Second) }, "started/ended", false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := good()
 			c.edit(r)
 			if !c.raw {
-				r.Counts = Tally(r.Tests, r.Counts.Declared)
+				r.Counts = Tally(r.Tests, r.Declared)
 			}
 			err := r.Check("receiver-isolation")
 			var re *RejectError

@@ -115,7 +115,7 @@ func (s *isolation) run(ctx context.Context) error {
 		return fmt.Errorf("build: %w", err)
 	}
 	fmt.Fprintf(s.h.Opts.Log, "vm-receipts: %s: booting %d test binaries (%d tests declared)\n",
-		s.r.Suite, len(s.bins), s.r.Counts.Declared)
+		s.r.Suite, len(s.bins), len(s.r.Declared))
 	return s.boot(ctx, img)
 }
 
@@ -169,7 +169,9 @@ func (s *isolation) addFiles(ctx context.Context, b Builder) error {
 		}
 		s.files = append(s.files, td...)
 		s.exclude(&s.bins[i])
-		s.r.Counts.Declared += len(tb.Tests)
+		for _, name := range tb.Tests {
+			s.r.Declared = append(s.r.Declared, tb.Rel+" "+name)
+		}
 		if !strings.Contains(tb.Rel, "/cmd/") {
 			continue
 		}

@@ -35,6 +35,7 @@ var suites = []struct {
 	run  func(context.Context, *vmsuite.Host) (*receipt.Receipt, error)
 }{
 	{vmsuite.IsolationSuite, vmsuite.RunIsolation},
+	{vmsuite.NativeSuite, vmsuite.RunNative},
 }
 
 func suiteNames() []string {
