@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mdlayher/vsock"
+
+	"github.com/tetherdev/tether/fixtures/testenv"
 )
 
 func TestVsockRefusedWithoutHostOnly(t *testing.T) {
@@ -52,6 +54,7 @@ func TestVsockPeerCID(t *testing.T) {
 // is itself a guest without a loopback transport, so no peer can connect:
 // what is checked is binding, Accept obeying ctx, and Close.
 func TestIntegrationVsockListen(t *testing.T) {
+	testenv.Require(t, "vsock")
 	l, err := Vsock{Port: 47001, HostOnly: true}.Listen(testCtx(t))
 	if err != nil {
 		t.Fatalf("vsock listen (the kernel needs AF_VSOCK): %v", err)
