@@ -60,6 +60,11 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = io.Discard
 	}
+	for _, p := range []*string{&o.Dir, &o.Work, &o.Out, &o.KernelDir} {
+		if abs, err := filepath.Abs(*p); err == nil { // binaries run in package directories
+			*p = abs
+		}
+	}
 }
 
 // Host is what every suite of one run shares: the options, the kernel,

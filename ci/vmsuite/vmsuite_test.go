@@ -200,3 +200,24 @@ func TestSourceTree(t *testing.T) {
 		t.Fatal("SourceTree outside a repository succeeded")
 	}
 }
+
+// A machine without the guest kernel still leaves a failing receipt for
+// every suite, naming the missing kernel: nothing is skipped silently.
+func TestMissingKernelLeavesFailingReceipts(t *testing.T) {
+	out := t.TempDir()
+	h := NewHost(context.Background(), Options{Dir: moduleRoot(t), Work: t.TempDir(), Out: out,
+		KernelDir: filepath.Join(t.TempDir(), "no-kernel"), Accel: AccelTCG})
+	if h.Ready() {
+		t.Fatal("a host without a kernel is ready")
+	}
+	for _, run := range []func(context.Context, *Host) (*receipt.Receipt, error){RunIsolation, RunNative} {
+		r, err := run(context.Background(), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDisk, err := receipt.CheckFile(out, r.Suite)
+		if onDisk == nil || !errors.Is(err, receipt.ErrRejected) || !strings.Contains(err.Error(), "guest kernel") {
+			t.Fatalf("%s: %v", r.Suite, err)
+		}
+	}
+}
