@@ -50,6 +50,12 @@ func (d *directClient) WaitForTerminalExit(ctx context.Context, p acp.WaitForTer
 	return acp.WaitForTerminalExitResponse{ExitCode: res.Exit.ExitCode}, err
 }
 
+func (d *directClient) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
+	var res wire.ExecOutputResult
+	err := d.call(ctx, wire.OpExecOutput, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res)
+	return acp.TerminalOutputResponse{Output: res.Output, Truncated: res.Truncated}, err
+}
+
 func (d *directClient) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
 	return acp.ReleaseTerminalResponse{}, d.call(ctx, wire.OpExecRelease, &wire.TerminalArgs{TerminalID: p.TerminalId}, nil)
 }
@@ -115,8 +121,9 @@ func BenchmarkIntegrationRead4KiB(b *testing.B) {
 	}
 }
 
-// BenchmarkIntegrationExec: terminal/create of /bin/true, wait_for_exit
-// and release through a real receiver process, with and without custody.
+// BenchmarkIntegrationExec: what tether-plugin's run_command sends for
+// /bin/true (terminal/create, wait_for_exit, output, release) through a
+// real receiver process, with and without custody.
 func BenchmarkIntegrationExec(b *testing.B) {
 	rr := startReceiver(b)
 	for _, custody := range []bool{false, true} {
@@ -132,6 +139,10 @@ func BenchmarkIntegrationExec(b *testing.B) {
 				}
 				if _, err := a.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: "sess-bench", TerminalId: t.TerminalId,
 					Meta: benchMeta(rr, fmt.Sprintf("%s-%d:wait", run, i))}); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := a.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: "sess-bench", TerminalId: t.TerminalId,
+					Meta: benchMeta(rr, fmt.Sprintf("%s-%d:output", run, i))}); err != nil {
 					b.Fatal(err)
 				}
 				if _, err := a.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: "sess-bench", TerminalId: t.TerminalId,

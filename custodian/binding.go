@@ -71,6 +71,12 @@ type binding struct {
 type terminal struct {
 	createKey string            // op key of the terminal/create receipt
 	expect    map[string]string // relative path -> expected SHA-256
+
+	// mu orders the recording of the exec's exit: whichever of
+	// wait_for_exit, output or release observes it first records it.
+	mu       sync.Mutex
+	exit     *wire.ExitStatus // the exit the custodian observed; nil until then
+	recorded bool             // the create receipt holds its final outcome
 }
 
 func newBinding(sessionID string, b Binding) *binding {

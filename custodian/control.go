@@ -2,7 +2,6 @@ package custodian
 
 import (
 	"context"
-	"errors"
 	"sort"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -13,7 +12,9 @@ import (
 )
 
 // KillTerminal serves terminal/kill: the receiver signals the child's
-// whole process group. Keyed, so a retry never signals twice.
+// whole process group. Keyed, so a retry is answered from its receipt;
+// a SIGKILL repeated on the same group changes nothing, so the key spends
+// no durable write (keyed.idempotent).
 func (h *client) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
 	cl, err := h.admit(ctx, acp.ClientMethodTerminalKill, string(p.SessionId), p.Meta)
 	if err != nil {
@@ -27,8 +28,10 @@ func (h *client) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (a
 }
 
 // ReleaseTerminal serves terminal/release: the receiver kills the group if
-// it still runs and forgets the terminal. An exec whose exit was never
-// observed is completed as failed.
+// it still runs and forgets the terminal. Keyed without a durable write
+// (releasing a released terminal changes nothing). The exec's receipt
+// then records the exit the custodian observed, or, if it never observed
+// one, failed.
 func (h *client) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
 	cl, err := h.admit(ctx, acp.ClientMethodTerminalRelease, string(p.SessionId), p.Meta)
 	if err != nil {
@@ -41,16 +44,14 @@ func (h *client) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalReque
 	raw, err := cl.keyed(ctx, cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, ""))
 	if err == nil {
 		cl.b.dropTerminal(p.TerminalId)
-		cl.c.completePending(t.createKey, func(r *opstore.Receipt) {
-			r.Outcome, r.Note = opstore.Failed, "released before its exit was observed"
-		})
+		cl.c.recordRelease(t)
 	}
 	return decodeResponse[acp.ReleaseTerminalResponse](raw, err)
 }
 
 // control is the keyed request of kill and release.
 func (cl *call) control(op wire.Op, id string, resp any, kind audit.Kind) keyed {
-	return keyed{op: op, args: &wire.TerminalArgs{TerminalID: id}, result: &wire.Empty{},
+	return keyed{op: op, args: &wire.TerminalArgs{TerminalID: id}, result: &wire.Empty{}, idempotent: true,
 		settle: func() (any, *opstore.Receipt) {
 			if kind != "" {
 				rec := cl.record(kind)
@@ -78,33 +79,6 @@ func (cl *call) kill(id, why string) {
 		cl.c.log.Warn("kill after cancel failed", "session", cl.b.sessionID, "terminal", id, "why", why, "err", err)
 	}
 	cl.c.audit(rec)
-}
-
-// complete finishes an exec's receipt from its exit and digests.
-func (cl *call) complete(t *terminal, res wire.ExecWaitResult) {
-	outcome, checks := execOutcome(res.Exit, t.expect, res.FileSHA256)
-	cl.c.completePending(t.createKey, func(r *opstore.Receipt) {
-		r.Outcome, r.Files = outcome, checks
-		r.Exit = &opstore.Exit{ExitCode: res.Exit.ExitCode, Signal: res.Exit.Signal}
-	})
-}
-
-// completeAfterExit fetches the final status (exec_wait returns at once
-// for an exited child) when output showed the exit first.
-func (cl *call) completeAfterExit(ctx context.Context, t *terminal, id string) {
-	var res wire.ExecWaitResult
-	if err := cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: id}, &res, exitAnnotate(&res.Exit)); err == nil {
-		cl.complete(t, res)
-	}
-}
-
-// completePending finalises a pending exec receipt; a receipt already
-// final (completed by an earlier wait) is left as it is.
-func (c *Custodian) completePending(key string, fn func(*opstore.Receipt)) {
-	err := c.store.Complete(context.Background(), key, fn)
-	if err != nil && !errors.Is(err, opstore.ErrInvalid) {
-		c.log.Error("complete exec receipt", "op_key", key, "err", err)
-	}
 }
 
 // execOutcome: verified when the child exited 0 and every expected file

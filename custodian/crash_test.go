@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/realrecv"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
+	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/transport"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -44,6 +46,8 @@ type helperConfig struct {
 	Sock    string          `json:"sock"`
 	Tuple   admission.Tuple `json:"tuple"`
 	CrashAt string          `json:"crash_at"`
+	// CrashIn is the method whose step CrashAt kills the process.
+	CrashIn string `json:"crash_in"`
 }
 
 // custodianHelper is a custodian process serving ACP on stdin/stdout; it
@@ -58,8 +62,8 @@ func custodianHelper() int {
 		os.Stderr.WriteString("helper: " + err.Error() + "\n")
 		return 3
 	}
-	c.hook = func(step string) {
-		if step == hc.CrashAt {
+	c.hook = func(_ context.Context, method, step string) {
+		if method == hc.CrashIn && step == hc.CrashAt {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 	}
@@ -146,7 +150,8 @@ func TestIntegrationCrashAtEachStep(t *testing.T) {
 	}
 	for i, tc := range cases {
 		t.Run(tc.step, func(t *testing.T) {
-			hc := helperConfig{State: filepath.Join(t.TempDir(), "state"), Key: skey, Sock: rr.sock, Tuple: rr.tuple, CrashAt: tc.step}
+			hc := helperConfig{State: filepath.Join(t.TempDir(), "state"), Key: skey, Sock: rr.sock, Tuple: rr.tuple,
+				CrashAt: tc.step, CrashIn: acp.ClientMethodTerminalCreate}
 			lines := "lines-" + tc.step
 			req := acp.CreateTerminalRequest{SessionId: "sess-crash", Command: "/bin/sh",
 				Args: []string{"-c", "echo once >> " + lines}, Cwd: &rr.tuple.Root,
@@ -190,5 +195,97 @@ func TestIntegrationCrashAtEachStep(t *testing.T) {
 				t.Fatalf("after SIGKILL at %s and a retry the child ran %d times, want %d", tc.step, n, tc.lines)
 			}
 		})
+	}
+}
+
+// TestIntegrationCrashAtEachStepOfRelease SIGKILLs a custodian process at
+// each step of a terminal/release (which spends no durable write: a
+// release repeated changes nothing) and retries the create and the release,
+// same op keys, on a restarted custodian. The child writes its pid once
+// and sleeps: it never runs twice, the release retry is refused not_found
+// without reaching the receiver (terminals do not outlive the process that
+// started them), and the child is gone exactly when the release reached
+// the receiver before the crash.
+func TestIntegrationCrashAtEachStepOfRelease(t *testing.T) {
+	rr := startReceiver(t)
+	skey, _, err := audit.GenerateKey("tether.test/custodian")
+	must(t, err)
+	for i, step := range []string{"before-intent", "after-intent", "after-send", "after-result"} {
+		t.Run(step, func(t *testing.T) {
+			hc := helperConfig{State: filepath.Join(t.TempDir(), "state"), Key: skey, Sock: rr.sock, Tuple: rr.tuple,
+				CrashAt: step, CrashIn: acp.ClientMethodTerminalRelease}
+			lines := "pids-" + step
+			op := func(key string) map[string]any {
+				return acpmeta.Op{TupleSHA256: rr.tuple.SHA256(), OpKey: "rel-" + string(rune('a'+i)) + "-" + key,
+					Deadline: time.Now().Add(time.Minute)}.Meta()
+			}
+			create := acp.CreateTerminalRequest{SessionId: "sess-crash", Command: "/bin/sh",
+				Args: []string{"-c", "echo $$ >> " + lines + "; exec /bin/sleep 60"}, Cwd: &rr.tuple.Root, Meta: op("create")}
+			p := spawnCustodian(t, hc)
+			term, err := p.agent.conn.CreateTerminal(context.Background(), create)
+			must(t, err)
+			pid := waitPid(t, rr.file(lines))
+			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			release := acp.ReleaseTerminalRequest{SessionId: "sess-crash", TerminalId: term.TerminalId, Meta: op("release")}
+			if _, err := p.agent.conn.ReleaseTerminal(context.Background(), release); err == nil {
+				t.Fatalf("the custodian survived step %s of the release", step)
+			}
+			wantSIGKILL(t, p.cmd.Wait(), step)
+			if step == "after-intent" {
+				rs, err := opstore.ReadOnly(filepath.Join(hc.State, OpKeysDir))
+				must(t, err)
+				for _, r := range rs {
+					if r.Method == acp.ClientMethodTerminalRelease {
+						t.Fatalf("a release claimed just before the crash left a durable record %+v; it must spend no durable write", r)
+					}
+				}
+			}
+
+			hc.CrashAt = ""
+			p = spawnCustodian(t, hc)
+			_, err = p.agent.conn.ReleaseTerminal(context.Background(), release)
+			if code, _ := acpmeta.CodeOf(err); code != wire.CodeNotFound {
+				t.Fatalf("release retry after a crash at %s: %v, want not_found (an earlier process's terminal)", step, err)
+			}
+			again, err := p.agent.conn.CreateTerminal(context.Background(), create)
+			if code, _ := acpmeta.CodeOf(err); err != nil && code != wire.CodeInterrupted || err == nil && again.TerminalId != term.TerminalId {
+				t.Fatalf("create retry: %v %v, want its receipt replayed (%s) or interrupted, never a new run", again.TerminalId, err, term.TerminalId)
+			}
+			must(t, p.stop())
+			data, _ := os.ReadFile(rr.file(lines))
+			if n := strings.Count(string(data), "\n"); n != 1 {
+				t.Fatalf("the child ran %d times, want 1", n)
+			}
+			sent := step == "after-send" || step == "after-result"
+			if alive := syscall.Kill(pid, 0) == nil; alive == sent {
+				t.Fatalf("crash at %s: child alive=%v; want it killed exactly when the release reached the receiver", step, alive)
+			}
+		})
+	}
+}
+
+// waitPid waits for the child to write its pid into file.
+func waitPid(t *testing.T, file string) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(file)
+		if s := strings.TrimSpace(string(data)); strings.HasSuffix(string(data), "\n") {
+			pid, err := strconv.Atoi(s)
+			must(t, err)
+			return pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child never wrote its pid to %s", file)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func wantSIGKILL(t *testing.T, werr error, step string) {
+	t.Helper()
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("custodian exit %v, want SIGKILL at %s", werr, step)
 	}
 }

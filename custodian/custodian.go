@@ -21,6 +21,7 @@
 package custodian
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -74,14 +75,16 @@ type Custodian struct {
 	log   *slog.Logger
 	store *opstore.Store
 	alog  *audit.Log
-	// hook, set only by tests, is called at the named steps of a keyed
-	// dispatch (the crash test SIGKILLs the process there).
-	hook func(step string)
+	// hook, set only by tests, is called at the named steps of a call
+	// (the crash test SIGKILLs the process there; others cancel the
+	// agent's request there).
+	hook func(ctx context.Context, method, step string)
 }
 
-func (c *Custodian) step(name string) {
-	if c.hook != nil {
-		c.hook(name)
+// step calls the test hook, if any, at a named step of cl.
+func (cl *call) step(ctx context.Context, name string) {
+	if h := cl.c.hook; h != nil {
+		h(ctx, cl.method, name)
 	}
 }
 

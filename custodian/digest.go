@@ -14,7 +14,8 @@ import (
 // any change of what would run does not. It covers the ACP method, the
 // session, the tuple digest, the receiver op, its args and extra (fields
 // that change the outcome without reaching the receiver, such as the
-// expected file digests of a verified exec).
+// expected file digests of a verified exec). Version 2: a write's
+// content is covered by its SHA-256 (writeDigest), not by its text.
 func requestDigest(method, sessionID, tupleSHA256 string, op wire.Op, args, extra any) (string, error) {
 	canon := struct {
 		V           int     `json:"v"`
@@ -24,7 +25,7 @@ func requestDigest(method, sessionID, tupleSHA256 string, op wire.Op, args, extr
 		Op          wire.Op `json:"op"`
 		Args        any     `json:"args"`
 		Extra       any     `json:"extra,omitempty"`
-	}{1, method, sessionID, tupleSHA256, op, args, extra}
+	}{2, method, sessionID, tupleSHA256, op, args, extra}
 	data, err := json.Marshal(canon)
 	if err != nil {
 		return "", err

@@ -82,23 +82,41 @@ type keyed struct {
 	settle func() (resp any, r *opstore.Receipt)
 	// annotate adds digests and sizes to the dispatch audit record.
 	annotate func(*audit.Record)
+	// idempotent: repeating the op on the receiver changes nothing (a
+	// SIGKILL of a group already signalled or dead, forgetting a terminal
+	// already forgotten), so the key is claimed in memory and its receipt
+	// written behind, with no durable intent before dispatch (docs/
+	// custodian.md "Which calls spend the durable write").
+	idempotent bool
+	// digestArgs, if set, stands for args in the request digest (a write's
+	// content is covered by its SHA-256, not encoded again).
+	digestArgs any
 }
 
 // keyed runs a request at most once per op key: the dispatch is made
-// durable (one fdatasync) before the receiver sees it; a retry with the
+// durable (one fdatasync) before the receiver sees it, unless the request
+// is idempotent on the receiver (k.idempotent); a retry with the
 // same key and digest gets the stored answer without running anything; a
 // different digest or a duplicate in flight is op_key_conflict. It returns
 // the ACP result's JSON, exactly as stored in the receipt.
 func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
-	digest, err := requestDigest(cl.method, cl.b.sessionID, cl.b.digest, k.op, k.args, k.extra)
+	dargs := k.args
+	if k.digestArgs != nil {
+		dargs = k.digestArgs
+	}
+	digest, err := requestDigest(cl.method, cl.b.sessionID, cl.b.digest, k.op, dargs, k.extra)
 	if err != nil {
 		return nil, refusal(err)
 	}
 	if err := cl.c.auditErr(); err != nil {
 		return nil, err
 	}
-	cl.c.step("before-intent")
-	t, replay, err := cl.c.store.Begin(ctx, cl.intent(digest))
+	begin := cl.c.store.Begin
+	if k.idempotent {
+		begin = cl.c.store.BeginIdempotent
+	}
+	cl.step(ctx, "before-intent")
+	t, replay, err := begin(ctx, cl.intent(digest))
 	switch {
 	case errors.Is(err, opstore.ErrConflict):
 		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeOpKeyConflict)
@@ -108,9 +126,9 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	case replay != nil:
 		return cl.replay(replay)
 	}
-	cl.c.step("after-intent")
+	cl.step(ctx, "after-intent")
 	raw, err := cl.dispatch(ctx, t, digest, k)
-	cl.c.step("after-result")
+	cl.step(ctx, "after-result")
 	return raw, err
 }
 
@@ -138,7 +156,7 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), cl.deadline)
 	defer cancel()
 	err = conn.Call(callCtx, k.op, cl.b.digest, cl.op.OpKey, cl.deadline, k.args, k.result)
-	cl.c.step("after-send")
+	cl.step(ctx, "after-send")
 	if err != nil {
 		code, msg := codeMessage(err)
 		outcome := opstore.Failed

@@ -58,7 +58,7 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
 	want := sha256Hex([]byte(p.Content))
 	var res wire.WriteResult
-	raw, err := cl.keyed(ctx, keyed{op: wire.OpWrite, args: &args, result: &res,
+	raw, err := cl.keyed(ctx, keyed{op: wire.OpWrite, args: &args, result: &res, digestArgs: writeDigestArgs(&args, want),
 		settle: func() (any, *opstore.Receipt) {
 			outcome := opstore.Verified
 			if res.SHA256 != want {
@@ -73,6 +73,23 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 		},
 	})
 	return decodeResponse[acp.WriteTextFileResponse](raw, err)
+}
+
+// writeDigest is what a write's request digest covers: every field of its
+// args, with the content standing as its SHA-256 (already computed for the
+// receipt), so the content is not JSON-encoded once more on the hot path.
+type writeDigest struct {
+	Path          string `json:"path"`
+	ContentSHA256 string `json:"content_sha256"`
+	ContentBytes  int    `json:"content_bytes"`
+	Mode          uint32 `json:"mode,omitempty"`
+	ExpectSHA256  string `json:"expect_sha256,omitempty"`
+	ExpectAbsent  bool   `json:"expect_absent,omitempty"`
+}
+
+func writeDigestArgs(a *wire.WriteArgs, contentSHA256 string) *writeDigest {
+	return &writeDigest{Path: a.Path, ContentSHA256: contentSHA256, ContentBytes: len(a.Content), Mode: a.Mode,
+		ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent}
 }
 
 // path maps an ACP path onto the binding's root, auditing a refusal.

@@ -108,7 +108,8 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 }
 
 // WaitForTerminalExit serves terminal/wait_for_exit and completes the
-// exec's receipt from the exit status and the after-exit digests. If the
+// exec's receipt from the exit status and the after-exit digests, even if
+// the agent cancelled the wait after the answer arrived. If the
 // agent cancels the wait ($/cancel_request), the child is killed through
 // the receiver.
 func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
@@ -128,12 +129,14 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 		}
 		return acp.WaitForTerminalExitResponse{}, err
 	}
-	cl.complete(t, res)
+	cl.step(ctx, "exit-observed")
+	cl.c.recordExit(t, res.Exit, res.FileSHA256, "")
 	return acp.WaitForTerminalExitResponse{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}, nil
 }
 
 // TerminalOutput serves terminal/output (read-only). The output goes to
-// the agent; the audit log keeps only its size.
+// the agent; the audit log keeps only its size and digest. An exit it
+// shows completes the exec's receipt (recordOutputExit).
 func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
 	cl, err := h.admit(ctx, acp.ClientMethodTerminalOutput, string(p.SessionId), p.Meta)
 	if err != nil {
@@ -154,7 +157,8 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 	out := acp.TerminalOutputResponse{Output: res.Output, Truncated: res.Truncated}
 	if res.Exit != nil {
 		out.ExitStatus = &acp.TerminalExitStatus{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}
-		cl.completeAfterExit(ctx, t, p.TerminalId)
+		cl.step(ctx, "exit-observed")
+		cl.recordOutputExit(ctx, t, p.TerminalId, *res.Exit)
 	}
 	return out, nil
 }

@@ -250,3 +250,96 @@ func TestAuditHoldsDigestsNotContents(t *testing.T) {
 		t.Fatal("audit log lacks the written content's digest")
 	}
 }
+
+// TestRunCommandSendsNoRedundantWait: create, wait, output, release (what
+// run_command sends) make exactly one exec_wait: output showing an exit
+// the wait already recorded asks the receiver nothing more.
+func TestRunCommandSendsNoRedundantWait(t *testing.T) {
+	for _, verify := range []map[string]string{nil, {"out/a": strings.Repeat("1", 64)}} {
+		h := newHarness(t)
+		h.scriptExec(0, verify)
+		h.bind()
+		r, err := h.run("x", verify)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := h.fr.count(wire.OpExecWait); n != 1 {
+			t.Fatalf("verify=%v: %d exec_wait calls (%v), want 1", verify != nil, n, h.fr.ops())
+		}
+		if want := map[bool]opstore.Outcome{false: opstore.NeedsReview, true: opstore.Verified}[verify != nil]; r.Outcome != want {
+			t.Fatalf("verify=%v: outcome %s, want %s", verify != nil, r.Outcome, want)
+		}
+	}
+}
+
+// TestOutputExitCompletesReceipt: an agent that never waits, only reads
+// output until it shows the exit, gets an exact receipt; exec_wait is
+// asked only when the create named files to verify (their digests).
+func TestOutputExitCompletesReceipt(t *testing.T) {
+	good := strings.Repeat("1", 64)
+	for _, verify := range []map[string]string{nil, {"out/a": good}} {
+		h := newHarness(t)
+		h.scriptExec(2, map[string]string{"out/a": good})
+		h.bind()
+		ctx := context.Background()
+		meta := h.op("c:create")
+		if verify != nil {
+			meta = acpmeta.MergeMeta(meta, acpmeta.Verify{Files: verify}.Meta())
+		}
+		c, err := h.agent.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid(h), Command: "make", Meta: meta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.agent.conn.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("c:out")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.agent.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("c:rel")}); err != nil {
+			t.Fatal(err)
+		}
+		if n, want := h.fr.count(wire.OpExecWait), len(verify); n != want {
+			t.Fatalf("verify=%v: %d exec_wait calls, want %d", verify != nil, n, want)
+		}
+		raw, _ := h.c.store.Get("c:create")
+		r, _ := opstore.Unmarshal(raw)
+		if r.Outcome != opstore.Failed || r.Exit == nil || r.Exit.ExitCode == nil || *r.Exit.ExitCode != 2 || r.Note != "" {
+			t.Fatalf("verify=%v: receipt %s", verify != nil, raw)
+		}
+		if verify != nil && (len(r.Files) != 1 || r.Files[0].Actual != good) {
+			t.Fatalf("file checks %+v, want the digest exec_wait fetched", r.Files)
+		}
+	}
+}
+
+// TestOutputExitDigestsUnavailable: output shows exit 0 of an exec that
+// asked for digests, but they cannot be fetched before the release. The
+// receipt records the exit and is failed, saying the digests were never
+// fetched: nothing was verified.
+func TestOutputExitDigestsUnavailable(t *testing.T) {
+	h := newHarness(t)
+	h.scriptExec(0, nil)
+	h.fr.on(wire.OpExecWait, func(context.Context, *wire.Request, any) (any, error) {
+		return nil, wire.Errorf(wire.CodeUnavailable, "receiver busy")
+	})
+	h.bind()
+	ctx := context.Background()
+	meta := acpmeta.MergeMeta(h.op("d:create"), acpmeta.Verify{Files: map[string]string{"out/a": strings.Repeat("1", 64)}}.Meta())
+	c, err := h.agent.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid(h), Command: "make", Meta: meta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.agent.conn.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("d:out")}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := h.c.store.Get("d:create")
+	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Pending {
+		t.Fatalf("receipt before release: %s, want pending (the digests may still come)", raw)
+	}
+	if _, err := h.agent.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("d:rel")}); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = h.c.store.Get("d:create")
+	r, _ := opstore.Unmarshal(raw)
+	if r.Outcome != opstore.Failed || r.Exit == nil || r.Exit.ExitCode == nil || *r.Exit.ExitCode != 0 || r.Note != noteDigestsNotFetched {
+		t.Fatalf("receipt %s: want failed with exit 0 and the note %q", raw, noteDigestsNotFetched)
+	}
+}

@@ -186,11 +186,43 @@ func (s *Store) Begin(ctx context.Context, in Intent) (*Ticket, *Receipt, error)
 	return t, nil, nil
 }
 
+// BeginIdempotent claims an op key like Begin, without the durable write:
+// the claim and the Dispatched receipt live in memory and reach bbolt
+// behind the caller, like every result. It is only for requests whose
+// repetition changes nothing (SIGKILL of a process group that is already
+// dead, forgetting a terminal already forgotten): a crash may lose the
+// key, and a retry may then reach the receiver again, which is harmless.
+// Within one process the key is answered exactly as Begin's: a replay of
+// the receipt, or a *ConflictError for another digest or a duplicate in
+// flight.
+func (s *Store) BeginIdempotent(ctx context.Context, in Intent) (*Ticket, *Receipt, error) {
+	if err := in.validate(); err != nil {
+		return nil, nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("begin op key %s: %w", in.OpKey, err)
+	}
+	now := s.opts.Now().UTC()
+	in.DispatchedAt = now
+	in.RetainUntil = laterOf(now, in.LeaseNotAfter).Add(s.opts.Retention)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, replay, err := s.reserveLocked(&in)
+	if t != nil {
+		s.putLocked(in.OpKey, dispatchedReceipt(&in), 0)
+	}
+	return t, replay, err
+}
+
 // reserve checks the key against what is in flight and what is stored,
 // and claims it for in when it is new.
 func (s *Store) reserve(in *Intent) (*Ticket, *Receipt, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.reserveLocked(in)
+}
+
+func (s *Store) reserveLocked(in *Intent) (*Ticket, *Receipt, error) {
 	if err := s.usableLocked(); err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,105 @@
+package custodian
+
+import (
+	"context"
+	"errors"
+
+	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// An exec's receipt is pending until the custodian observes the child's
+// exit. Whichever call observes it first records it, at that moment and
+// without depending on the agent's request any further: wait_for_exit
+// (the exit and the after-exit digests), output showing the exit, or
+// release. Only an exit never observed before the release leaves the
+// receipt failed without one.
+
+// noteDigestsNotFetched explains a receipt completed from an exit that
+// terminal/output showed when the digests it asked for could not be
+// fetched before the release.
+const noteDigestsNotFetched = "exit observed by terminal/output; its after-exit digests were never fetched"
+
+// noteReleasedUnobserved explains a receipt completed by a release with no
+// exit observed.
+const noteReleasedUnobserved = "released before its exit was observed"
+
+// recordExit completes t's receipt from an observed exit and the digests
+// the receiver computed after it (nil when none were fetched). A receipt
+// already final is left as it is.
+func (c *Custodian) recordExit(t *terminal, exit wire.ExitStatus, hashes map[string]string, note string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.exit == nil {
+		t.exit = &exit
+	}
+	outcome, checks := execOutcome(exit, t.expect, hashes)
+	c.completeLocked(t, func(r *opstore.Receipt) {
+		r.Outcome, r.Files, r.Note = outcome, checks, note
+		r.Exit = &opstore.Exit{ExitCode: exit.ExitCode, Signal: exit.Signal}
+	})
+}
+
+// observe remembers an exit that is not recorded yet (its digests are
+// still to be fetched), so a release in between still records it.
+func (t *terminal) observe(exit wire.ExitStatus) (recorded bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.exit == nil {
+		t.exit = &exit
+	}
+	return t.recorded
+}
+
+// recordOutputExit records the exit terminal/output showed. With nothing
+// to verify the exit is the whole outcome; otherwise exec_wait (which
+// answers at once for an exited child) fetches the after-exit digests. The
+// fetch does not depend on the agent's request: a cancel arriving now must
+// not lose what was observed.
+func (cl *call) recordOutputExit(ctx context.Context, t *terminal, id string, exit wire.ExitStatus) {
+	if len(t.expect) == 0 {
+		cl.c.recordExit(t, exit, nil, "")
+		return
+	}
+	if t.observe(exit) {
+		return
+	}
+	var res wire.ExecWaitResult
+	err := cl.readOnly(context.WithoutCancel(ctx), wire.OpExecWait, &wire.TerminalArgs{TerminalID: id}, &res, exitAnnotate(&res.Exit))
+	if err == nil {
+		cl.c.recordExit(t, res.Exit, res.FileSHA256, "")
+	}
+}
+
+// recordRelease completes t's receipt when its terminal is released: from
+// the exit observed earlier if it was not recorded yet, else as failed.
+func (c *Custodian) recordRelease(t *terminal) {
+	t.mu.Lock()
+	recorded, exit := t.recorded, t.exit
+	t.mu.Unlock()
+	switch {
+	case recorded:
+	case exit != nil:
+		c.recordExit(t, *exit, nil, noteDigestsNotFetched)
+	default:
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		c.completeLocked(t, func(r *opstore.Receipt) { r.Outcome, r.Note = opstore.Failed, noteReleasedUnobserved })
+	}
+}
+
+// completeLocked finalises t's pending receipt once; called with t.mu held.
+func (c *Custodian) completeLocked(t *terminal, fn func(*opstore.Receipt)) {
+	if t.recorded {
+		return
+	}
+	err := c.store.Complete(context.Background(), t.createKey, fn)
+	switch {
+	case err == nil:
+		t.recorded = true
+	case errors.Is(err, opstore.ErrInvalid): // already final (e.g. interrupted)
+		t.recorded = true
+	default:
+		c.log.Error("complete exec receipt", "op_key", t.createKey, "err", err)
+	}
+}
