@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,12 @@ func (d *directClient) ReadTextFile(ctx context.Context, p acp.ReadTextFileReque
 	var res wire.ReadResult
 	err := d.call(ctx, wire.OpRead, &wire.ReadArgs{Path: strings.TrimPrefix(p.Path, d.root+"/")}, &res)
 	return acp.ReadTextFileResponse{Content: res.Content}, err
+}
+
+func (d *directClient) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
+	var res wire.WriteResult
+	err := d.call(ctx, wire.OpWrite, &wire.WriteArgs{Path: strings.TrimPrefix(p.Path, d.root+"/"), Content: p.Content}, &res)
+	return acp.WriteTextFileResponse{}, err
 }
 
 func (d *directClient) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
@@ -101,55 +108,143 @@ func benchMeta(rr *realReceiver, key string) map[string]any {
 	return acpmeta.Op{TupleSHA256: rr.tuple.SHA256(), OpKey: key, Deadline: time.Now().Add(time.Minute)}.Meta()
 }
 
+// interleaved runs one call with custody disabled and one with custody
+// per iteration, alternating which goes first, so load on the shared
+// machine hits both alike. It reports each one's p50 and p99 (nearest
+// rank), their ratio and the custodian's added p50; ns/op is the pair.
+func interleaved(b *testing.B, rr *realReceiver, call func(a *acp.AgentSideConnection, key string)) {
+	b.Helper()
+	agents := [2]*acp.AgentSideConnection{benchAgent(b, rr, false), benchAgent(b, rr, true)}
+	run := newKey("b") // op keys stay unique across -count runs on one receiver
+	var took [2][]time.Duration
+	for i := 0; b.Loop(); i++ {
+		for j := range 2 {
+			which := (i + j) % 2
+			start := time.Now()
+			call(agents[which], fmt.Sprintf("%s-%d-%d", run, i, which))
+			took[which] = append(took[which], time.Since(start))
+		}
+	}
+	direct, custody := quantile(took[0], 0.5), quantile(took[1], 0.5)
+	b.ReportMetric(float64(direct.Microseconds()), "direct-p50-µs")
+	b.ReportMetric(float64(custody.Microseconds()), "custody-p50-µs")
+	b.ReportMetric(float64(quantile(took[0], 0.99).Microseconds()), "direct-p99-µs")
+	b.ReportMetric(float64(quantile(took[1], 0.99).Microseconds()), "custody-p99-µs")
+	b.ReportMetric(float64(custody)/float64(direct), "custody/direct-p50")
+	b.ReportMetric(float64((custody - direct).Microseconds()), "added-p50-µs")
+}
+
+// quantile returns the q-quantile (nearest rank) of ds.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
 // BenchmarkIntegrationRead4KiB: fs/read_text_file of a 4 KiB file through
-// a real receiver process, with custody and with custody disabled (the
-// ratio custody/direct is the custodian's added cost).
+// a real receiver process, with custody and with custody disabled,
+// interleaved (custody/direct is the custodian's added cost: no durable
+// write, audit off the path).
 func BenchmarkIntegrationRead4KiB(b *testing.B) {
 	rr := startReceiver(b)
-	must(b, os.WriteFile(rr.file("4k.txt"), []byte(strings.Repeat("0123456789abcde\n", 256)), 0o644))
-	for _, custody := range []bool{false, true} {
-		b.Run(map[bool]string{false: "direct", true: "custody"}[custody], func(b *testing.B) {
-			a := benchAgent(b, rr, custody)
-			ctx := context.Background()
-			for i := 0; b.Loop(); i++ {
-				r, err := a.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: "sess-bench", Path: rr.file("4k.txt"), Meta: benchMeta(rr, fmt.Sprintf("r%d", i))})
-				if err != nil || len(r.Content) != 4096 {
-					b.Fatalf("read: %d bytes, %v", len(r.Content), err)
-				}
-			}
-		})
-	}
+	path := rr.file("4k.txt")
+	must(b, os.WriteFile(path, []byte(strings.Repeat("0123456789abcde\n", 256)), 0o644))
+	ctx := context.Background()
+	interleaved(b, rr, func(a *acp.AgentSideConnection, key string) {
+		r, err := a.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: "sess-bench", Path: path, Meta: benchMeta(rr, key)})
+		if err != nil || len(r.Content) != 4096 {
+			b.Fatalf("read: %d bytes, %v", len(r.Content), err)
+		}
+	})
+}
+
+// BenchmarkIntegrationWrite64KiB: fs/write_text_file of 64 KiB, keyed
+// (one durable write before dispatch), against the same write with
+// custody disabled, interleaved.
+func BenchmarkIntegrationWrite64KiB(b *testing.B) {
+	rr := startReceiver(b)
+	content := strings.Repeat("0123456789abcde\n", 4096)
+	ctx := context.Background()
+	interleaved(b, rr, func(a *acp.AgentSideConnection, key string) {
+		if _, err := a.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: "sess-bench", Path: rr.file("64k.txt"),
+			Content: content, Meta: benchMeta(rr, key)}); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
 
 // BenchmarkIntegrationExec: what tether-plugin's run_command sends for
 // /bin/true (terminal/create, wait_for_exit, output, release) through a
-// real receiver process, with and without custody.
+// real receiver process, with custody and with custody disabled,
+// interleaved.
 func BenchmarkIntegrationExec(b *testing.B) {
 	rr := startReceiver(b)
-	for _, custody := range []bool{false, true} {
-		b.Run(map[bool]string{false: "direct", true: "custody"}[custody], func(b *testing.B) {
-			a := benchAgent(b, rr, custody)
-			ctx := context.Background()
-			run := newKey("b") // op keys stay unique across -count runs on one receiver
-			for i := 0; b.Loop(); i++ {
-				t, err := a.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: "sess-bench", Command: "/bin/true",
-					Cwd: &rr.tuple.Root, Meta: benchMeta(rr, fmt.Sprintf("%s-%d:create", run, i))})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if _, err := a.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: "sess-bench", TerminalId: t.TerminalId,
-					Meta: benchMeta(rr, fmt.Sprintf("%s-%d:wait", run, i))}); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := a.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: "sess-bench", TerminalId: t.TerminalId,
-					Meta: benchMeta(rr, fmt.Sprintf("%s-%d:output", run, i))}); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := a.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: "sess-bench", TerminalId: t.TerminalId,
-					Meta: benchMeta(rr, fmt.Sprintf("%s-%d:release", run, i))}); err != nil {
-					b.Fatal(err)
-				}
+	ctx := context.Background()
+	interleaved(b, rr, func(a *acp.AgentSideConnection, key string) {
+		for _, call := range execCalls(ctx, a, rr, key) {
+			if err := call(); err != nil {
+				b.Fatal(err)
 			}
-		})
+		}
+	})
+}
+
+// BenchmarkIntegrationExecCalls splits BenchmarkIntegrationExec by call:
+// the p50 of each of the four calls with custody and with custody
+// disabled, interleaved, and what custody adds to each (where an exec's
+// custody cost goes).
+func BenchmarkIntegrationExecCalls(b *testing.B) {
+	rr := startReceiver(b)
+	agents := [2]*acp.AgentSideConnection{benchAgent(b, rr, false), benchAgent(b, rr, true)}
+	ctx := context.Background()
+	run := newKey("c")
+	names := [4]string{"create", "wait", "output", "release"}
+	var took [2][4][]time.Duration
+	for i := 0; b.Loop(); i++ {
+		for j := range 2 {
+			w := (i + j) % 2
+			key := fmt.Sprintf("%s-%d-%d", run, i, w)
+			calls := execCalls(ctx, agents[w], rr, key)
+			for k, call := range calls {
+				start := time.Now()
+				if err := call(); err != nil {
+					b.Fatalf("%s: %v", names[k], err)
+				}
+				took[w][k] = append(took[w][k], time.Since(start))
+			}
+		}
+	}
+	for k, n := range names {
+		d, c := quantile(took[0][k], 0.5), quantile(took[1][k], 0.5)
+		b.ReportMetric(float64((c - d).Microseconds()), n+"-added-p50-µs")
+	}
+}
+
+// execCalls returns run_command's four calls for one command, in order.
+func execCalls(ctx context.Context, a *acp.AgentSideConnection, rr *realReceiver, key string) [4]func() error {
+	var id string
+	sid := acp.SessionId("sess-bench")
+	return [4]func() error{
+		func() error {
+			t, err := a.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid, Command: "/bin/true",
+				Cwd: &rr.tuple.Root, Meta: benchMeta(rr, key+":create")})
+			id = t.TerminalId
+			return err
+		},
+		func() error {
+			_, err := a.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid, TerminalId: id, Meta: benchMeta(rr, key+":wait")})
+			return err
+		},
+		func() error {
+			_, err := a.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid, TerminalId: id, Meta: benchMeta(rr, key+":output")})
+			return err
+		},
+		func() error {
+			_, err := a.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid, TerminalId: id, Meta: benchMeta(rr, key+":release")})
+			return err
+		},
 	}
 }

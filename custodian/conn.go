@@ -53,9 +53,12 @@ var (
 // (its stdin), fromAgent its output (its stdout).
 func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptions) *Conn {
 	cn := &Conn{c: c, table: newTable(), opts: opts, watches: map[*Receiver]func(){}}
-	// The SDK starts reading at once; its diagnostics go to slog.Default
-	// (SetLogger after construction would race with that reader).
-	cn.acp = acp.NewClientSideConnection(&client{c: c, conn: cn}, toAgent, fromAgent)
+	// The SDK starts reading inside its constructor; the gate holds that
+	// first read until its logger is set, so SetLogger cannot race with it.
+	g := &gatedReader{r: fromAgent, open: make(chan struct{})}
+	cn.acp = acp.NewClientSideConnection(&client{c: c, conn: cn}, toAgent, g)
+	cn.acp.SetLogger(sdkLogger(c.log))
+	close(g.open)
 	return cn
 }
 

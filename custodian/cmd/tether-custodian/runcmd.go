@@ -86,8 +86,9 @@ type runner struct {
 }
 
 func (r *runner) run(ctx context.Context) int {
+	// Warnings and errors only; the library routes acp-go-sdk's
+	// diagnostics through this logger too, its routine ones at Debug.
 	log := slog.New(slog.NewTextHandler(r.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	slog.SetDefault(log) // acp-go-sdk's diagnostics: warnings and errors only
 	key, err := credfile.Read(r.cfg.AuditKeyFile)
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: audit key: %v", err)
