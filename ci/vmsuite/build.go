@@ -52,7 +52,23 @@ func run(cmd *exec.Cmd) error {
 // TestPackages expands patterns (e.g. "./receiver/...") to the import
 // paths of the packages that have tests, sorted.
 func (b Builder) TestPackages(ctx context.Context, patterns ...string) ([]string, error) {
-	cmd := b.goCmd(ctx, append([]string{"list", "-f", "{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}"}, patterns...)...)
+	return b.list(ctx, "{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}", patterns...)
+}
+
+// MainPackages returns which of pkgs are main packages (commands).
+func (b Builder) MainPackages(ctx context.Context, pkgs ...string) (map[string]bool, error) {
+	mains, err := b.list(ctx, `{{if eq .Name "main"}}{{.ImportPath}}{{end}}`, pkgs...)
+	out := map[string]bool{}
+	for _, m := range mains {
+		out[m] = true
+	}
+	return out, err
+}
+
+// list runs `go list -f format patterns` and returns the non-empty
+// lines, sorted.
+func (b Builder) list(ctx context.Context, format string, patterns ...string) ([]string, error) {
+	cmd := b.goCmd(ctx, append([]string{"list", "-f", format}, patterns...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

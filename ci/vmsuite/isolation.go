@@ -140,7 +140,11 @@ func (s *isolation) buildImage(ctx context.Context) (string, error) {
 	if s.bins, err = b.BuildTests(ctx, pkgs); err != nil {
 		return "", err
 	}
-	if err := s.addFiles(ctx, b); err != nil {
+	mains, err := b.MainPackages(ctx, pkgs...)
+	if err != nil {
+		return "", err
+	}
+	if err := s.addFiles(ctx, b, mains); err != nil {
 		return "", err
 	}
 	initBin := filepath.Join(s.work, "tether-suiteinit")
@@ -158,7 +162,7 @@ func (s *isolation) buildImage(ctx context.Context) (string, error) {
 
 // addFiles places the test binaries, their testdata, the prebuilt main
 // binaries the go stand-in serves, and capsh with its libraries.
-func (s *isolation) addFiles(ctx context.Context, b Builder) error {
+func (s *isolation) addFiles(ctx context.Context, b Builder, mains map[string]bool) error {
 	for i := range s.bins {
 		tb := &s.bins[i]
 		dir := path.Join(SrcDir, tb.Rel)
@@ -172,7 +176,7 @@ func (s *isolation) addFiles(ctx context.Context, b Builder) error {
 		for _, name := range tb.Tests {
 			s.r.Declared = append(s.r.Declared, tb.Rel+" "+name)
 		}
-		if !strings.Contains(tb.Rel, "/cmd/") {
+		if !mains[tb.Package] {
 			continue
 		}
 		out := filepath.Join(b.Out, path.Base(tb.Rel))

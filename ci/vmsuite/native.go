@@ -1,10 +1,8 @@
 package vmsuite
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,7 +14,7 @@ import (
 	"github.com/tetherdev/tether/ci/guestrun"
 	"github.com/tetherdev/tether/ci/receipt"
 	"github.com/tetherdev/tether/fixtures/bins"
-	"github.com/tetherdev/tether/fixtures/vmcomputer"
+	"github.com/tetherdev/tether/fixtures/vmcomputer/manifest"
 )
 
 // Suite (b): the chain with its receiver in a VM (ci/nativesuite).
@@ -120,8 +118,8 @@ func (s *native) runTests(ctx context.Context) ([]byte, *guestrun.Exit, error) {
 		"-test.timeout="+(NativeTimeout-30*time.Second).String())
 	cmd.Dir = filepath.Join(s.h.Opts.Dir, s.test.Rel)
 	cmd.Env = append(os.Environ(), "TETHER_TEST_REQUIRE=root,qemu", bins.EnvDir+"="+s.bin,
-		vmcomputer.EnvAccel+"="+s.h.Accel.Name, vmcomputer.EnvKernel+"="+s.h.Kernel.Dir,
-		vmcomputer.EnvManifest+"="+s.manifest())
+		manifest.EnvAccel+"="+s.h.Accel.Name, manifest.EnvKernel+"="+s.h.Kernel.Dir,
+		manifest.EnvManifest+"="+s.manifest())
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -172,25 +170,16 @@ func chainPaths(dir string) []string {
 // readManifest adds what the guests ran: the kernel release each
 // reported (all must agree) and every binary of their images.
 func (s *native) readManifest() error {
-	f, err := os.Open(s.manifest())
+	ms, err := manifest.Read(s.manifest())
 	if errors.Is(err, os.ErrNotExist) {
 		return errors.New("no VM computer booted: the suite never reached a guest")
 	}
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	seen := map[receipt.Binary]bool{}
 	releases := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	boots := 0
-	for sc.Scan() {
-		var m vmcomputer.Manifest
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return fmt.Errorf("manifest: %w", err)
-		}
-		boots++
+	for _, m := range ms {
 		releases[m.Release] = true
 		if m.Accelerator != s.h.Accel.Name {
 			s.r.Problems = append(s.r.Problems, fmt.Sprintf("a guest ran under %s, not the suite's %s", m.Accelerator, s.h.Accel.Name))
@@ -199,15 +188,12 @@ func (s *native) readManifest() error {
 			seen[receipt.Binary{Path: e.Path, Size: e.Size, SHA256: e.SHA256}] = true
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
 	for r := range releases {
 		s.r.Kernel.Release = r
 	}
 	if len(releases) != 1 {
 		s.r.Kernel.Release = ""
-		return fmt.Errorf("the guests reported %d different kernel releases over %d boots", len(releases), boots)
+		return fmt.Errorf("the guests reported %d different kernel releases over %d boots", len(releases), len(ms))
 	}
 	var img []receipt.Binary
 	for b := range seen {
@@ -217,6 +203,6 @@ func (s *native) readManifest() error {
 		return img[i].Path < img[j].Path || (img[i].Path == img[j].Path && img[i].SHA256 < img[j].SHA256)
 	})
 	s.r.Binaries = append(img, s.r.Binaries...)
-	fmt.Fprintf(s.h.Opts.Log, "vm-receipts: %s: %d guests booted\n", NativeSuite, boots)
+	fmt.Fprintf(s.h.Opts.Log, "vm-receipts: %s: %d guests booted\n", NativeSuite, len(ms))
 	return nil
 }
