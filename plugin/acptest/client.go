@@ -30,7 +30,8 @@ type Call struct {
 	Op        acpmeta.Op
 	OpErr     error // why the op tag was refused, if it was
 	Expect    *acpmeta.Expect
-	Raw       map[string]any // the request's _meta
+	Verify    *acpmeta.Verify // terminal/create's tether/verify, if any
+	Raw       map[string]any  // the request's _meta
 }
 
 // AttachFunc answers `_tether/attach`.
@@ -96,6 +97,11 @@ func (c *Client) check(method string, sid acp.SessionId, path string, meta map[s
 		call.Expect = &e
 	} else if eerr != nil && err == nil {
 		err = eerr
+	}
+	if v, ok, verr := acpmeta.VerifyFromMeta(meta); ok && verr == nil {
+		call.Verify = &v
+	} else if verr != nil && err == nil {
+		err = verr
 	}
 	c.mu.Lock()
 	want, bound := c.bound[string(sid)]

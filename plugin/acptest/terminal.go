@@ -101,6 +101,9 @@ func (c *Client) terminal(method string, sid acp.SessionId, id string, meta map[
 	if _, err := c.check(method, sid, "", meta); err != nil {
 		return nil, err
 	}
+	if c.OnTerminal != nil {
+		c.OnTerminal(method)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.terminals[id]

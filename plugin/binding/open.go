@@ -2,6 +2,7 @@ package binding
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
@@ -147,7 +148,12 @@ func (t *Table) finishAttach(s *session, req OpenRequest, bind acpmeta.Bind, lea
 		if !ok {
 			code = wire.CodeNotAdmitted
 		}
-		err = refuse(code, "_tether/attach for session %q refused: %v", s.id, aerr)
+		msg := aerr.Error()
+		var we *wire.Error
+		if errors.As(aerr, &we) {
+			msg = we.Message
+		}
+		err = refuse(code, "_tether/attach for session %q refused: %s", s.id, msg)
 	case !lease.After(t.now()):
 		err = refuse(wire.CodeLeaseExpired, "_tether/attach returned lease_not_after %s, already passed", rfc3339(lease))
 	case gen == 0:

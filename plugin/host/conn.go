@@ -9,7 +9,6 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
 	pb "github.com/tetherdev/tether/plugin/proto"
 	"github.com/tetherdev/tether/plugin/shared"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -18,8 +17,9 @@ import (
 // Conn is one ACP connection handed to the plugin. It is closed (and its
 // bindings fenced) when the ACP connection ends or Close is called.
 type Conn struct {
-	p  *Plugin
-	id string
+	p     *Plugin
+	id    string
+	calls *callTable
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -32,15 +32,16 @@ type Conn struct {
 // the connection (ACP authenticate or the host's own configuration); it is
 // the only identity the plugin compares with tuple.owner.
 func (p *Plugin) Connect(ctx context.Context, asc *acp.AgentSideConnection, principal string) (*Conn, error) {
-	return p.connect(ctx, &ascClient{asc: asc}, asc.Done(), principal)
+	calls := &callTable{}
+	return p.connect(ctx, &ascClient{asc: asc, calls: calls}, asc.Done(), principal, calls)
 }
 
-func (p *Plugin) connect(ctx context.Context, client shared.ACPClient, gone <-chan struct{}, principal string) (*Conn, error) {
+func (p *Plugin) connect(ctx context.Context, client shared.ACPClient, gone <-chan struct{}, principal string, calls *callTable) (*Conn, error) {
 	id, err := p.impl.Connect(ctx, client, principal)
 	if err != nil {
 		return nil, fmt.Errorf("plugin connect: %w", err)
 	}
-	c := &Conn{p: p, id: id, closed: make(chan struct{}), done: make(chan struct{})}
+	c := &Conn{p: p, id: id, calls: calls, closed: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(c.done)
 		select {
@@ -141,100 +142,59 @@ func (c *Conn) tc(t *pb.ToolContext, sessionID string) *pb.ToolContext {
 	return t
 }
 
-// ReadTextFile runs read_text_file in a bound session. t may be nil; its
-// op_key retries an earlier request and timeout_ms bounds the call.
+// The tool calls. Each runs only in a bound session; t may be nil (its
+// op_key retries an earlier request, timeout_ms bounds the call; call_id is
+// set here). A refusal is a *wire.Error (acpmeta.CodeOf). If the caller
+// cancels ctx, the call is not abandoned: new ACP work for it is refused, a
+// running command is killed, and the call returns once that clean-up
+// finished, with a *CancelledError (errors.Is(err, ErrCancelled)), or the
+// result of work that finished first.
+
+// ReadTextFile runs read_text_file in a bound session.
 func (c *Conn) ReadTextFile(ctx context.Context, sessionID string, t *pb.ToolContext, p string, line, limit int32) (*pb.ReadTextFileToolResponse, error) {
-	return c.p.impl.ReadTextFile(ctx, &pb.ReadTextFileToolRequest{Ctx: c.tc(t, sessionID), Path: p, Line: line, Limit: limit})
+	req := &pb.ReadTextFileToolRequest{Ctx: c.tc(t, sessionID), Path: p, Line: line, Limit: limit}
+	return invoke(c, ctx, "read_text_file", req.Ctx, c.p.impl.ReadTextFile, req)
 }
 
 // WriteTextFile runs write_text_file in a bound session.
 func (c *Conn) WriteTextFile(ctx context.Context, sessionID string, t *pb.ToolContext, p, content string) (*pb.WriteTextFileToolResponse, error) {
-	return c.p.impl.WriteTextFile(ctx, &pb.WriteTextFileToolRequest{Ctx: c.tc(t, sessionID), Path: p, Content: content})
+	req := &pb.WriteTextFileToolRequest{Ctx: c.tc(t, sessionID), Path: p, Content: content}
+	return invoke(c, ctx, "write_text_file", req.Ctx, c.p.impl.WriteTextFile, req)
 }
 
 // EditTextFile runs edit_text_file in a bound session.
 func (c *Conn) EditTextFile(ctx context.Context, sessionID string, t *pb.ToolContext, p, oldText, newText string) (*pb.EditTextFileToolResponse, error) {
-	return c.p.impl.EditTextFile(ctx, &pb.EditTextFileToolRequest{Ctx: c.tc(t, sessionID), Path: p, OldText: oldText, NewText: newText})
+	req := &pb.EditTextFileToolRequest{Ctx: c.tc(t, sessionID), Path: p, OldText: oldText, NewText: newText}
+	return invoke(c, ctx, "edit_text_file", req.Ctx, c.p.impl.EditTextFile, req)
 }
 
 // ListDirectory runs list_directory in a bound session.
 func (c *Conn) ListDirectory(ctx context.Context, sessionID string, t *pb.ToolContext, p string) (*pb.ListDirectoryToolResponse, error) {
-	return c.p.impl.ListDirectory(ctx, &pb.ListDirectoryToolRequest{Ctx: c.tc(t, sessionID), Path: p})
+	req := &pb.ListDirectoryToolRequest{Ctx: c.tc(t, sessionID), Path: p}
+	return invoke(c, ctx, "list_directory", req.Ctx, c.p.impl.ListDirectory, req)
 }
 
-// RunCommand runs run_command in a bound session; req.Ctx is filled in.
+// RunCommand runs run_command in a bound session; req.Ctx is filled in. A
+// cancelled command comes back as a *CancelledError whose Run holds the
+// plugin's result (cancelled, the kill's exit, the output so far, the op
+// key), returned together with that result.
 func (c *Conn) RunCommand(ctx context.Context, sessionID string, req *pb.RunCommandToolRequest) (*pb.RunCommandToolResponse, error) {
 	req.Ctx = c.tc(req.Ctx, sessionID)
-	return c.p.impl.RunCommand(ctx, req)
+	resp, err := invoke(c, ctx, "run_command", req.Ctx, c.p.impl.RunCommand, req)
+	if err == nil && resp.GetCancelled() {
+		return resp, &CancelledError{Tool: "run_command", Cause: context.Cause(ctx), Run: resp}
+	}
+	return resp, err
 }
 
 // Glob runs glob in a bound session.
 func (c *Conn) Glob(ctx context.Context, sessionID string, t *pb.ToolContext, pattern, dir string) (*pb.GlobToolResponse, error) {
-	return c.p.impl.Glob(ctx, &pb.GlobToolRequest{Ctx: c.tc(t, sessionID), Pattern: pattern, Dir: dir})
+	req := &pb.GlobToolRequest{Ctx: c.tc(t, sessionID), Pattern: pattern, Dir: dir}
+	return invoke(c, ctx, "glob", req.Ctx, c.p.impl.Glob, req)
 }
 
 // Grep runs grep in a bound session; req.Ctx is filled in.
 func (c *Conn) Grep(ctx context.Context, sessionID string, req *pb.GrepToolRequest) (*pb.GrepToolResponse, error) {
 	req.Ctx = c.tc(req.Ctx, sessionID)
-	return c.p.impl.Grep(ctx, req)
-}
-
-// ascClient is the host's ACPClient: the closed set of calls on the ACP
-// connection. Once the connection is done, failures wrap ErrTransport.
-type ascClient struct {
-	asc *acp.AgentSideConnection
-}
-
-var _ shared.ACPClient = &ascClient{}
-
-func (a *ascClient) wrap(err error) error {
-	if err == nil {
-		return nil
-	}
-	select {
-	case <-a.asc.Done():
-		return fmt.Errorf("%w: ACP connection closed: %v", shared.ErrTransport, err)
-	default:
-		return err
-	}
-}
-
-func (a *ascClient) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
-	r, err := a.asc.ReadTextFile(ctx, p)
-	return r, a.wrap(err)
-}
-
-func (a *ascClient) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
-	r, err := a.asc.WriteTextFile(ctx, p)
-	return r, a.wrap(err)
-}
-
-func (a *ascClient) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
-	r, err := a.asc.CreateTerminal(ctx, p)
-	return r, a.wrap(err)
-}
-
-func (a *ascClient) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
-	r, err := a.asc.TerminalOutput(ctx, p)
-	return r, a.wrap(err)
-}
-
-func (a *ascClient) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
-	r, err := a.asc.WaitForTerminalExit(ctx, p)
-	return r, a.wrap(err)
-}
-
-func (a *ascClient) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
-	r, err := a.asc.KillTerminal(ctx, p)
-	return r, a.wrap(err)
-}
-
-func (a *ascClient) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
-	r, err := a.asc.ReleaseTerminal(ctx, p)
-	return r, a.wrap(err)
-}
-
-func (a *ascClient) Attach(ctx context.Context, p acpmeta.AttachRequest) (json.RawMessage, error) {
-	raw, err := a.asc.CallExtension(ctx, acpmeta.MethodAttach, p)
-	return raw, a.wrap(err)
+	return invoke(c, ctx, "grep", req.Ctx, c.p.impl.Grep, req)
 }

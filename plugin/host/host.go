@@ -54,6 +54,7 @@ type options struct {
 	logger       hclog.Logger
 	startTimeout time.Duration
 	versions     []int
+	cancelGrace  time.Duration
 }
 
 // WithArgs passes arguments to the plugin binary.
@@ -68,10 +69,16 @@ func WithLogger(l hclog.Logger) Option { return func(o *options) { o.logger = l 
 // WithStartTimeout bounds the handshake (default 30 s).
 func WithStartTimeout(d time.Duration) Option { return func(o *options) { o.startTimeout = d } }
 
+// WithCancelGrace bounds how long a cancelled tool call waits for the
+// plugin's answer (default DefaultCancelGrace); past it the call returns
+// ErrCancelUnconfirmed.
+func WithCancelGrace(d time.Duration) Option { return func(o *options) { o.cancelGrace = d } }
+
 // Plugin is a running, verified tether-plugin process. Close kills it.
 type Plugin struct {
-	client *goplugin.Client
-	impl   *shared.PluginClient
+	client      *goplugin.Client
+	impl        *shared.PluginClient
+	cancelGrace time.Duration
 
 	closeOnce sync.Once
 }
@@ -83,7 +90,7 @@ type Plugin struct {
 // sealed in-memory copy of the bytes that were hashed. ctx bounds the
 // start; the plugin lives until Close.
 func Load(ctx context.Context, path, sha256Hex string, opts ...Option) (*Plugin, error) {
-	o := options{startTimeout: 30 * time.Second, versions: shared.ProtocolVersions}
+	o := options{startTimeout: 30 * time.Second, versions: shared.ProtocolVersions, cancelGrace: DefaultCancelGrace}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -104,7 +111,7 @@ func Load(ctx context.Context, path, sha256Hex string, opts ...Option) (*Plugin,
 		return nil, fmt.Errorf("%w: %v; the host speaks protocol versions %v; plugin stderr: %q",
 			ErrStart, err, o.versions, tail.String())
 	}
-	return &Plugin{client: client, impl: impl}, nil
+	return &Plugin{client: client, impl: impl, cancelGrace: o.cancelGrace}, nil
 }
 
 func clientConfig(o options, exe *os.File, want []byte, tail *tailBuffer) *goplugin.ClientConfig {
@@ -124,6 +131,7 @@ func clientConfig(o options, exe *os.File, want []byte, tail *tailBuffer) *goplu
 		SecureConfig:     &goplugin.SecureConfig{Checksum: want, Hash: sha256.New()},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		AutoMTLS:         true,
+		GRPCDialOptions:  shared.DialOptions(),
 		SkipHostEnv:      true,
 		StartTimeout:     o.startTimeout,
 		Stderr:           stderr,

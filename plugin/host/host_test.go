@@ -3,6 +3,7 @@ package host_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/plugin/host"
 	pb "github.com/tetherdev/tether/plugin/proto"
+	"github.com/tetherdev/tether/plugin/shared"
 )
 
 // TestIntegrationReadTextFileThroughPlugin is the vertical slice: a real
@@ -104,12 +106,12 @@ func TestLoadRunsTheBytesItHashed(t *testing.T) {
 
 func TestLoadVersionMismatchNamesBothSides(t *testing.T) {
 	path, sum := selfBinary(t)
-	_, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg, "versions=2,3"))
+	_, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg, "versions=1,3"))
 	if !errors.Is(err, host.ErrStart) {
-		t.Fatalf("Load against a v2/v3 plugin: %v", err)
+		t.Fatalf("Load against a v1/v3 plugin: %v", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"speaks protocol versions [2 3]", "host speaks [1]", "the host speaks protocol versions [1]"} {
+	for _, want := range []string{"speaks protocol versions [1 3]", "host speaks [2]", "the host speaks protocol versions [2]"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("mismatch error %q does not say %q", msg, want)
 		}
@@ -137,7 +139,8 @@ func TestPluginRunByHandExplainsAndFails(t *testing.T) {
 func TestPluginRefusesWithoutMutualTLS(t *testing.T) {
 	path, _ := selfBinary(t)
 	cmd := exec.Command(path, helperArg)
-	cmd.Env = []string{"TETHER_PLUGIN_COOKIE=c0a1d2b7-tether-plugin-v1-5f0e9c4a", "PLUGIN_PROTOCOL_VERSIONS=1"}
+	cmd.Env = []string{"TETHER_PLUGIN_COOKIE=c0a1d2b7-tether-plugin-v1-5f0e9c4a",
+		fmt.Sprintf("PLUGIN_PROTOCOL_VERSIONS=%d", shared.ProtocolVersions[0])}
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(string(out), "mutual TLS") {

@@ -2,6 +2,8 @@ package host_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/tetherdev/tether/plugin/host"
 	pb "github.com/tetherdev/tether/plugin/proto"
 	"github.com/tetherdev/tether/plugin/tools"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // bound returns a link with session "s1" bound to a tuple rooted at the
@@ -215,5 +218,91 @@ func TestClientErrorCodeSurvivesTheHop(t *testing.T) {
 	wantCode(t, err, "not_found")
 	if code, _ := acpmeta.CodeOf(err); code != "not_found" || !strings.Contains(err.Error(), "missing.txt does not exist") {
 		t.Fatalf("message lost: %v", err)
+	}
+}
+
+// TestRunCommandVerifySentAsTetherVerify: expected digests travel as
+// `_meta["tether/verify"]` on terminal/create, paths relative to the tuple
+// root and digests lowercase; malformed requests are refused before
+// anything is sent.
+func TestRunCommandVerifySentAsTetherVerify(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	ctx, root := ctxT(t), l.client.Root
+	sum := tools.SHA256Hex("built\n")
+	run, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sh",
+		Args: []string{"-c", "printf 'built\\n' > out.txt"}, Verify: map[string]string{
+			"out.txt": strings.ToUpper(sum), filepath.Join(root, "sub/../other.txt"): sum}})
+	if err != nil || run.GetExit().GetExitCode() != 0 {
+		t.Fatalf("run with verify: %v %v", run, err)
+	}
+	creates := callsOf(l.client, "terminal/create")
+	if len(creates) != 1 || creates[0].Verify == nil {
+		t.Fatalf("terminal/create carried no tether/verify: %+v", creates)
+	}
+	want := map[string]string{"out.txt": sum, "other.txt": sum}
+	if got := creates[0].Verify.Files; len(got) != 2 || got["out.txt"] != want["out.txt"] || got["other.txt"] != want["other.txt"] {
+		t.Fatalf("tether/verify files = %v, want %v", got, want)
+	}
+	many := map[string]string{}
+	for i := 0; i <= acpmeta.MaxVerifyFiles; i++ {
+		many[fmt.Sprintf("f%d", i)] = sum
+	}
+	for _, c := range []struct {
+		verify map[string]string
+		code   string
+	}{
+		{map[string]string{"../escape.txt": sum}, "path_escape"},
+		{map[string]string{"/etc/passwd": sum}, "path_escape"},
+		{map[string]string{"out.txt": "not-a-digest"}, "invalid"},
+		{map[string]string{".": sum}, "invalid"},
+		{map[string]string{"a.txt": sum, "./a.txt": sum}, "invalid"},
+		{many, "invalid"},
+	} {
+		_, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/true", Verify: c.verify})
+		wantCode(t, err, c.code)
+	}
+	if n := len(callsOf(l.client, "terminal/create")); n != 1 {
+		t.Fatalf("%d creates sent; the malformed requests must send nothing", n)
+	}
+}
+
+// TestRunCommandStepErrorFences: a binding error from any step of the
+// host's terminal run (here terminal/output) fences the binding, as a
+// call of its own would.
+func TestRunCommandStepErrorFences(t *testing.T) {
+	p := loadPlugin(t)
+	l, digest := bound(t, p)
+	l.client.OnTerminal = func(m string) {
+		if m == "terminal/wait_for_exit" {
+			l.client.Bind("s1", strings.Repeat("0", 64))
+		}
+	}
+	_, err := l.conn.RunCommand(ctxT(t), "s1", &pb.RunCommandToolRequest{Command: "/bin/true"})
+	wantCode(t, err, "tuple_mismatch")
+	if !strings.Contains(err.Error(), "is not the binding's") || strings.Contains(err.Error(), `"code"`) {
+		t.Fatalf("message: %v", err)
+	}
+	l.client.OnTerminal = nil
+	l.client.Bind("s1", digest)
+	readRefused(t, l, "s1", "fenced")
+}
+
+// TestAttachRefusalNamesCodeAndMessage: a refused `_tether/attach` comes
+// back with the client's code and its own message, not the JSON-RPC error
+// as text.
+func TestAttachRefusalNamesCodeAndMessage(t *testing.T) {
+	p := loadPlugin(t)
+	lease := time.Now().Add(time.Hour)
+	client := newClient(t, lease)
+	client.Attach = func(context.Context, acpmeta.AttachRequest) (acpmeta.AttachResponse, error) {
+		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeLeaseExpired, "grant for tuple abc ended at 12:00")
+	}
+	l := newLink(t, p, client, "alice")
+	_, err := l.conn.OpenSession(ctxT(t), host.MethodNew, "s1", bindMeta(t, tuple("alice", client.Root), lease))
+	wantCode(t, err, "lease_expired")
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Message != `_tether/attach for session "s1" refused: grant for tuple abc ended at 12:00` {
+		t.Fatalf("attach refusal message: %v", err)
 	}
 }

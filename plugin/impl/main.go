@@ -96,8 +96,7 @@ func serve(ctx context.Context, stderr io.Writer, versions []int) {
 		HandshakeConfig:  shared.Handshake,
 		VersionedPlugins: shared.PluginSets(versions, New(nil)),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts, grpc.MaxRecvMsgSize(shared.MaxMessageBytes), grpc.MaxSendMsgSize(shared.MaxMessageBytes))
-			return grpc.NewServer(opts...)
+			return grpc.NewServer(shared.ServerOptions(opts...)...)
 		},
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "tether-plugin", Level: hclog.Info, Output: stderr, JSONFormat: true}),
 	})

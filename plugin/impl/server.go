@@ -135,16 +135,15 @@ func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*
 }
 
 // attachFunc calls `_tether/attach` on c and decodes the result strictly.
+// A refusal comes back as a *wire.Error with the client's tether code (or
+// not_admitted when it named none) and the client's own message.
 func attachFunc(c *conn) binding.AttachFunc {
 	return func(ctx context.Context, sid, sha string) (time.Time, uint64, error) {
 		ctx, cancel := context.WithTimeout(ctx, AttachTimeout)
 		defer cancel()
 		raw, err := c.client.Attach(ctx, acpmeta.AttachRequest{SessionID: sid, TupleSHA256: sha})
-		if errors.Is(err, shared.ErrTransport) {
-			return time.Time{}, 0, wire.Errorf(wire.CodeFateUnknown, "%v", err)
-		}
 		if err != nil {
-			return time.Time{}, 0, err
+			return time.Time{}, 0, attachRefusal(err)
 		}
 		var resp acpmeta.AttachResponse
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -154,6 +153,22 @@ func attachFunc(c *conn) binding.AttachFunc {
 		}
 		return resp.LeaseNotAfter, resp.GrantGeneration, nil
 	}
+}
+
+// attachRefusal names why `_tether/attach` failed: the client's code and
+// message, the lost connection (fate_unknown), or the attach timeout.
+func attachRefusal(err error) *wire.Error {
+	code, ok := acpmeta.CodeOf(err)
+	switch {
+	case ok:
+	case errors.Is(err, shared.ErrTransport):
+		code = wire.CodeFateUnknown
+	case errors.Is(err, context.DeadlineExceeded):
+		return wire.Errorf(wire.CodeTimeout, "no answer within %v", AttachTimeout)
+	default:
+		code = wire.CodeNotAdmitted
+	}
+	return &wire.Error{Code: code, Message: shared.PeerMessage(err)}
 }
 
 // Status implements shared.Plugin. Only the principal that opened the

@@ -38,6 +38,9 @@ func (s *Server) begin(ctx context.Context, tc *pb.ToolContext) (context.Context
 	if err != nil {
 		return ctx, func() {}, call{}, err
 	}
+	if !shared.ValidCallID(tc.GetCallId()) {
+		return ctx, func() {}, call{}, wire.Errorf(wire.CodeInvalid, "call_id must be 0-64 of [A-Za-z0-9_-]")
+	}
 	timeout := DefaultToolTimeout
 	switch t := time.Duration(tc.GetTimeoutMs()) * time.Millisecond; {
 	case t < 0 || t > MaxToolTimeout:
@@ -49,15 +52,16 @@ func (s *Server) begin(ctx context.Context, tc *pb.ToolContext) (context.Context
 	if g.NotAfter.Before(deadline) {
 		deadline = g.NotAfter
 	}
-	cctx, cancel := context.WithDeadline(ctx, deadline)
+	cctx, cancel := context.WithDeadline(shared.WithCallID(ctx, tc.GetCallId()), deadline)
 	backend := &fencing{ACPClient: c.client, fence: func(code wire.Code, msg string) { s.table.Fence(g, code, msg) }}
 	return cctx, cancel, call{grant: g, tc: tools.Call{Backend: backend, SessionID: g.SessionID, Root: g.Tuple.Root,
 		TupleSHA256: g.TupleSHA256, OpKey: key, Deadline: deadline}}, nil
 }
 
 // toolError turns any tool failure into a *wire.Error with a code from the
-// closed set, keeping the peer's message; the caller's own cancellation
-// stays a context error.
+// closed set and the peer's own message (shared.PeerMessage), never its
+// whole JSON-RPC error as text; a cancelled call stays a cancellation
+// (shared.ErrCancelled or the context's error).
 func toolError(err error) error {
 	if err == nil {
 		return nil
@@ -66,19 +70,24 @@ func toolError(err error) error {
 	if errors.As(err, &we) {
 		return we
 	}
-	var re *acp.RequestError
-	if code, ok := acpmeta.CodeOf(err); ok && errors.As(err, &re) {
-		return &wire.Error{Code: code, Message: re.Message}
+	msg := shared.PeerMessage(err)
+	var se *tools.StepError
+	if errors.As(err, &se) {
+		msg = se.Error()
 	}
+	if code, ok := acpmeta.CodeOf(err); ok {
+		return &wire.Error{Code: code, Message: msg}
+	}
+	var re *acp.RequestError
 	switch {
-	case errors.As(err, &re):
-		return wire.Errorf(jsonRPCCode(re.Code), "acp client error %d: %s", re.Code, re.Message)
 	case errors.Is(err, shared.ErrTransport):
-		return wire.Errorf(wire.CodeFateUnknown, "%v", err)
+		return wire.Errorf(wire.CodeFateUnknown, "%s", msg)
+	case errors.As(err, &re):
+		return wire.Errorf(jsonRPCCode(re.Code), "%s", msg)
+	case errors.Is(err, shared.ErrCancelled), errors.Is(err, context.Canceled):
+		return err
 	case errors.Is(err, context.DeadlineExceeded):
 		return wire.Errorf(wire.CodeTimeout, "%v", err)
-	case errors.Is(err, context.Canceled):
-		return err
 	}
 	return wire.Errorf(wire.CodeInternal, "%v", err)
 }
@@ -136,29 +145,17 @@ func (f *fencing) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest)
 	return r, f.check(err)
 }
 
-func (f *fencing) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
-	r, err := f.ACPClient.CreateTerminal(ctx, p)
-	return r, f.check(err)
-}
-
-func (f *fencing) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
-	r, err := f.ACPClient.TerminalOutput(ctx, p)
-	return r, f.check(err)
-}
-
-func (f *fencing) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
-	r, err := f.ACPClient.WaitForTerminalExit(ctx, p)
-	return r, f.check(err)
-}
-
-func (f *fencing) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
-	r, err := f.ACPClient.KillTerminal(ctx, p)
-	return r, f.check(err)
-}
-
-func (f *fencing) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
-	r, err := f.ACPClient.ReleaseTerminal(ctx, p)
-	return r, f.check(err)
+// RunTerminal checks every step of the run: a binding error from any of
+// them fences, as it would from a call of its own.
+func (f *fencing) RunTerminal(ctx context.Context, r shared.TerminalRun) (shared.TerminalResult, error) {
+	res, err := f.ACPClient.RunTerminal(ctx, r)
+	if err != nil {
+		return res, f.check(err)
+	}
+	for _, serr := range res.Steps.Errors() {
+		_ = f.check(serr)
+	}
+	return res, nil
 }
 
 // ReadTextFile implements shared.Plugin.
@@ -228,7 +225,8 @@ func (s *Server) RunCommand(ctx context.Context, req *pb.RunCommandToolRequest) 
 	if err != nil {
 		return nil, err
 	}
-	cmd := tools.Command{Command: req.GetCommand(), Args: req.GetArgs(), Cwd: req.GetCwd(), OutputLimit: int(req.GetOutputByteLimit())}
+	cmd := tools.Command{Command: req.GetCommand(), Args: req.GetArgs(), Cwd: req.GetCwd(),
+		OutputLimit: int(req.GetOutputByteLimit()), Verify: req.GetVerify()}
 	for _, e := range req.GetEnv() {
 		cmd.Env = append(cmd.Env, acp.EnvVariable{Name: e.GetName(), Value: e.GetValue()})
 	}
@@ -242,7 +240,7 @@ func (s *Server) RunCommand(ctx context.Context, req *pb.RunCommandToolRequest) 
 		exit.ExitCode = &v
 	}
 	return &pb.RunCommandToolResponse{OpKey: c.tc.OpKey, TerminalId: r.TerminalID, Output: r.Output,
-		Truncated: r.Truncated, Exit: exit, TimedOut: r.TimedOut}, nil
+		Truncated: r.Truncated, Exit: exit, TimedOut: r.TimedOut, Cancelled: r.Cancelled}, nil
 }
 
 // Glob implements shared.Plugin: the binding is checked before and after,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 	"google.golang.org/grpc"
@@ -21,35 +22,13 @@ type ACPClientStub struct {
 	closer io.Closer
 }
 
-var _ ACPClient = &ACPClientStub{}
+var (
+	_ ACPClient = &ACPClientStub{}
+	_ io.Closer = &ACPClientStub{}
+)
 
 // Close closes the broker connection.
 func (c *ACPClientStub) Close() error { return c.closer.Close() }
-
-func metaJSON(m map[string]any) []byte {
-	if m == nil {
-		return nil
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		// Every `_meta` value the plugin builds is plain JSON data.
-		panic(fmt.Sprintf("shared: marshal _meta: %v", err))
-	}
-	return b
-}
-
-// MetaFromJSON decodes a `_meta` object. Empty input or JSON null is no
-// meta; anything but an object is an error.
-func MetaFromJSON(b []byte) (map[string]any, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%w: _meta is not a JSON object: %v", acpmeta.ErrMeta, err)
-	}
-	return m, nil
-}
 
 func remote[Req, Resp any](ctx context.Context, f func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	resp, err := f(ctx, req)
@@ -70,7 +49,7 @@ func int32Ptr(p *int) *int32 {
 
 // ReadTextFile implements ACPClient.
 func (c *ACPClientStub) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
-	resp, err := remote(ctx, c.client.ReadTextFile, &pb.AcpReadTextFileRequest{
+	resp, err := remote(ctx, c.client.ReadTextFile, &pb.AcpReadTextFileRequest{CallId: CallID(ctx),
 		SessionId: string(p.SessionId), Path: p.Path, Line: int32Ptr(p.Line), Limit: int32Ptr(p.Limit), MetaJson: metaJSON(p.Meta)})
 	if err != nil {
 		return acp.ReadTextFileResponse{}, err
@@ -80,79 +59,18 @@ func (c *ACPClientStub) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequ
 
 // WriteTextFile implements ACPClient.
 func (c *ACPClientStub) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
-	_, err := remote(ctx, c.client.WriteTextFile, &pb.AcpWriteTextFileRequest{
+	_, err := remote(ctx, c.client.WriteTextFile, &pb.AcpWriteTextFileRequest{CallId: CallID(ctx),
 		SessionId: string(p.SessionId), Path: p.Path, Content: p.Content, MetaJson: metaJSON(p.Meta)})
 	return acp.WriteTextFileResponse{}, err
 }
 
-// CreateTerminal implements ACPClient.
-func (c *ACPClientStub) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error) {
-	req := &pb.AcpCreateTerminalRequest{SessionId: string(p.SessionId), Command: p.Command, Args: p.Args,
-		Cwd: p.Cwd, MetaJson: metaJSON(p.Meta)}
-	for _, e := range p.Env {
-		req.Env = append(req.Env, &pb.EnvVar{Name: e.Name, Value: e.Value})
-	}
-	if p.OutputByteLimit != nil {
-		v := int64(*p.OutputByteLimit)
-		req.OutputByteLimit = &v
-	}
-	resp, err := remote(ctx, c.client.CreateTerminal, req)
+// RunTerminal implements ACPClient.
+func (c *ACPClientStub) RunTerminal(ctx context.Context, r TerminalRun) (TerminalResult, error) {
+	resp, err := remote(ctx, c.client.RunTerminal, runTerminalPB(CallID(ctx), r))
 	if err != nil {
-		return acp.CreateTerminalResponse{}, err
+		return TerminalResult{}, err
 	}
-	return acp.CreateTerminalResponse{TerminalId: resp.GetTerminalId()}, nil
-}
-
-func terminalReq(sid acp.SessionId, tid string, meta map[string]any) *pb.AcpTerminalRequest {
-	return &pb.AcpTerminalRequest{SessionId: string(sid), TerminalId: tid, MetaJson: metaJSON(meta)}
-}
-
-func exitFromPB(e *pb.AcpExitStatus) (*int, *string) {
-	if e == nil {
-		return nil, nil
-	}
-	var code *int
-	if e.ExitCode != nil {
-		v := int(e.GetExitCode())
-		code = &v
-	}
-	return code, e.Signal
-}
-
-// TerminalOutput implements ACPClient.
-func (c *ACPClientStub) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error) {
-	resp, err := remote(ctx, c.client.TerminalOutput, terminalReq(p.SessionId, p.TerminalId, p.Meta))
-	if err != nil {
-		return acp.TerminalOutputResponse{}, err
-	}
-	out := acp.TerminalOutputResponse{Output: resp.GetOutput(), Truncated: resp.GetTruncated()}
-	if resp.ExitStatus != nil {
-		code, sig := exitFromPB(resp.ExitStatus)
-		out.ExitStatus = &acp.TerminalExitStatus{ExitCode: code, Signal: sig}
-	}
-	return out, nil
-}
-
-// WaitForTerminalExit implements ACPClient.
-func (c *ACPClientStub) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error) {
-	resp, err := remote(ctx, c.client.WaitForTerminalExit, terminalReq(p.SessionId, p.TerminalId, p.Meta))
-	if err != nil {
-		return acp.WaitForTerminalExitResponse{}, err
-	}
-	code, sig := exitFromPB(resp)
-	return acp.WaitForTerminalExitResponse{ExitCode: code, Signal: sig}, nil
-}
-
-// KillTerminal implements ACPClient.
-func (c *ACPClientStub) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
-	_, err := remote(ctx, c.client.KillTerminal, terminalReq(p.SessionId, p.TerminalId, p.Meta))
-	return acp.KillTerminalResponse{}, err
-}
-
-// ReleaseTerminal implements ACPClient.
-func (c *ACPClientStub) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
-	_, err := remote(ctx, c.client.ReleaseTerminal, terminalReq(p.SessionId, p.TerminalId, p.Meta))
-	return acp.ReleaseTerminalResponse{}, err
+	return terminalResultFromPB(resp), nil
 }
 
 // Attach implements ACPClient.
@@ -164,13 +82,16 @@ func (c *ACPClientStub) Attach(ctx context.Context, p acpmeta.AttachRequest) (js
 	return json.RawMessage(resp.GetResultJson()), nil
 }
 
-// acpClientServer is the host side: each gRPC call performs one ACP client
-// call on the host's connection, under the caller's ctx.
+// acpClientServer is the host side: each gRPC call performs the ACP client
+// calls it names on the host's connection, under the caller's ctx, which
+// carries the tool call id (WithCallID).
 type acpClientServer struct {
 	pb.UnimplementedAcpClientServer
 	impl ACPClient
 }
 
+// reqMeta decodes a request's `_meta`; a malformed one is refused as
+// invalid params, and nothing is sent.
 func reqMeta(ctx context.Context, b []byte) (map[string]any, error) {
 	m, err := MetaFromJSON(b)
 	if err != nil {
@@ -192,7 +113,7 @@ func (s *acpClientServer) ReadTextFile(ctx context.Context, r *pb.AcpReadTextFil
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.impl.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: acp.SessionId(r.GetSessionId()),
+	resp, err := s.impl.ReadTextFile(WithCallID(ctx, r.GetCallId()), acp.ReadTextFileRequest{SessionId: acp.SessionId(r.GetSessionId()),
 		Path: r.GetPath(), Line: intPtr(r.Line), Limit: intPtr(r.Limit), Meta: meta})
 	if err != nil {
 		return nil, acpErrorStatus(ctx, err)
@@ -205,95 +126,23 @@ func (s *acpClientServer) WriteTextFile(ctx context.Context, r *pb.AcpWriteTextF
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.impl.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: acp.SessionId(r.GetSessionId()),
+	if _, err := s.impl.WriteTextFile(WithCallID(ctx, r.GetCallId()), acp.WriteTextFileRequest{SessionId: acp.SessionId(r.GetSessionId()),
 		Path: r.GetPath(), Content: r.GetContent(), Meta: meta}); err != nil {
 		return nil, acpErrorStatus(ctx, err)
 	}
 	return &pb.AcpWriteTextFileResponse{}, nil
 }
 
-func (s *acpClientServer) CreateTerminal(ctx context.Context, r *pb.AcpCreateTerminalRequest) (*pb.AcpCreateTerminalResponse, error) {
-	meta, err := reqMeta(ctx, r.GetMetaJson())
+func (s *acpClientServer) RunTerminal(ctx context.Context, r *pb.AcpRunTerminalRequest) (*pb.AcpRunTerminalResponse, error) {
+	run, err := terminalRunFromPB(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	p := acp.CreateTerminalRequest{SessionId: acp.SessionId(r.GetSessionId()), Command: r.GetCommand(),
-		Args: r.GetArgs(), Cwd: r.Cwd, Meta: meta}
-	for _, e := range r.GetEnv() {
-		p.Env = append(p.Env, acp.EnvVariable{Name: e.GetName(), Value: e.GetValue()})
-	}
-	if r.OutputByteLimit != nil {
-		v := int(r.GetOutputByteLimit())
-		p.OutputByteLimit = &v
-	}
-	resp, err := s.impl.CreateTerminal(ctx, p)
+	res, err := s.impl.RunTerminal(WithCallID(ctx, r.GetCallId()), run)
 	if err != nil {
 		return nil, acpErrorStatus(ctx, err)
 	}
-	return &pb.AcpCreateTerminalResponse{TerminalId: resp.TerminalId}, nil
-}
-
-func exitToPB(code *int, sig *string) *pb.AcpExitStatus {
-	e := &pb.AcpExitStatus{Signal: sig}
-	if code != nil {
-		v := int32(*code)
-		e.ExitCode = &v
-	}
-	return e
-}
-
-func (s *acpClientServer) TerminalOutput(ctx context.Context, r *pb.AcpTerminalRequest) (*pb.AcpTerminalOutputResponse, error) {
-	meta, err := reqMeta(ctx, r.GetMetaJson())
-	if err != nil {
-		return nil, err
-	}
-	resp, err := s.impl.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: acp.SessionId(r.GetSessionId()),
-		TerminalId: r.GetTerminalId(), Meta: meta})
-	if err != nil {
-		return nil, acpErrorStatus(ctx, err)
-	}
-	out := &pb.AcpTerminalOutputResponse{Output: resp.Output, Truncated: resp.Truncated}
-	if resp.ExitStatus != nil {
-		out.ExitStatus = exitToPB(resp.ExitStatus.ExitCode, resp.ExitStatus.Signal)
-	}
-	return out, nil
-}
-
-func (s *acpClientServer) WaitForTerminalExit(ctx context.Context, r *pb.AcpTerminalRequest) (*pb.AcpExitStatus, error) {
-	meta, err := reqMeta(ctx, r.GetMetaJson())
-	if err != nil {
-		return nil, err
-	}
-	resp, err := s.impl.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: acp.SessionId(r.GetSessionId()),
-		TerminalId: r.GetTerminalId(), Meta: meta})
-	if err != nil {
-		return nil, acpErrorStatus(ctx, err)
-	}
-	return exitToPB(resp.ExitCode, resp.Signal), nil
-}
-
-func (s *acpClientServer) KillTerminal(ctx context.Context, r *pb.AcpTerminalRequest) (*pb.AcpEmpty, error) {
-	meta, err := reqMeta(ctx, r.GetMetaJson())
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.impl.KillTerminal(ctx, acp.KillTerminalRequest{SessionId: acp.SessionId(r.GetSessionId()),
-		TerminalId: r.GetTerminalId(), Meta: meta}); err != nil {
-		return nil, acpErrorStatus(ctx, err)
-	}
-	return &pb.AcpEmpty{}, nil
-}
-
-func (s *acpClientServer) ReleaseTerminal(ctx context.Context, r *pb.AcpTerminalRequest) (*pb.AcpEmpty, error) {
-	meta, err := reqMeta(ctx, r.GetMetaJson())
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.impl.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: acp.SessionId(r.GetSessionId()),
-		TerminalId: r.GetTerminalId(), Meta: meta}); err != nil {
-		return nil, acpErrorStatus(ctx, err)
-	}
-	return &pb.AcpEmpty{}, nil
+	return terminalResultPB(res), nil
 }
 
 func (s *acpClientServer) Attach(ctx context.Context, r *pb.AcpAttachRequest) (*pb.AcpAttachResponse, error) {
@@ -302,4 +151,92 @@ func (s *acpClientServer) Attach(ctx context.Context, r *pb.AcpAttachRequest) (*
 		return nil, acpErrorStatus(ctx, err)
 	}
 	return &pb.AcpAttachResponse{ResultJson: raw}, nil
+}
+
+// MaxCleanupTimeout bounds the clean-up time a RunTerminal request may ask
+// the host for.
+const MaxCleanupTimeout = time.Minute
+
+// terminalRunFromPB decodes a RunTerminal request; malformed metas or
+// timings are refused before anything is sent.
+func terminalRunFromPB(ctx context.Context, r *pb.AcpRunTerminalRequest) (TerminalRun, error) {
+	var metas [5]map[string]any
+	for i, b := range [][]byte{r.GetCreateMetaJson(), r.GetWaitMetaJson(), r.GetKillMetaJson(), r.GetOutputMetaJson(), r.GetReleaseMetaJson()} {
+		m, err := reqMeta(ctx, b)
+		if err != nil {
+			return TerminalRun{}, err
+		}
+		metas[i] = m
+	}
+	cleanup := time.Duration(r.GetCleanupTimeoutMs()) * time.Millisecond
+	if cleanup <= 0 || cleanup > MaxCleanupTimeout || r.GetDeadlineUnixMs() <= 0 {
+		return TerminalRun{}, acpErrorStatus(ctx, acp.NewInvalidParams(map[string]any{
+			"error": fmt.Sprintf("run terminal: deadline must be set and cleanup_timeout_ms 1..%d", MaxCleanupTimeout.Milliseconds())}))
+	}
+	create := acp.CreateTerminalRequest{SessionId: acp.SessionId(r.GetSessionId()), Command: r.GetCommand(),
+		Args: r.GetArgs(), Cwd: r.Cwd, Meta: metas[0]}
+	for _, e := range r.GetEnv() {
+		create.Env = append(create.Env, acp.EnvVariable{Name: e.GetName(), Value: e.GetValue()})
+	}
+	if r.OutputByteLimit != nil {
+		v := int(r.GetOutputByteLimit())
+		create.OutputByteLimit = &v
+	}
+	return TerminalRun{Create: create, Deadline: time.UnixMilli(r.GetDeadlineUnixMs()), CleanupTimeout: cleanup,
+		WaitMeta: metas[1], KillMeta: metas[2], OutputMeta: metas[3], ReleaseMeta: metas[4]}, nil
+}
+
+// runTerminalPB encodes a RunTerminal request.
+func runTerminalPB(callID string, r TerminalRun) *pb.AcpRunTerminalRequest {
+	c := r.Create
+	req := &pb.AcpRunTerminalRequest{CallId: callID, SessionId: string(c.SessionId), Command: c.Command, Args: c.Args,
+		Cwd: c.Cwd, DeadlineUnixMs: r.Deadline.UnixMilli(), CleanupTimeoutMs: r.CleanupTimeout.Milliseconds(),
+		CreateMetaJson: metaJSON(c.Meta), WaitMetaJson: metaJSON(r.WaitMeta), KillMetaJson: metaJSON(r.KillMeta),
+		OutputMetaJson: metaJSON(r.OutputMeta), ReleaseMetaJson: metaJSON(r.ReleaseMeta)}
+	for _, e := range c.Env {
+		req.Env = append(req.Env, &pb.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	if c.OutputByteLimit != nil {
+		v := int64(*c.OutputByteLimit)
+		req.OutputByteLimit = &v
+	}
+	return req
+}
+
+func exitToPB(e *acp.TerminalExitStatus) *pb.AcpExitStatus {
+	if e == nil {
+		return nil
+	}
+	out := &pb.AcpExitStatus{Signal: e.Signal}
+	if e.ExitCode != nil {
+		v := int32(*e.ExitCode)
+		out.ExitCode = &v
+	}
+	return out
+}
+
+func exitFromPB(e *pb.AcpExitStatus) *acp.TerminalExitStatus {
+	if e == nil {
+		return nil
+	}
+	out := &acp.TerminalExitStatus{Signal: e.Signal}
+	if e.ExitCode != nil {
+		v := int(e.GetExitCode())
+		out.ExitCode = &v
+	}
+	return out
+}
+
+func terminalResultPB(r TerminalResult) *pb.AcpRunTerminalResponse {
+	s := r.Steps
+	return &pb.AcpRunTerminalResponse{TerminalId: r.TerminalID, Create: stepPB(s.Create), Wait: stepPB(s.Wait),
+		Kill: stepPB(s.Kill), Output: stepPB(s.Output), Release: stepPB(s.Release), Exit: exitToPB(r.Exit),
+		OutputText: r.Output, Truncated: r.Truncated, TimedOut: r.TimedOut, Cancelled: r.Cancelled}
+}
+
+func terminalResultFromPB(r *pb.AcpRunTerminalResponse) TerminalResult {
+	return TerminalResult{TerminalID: r.GetTerminalId(), Steps: TerminalSteps{Create: stepFromPB(r.GetCreate()),
+		Wait: stepFromPB(r.GetWait()), Kill: stepFromPB(r.GetKill()), Output: stepFromPB(r.GetOutput()),
+		Release: stepFromPB(r.GetRelease())}, Exit: exitFromPB(r.GetExit()), Output: r.GetOutputText(),
+		Truncated: r.GetTruncated(), TimedOut: r.GetTimedOut(), Cancelled: r.GetCancelled()}
 }

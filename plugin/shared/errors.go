@@ -2,7 +2,6 @@ package shared
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -21,19 +20,17 @@ const MaxMessageBytes = 16 << 20
 
 // acpErrorStatus turns an ACPClient failure into the gRPC status the host
 // sends back: a JSON-RPC error travels intact in a JsonRpcError detail; a
-// lost ACP connection is UNAVAILABLE.
+// lost ACP connection is UNAVAILABLE; a call refused because its tool
+// call's caller cancelled is CANCELLED.
 func acpErrorStatus(ctx context.Context, err error) error {
 	var re *acp.RequestError
 	switch {
 	case errors.Is(err, ErrTransport):
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, ErrCancelled):
+		return status.Error(codes.Canceled, err.Error())
 	case errors.As(err, &re):
-		data, mErr := json.Marshal(re.Data)
-		if mErr != nil || re.Data == nil {
-			data = nil
-		}
-		st, dErr := status.New(codes.Aborted, re.Message).WithDetails(
-			&pb.JsonRpcError{Code: int32(re.Code), Message: re.Message, DataJson: data})
+		st, dErr := status.New(codes.Aborted, re.Message).WithDetails(jsonRPCErrorPB(re))
 		if dErr != nil {
 			return status.Error(codes.Internal, "encode json-rpc error: "+dErr.Error())
 		}
@@ -46,8 +43,9 @@ func acpErrorStatus(ctx context.Context, err error) error {
 }
 
 // acpErrorFromStatus is the inverse on the plugin side. A JsonRpcError
-// detail becomes the identical *acp.RequestError; the caller's own
-// cancellation stays a context error; anything else means the ACP
+// detail becomes the identical *acp.RequestError; the plugin's own
+// cancellation stays a context error; CANCELLED from the host (its caller
+// cancelled the tool call) wraps ErrCancelled; anything else means the ACP
 // connection or the broker is gone and wraps ErrTransport.
 func acpErrorFromStatus(ctx context.Context, err error) error {
 	if err == nil {
@@ -56,27 +54,27 @@ func acpErrorFromStatus(ctx context.Context, err error) error {
 	st, _ := status.FromError(err)
 	for _, d := range st.Details() {
 		if je, ok := d.(*pb.JsonRpcError); ok {
-			re := &acp.RequestError{Code: int(je.GetCode()), Message: je.GetMessage()}
-			if len(je.GetDataJson()) > 0 {
-				var data any
-				if json.Unmarshal(je.GetDataJson(), &data) == nil {
-					re.Data = data
-				}
-			}
-			return re
+			return jsonRPCErrorFromPB(je)
 		}
 	}
-	if ctx.Err() != nil {
+	switch {
+	case ctx.Err() != nil:
 		return fmt.Errorf("acp call: %w", ctx.Err())
+	case st.Code() == codes.Canceled:
+		return fmt.Errorf("%w: the host refused the acp call: %s", ErrCancelled, st.Message())
 	}
 	return fmt.Errorf("%w: acp call: %s", ErrTransport, st.Message())
 }
 
 // toolErrorStatus turns a Plugin method failure into a gRPC status with a
-// ToolError detail carrying the tether code.
+// ToolError detail carrying the tether code; a cancelled call (ErrCancelled
+// or the plugin's own context) is CANCELLED.
 func toolErrorStatus(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		if _, ok := acpmeta.CodeOf(err); !ok {
+	if _, ok := acpmeta.CodeOf(err); !ok {
+		switch {
+		case errors.Is(err, ErrCancelled):
+			return status.Error(codes.Canceled, err.Error())
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 			return status.FromContextError(err).Err()
 		}
 	}
@@ -98,8 +96,10 @@ func toolErrorStatus(err error) error {
 }
 
 // toolErrorFromStatus is the inverse on the host side: a ToolError becomes
-// a *wire.Error (acpmeta.CodeOf reads it); the caller's cancellation stays a
-// context error; anything else means the plugin is unreachable.
+// a *wire.Error (acpmeta.CodeOf reads it); CANCELLED (the plugin finished a
+// call its caller cancelled) wraps ErrCancelled; the host's own abandoning
+// of the call stays a context error; anything else means the plugin is
+// unreachable.
 func toolErrorFromStatus(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -114,10 +114,12 @@ func toolErrorFromStatus(ctx context.Context, err error) error {
 			return &wire.Error{Code: code, Message: te.GetMessage()}
 		}
 	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("plugin call: %w", ctx.Err())
-	}
-	if st.Code() == codes.Canceled || st.Code() == codes.DeadlineExceeded {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("plugin call: %w", context.Cause(ctx))
+	case st.Code() == codes.Canceled:
+		return fmt.Errorf("%w: %s", ErrCancelled, st.Message())
+	case st.Code() == codes.DeadlineExceeded:
 		return fmt.Errorf("plugin call: %s", st.Message())
 	}
 	return fmt.Errorf("%w: plugin call: %s", ErrTransport, st.Message())

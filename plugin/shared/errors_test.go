@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -85,4 +86,39 @@ func FuzzMetaFromJSON(f *testing.F) {
 			t.Fatalf("BindFromMeta untyped error %v", err)
 		}
 	})
+}
+
+// TestCancelIsNeitherTransportNorTool: CANCELLED from the host (its caller
+// cancelled the tool call) is ErrCancelled on the plugin side, never a
+// transport loss that would fence; CANCELLED from the plugin is
+// ErrCancelled on the host side.
+func TestCancelIsNeitherTransportNorTool(t *testing.T) {
+	ctx := context.Background()
+	got := acpErrorFromStatus(ctx, acpErrorStatus(ctx, fmt.Errorf("%w: nothing sent", ErrCancelled)))
+	if !errors.Is(got, ErrCancelled) || errors.Is(got, ErrTransport) {
+		t.Fatalf("host's cancel at the plugin: %v", got)
+	}
+	got = toolErrorFromStatus(ctx, toolErrorStatus(fmt.Errorf("run_command: %w", ErrCancelled)))
+	if _, coded := acpmeta.CodeOf(got); !errors.Is(got, ErrCancelled) || coded || errors.Is(got, ErrTransport) {
+		t.Fatalf("plugin's cancel at the host: %v", got)
+	}
+}
+
+// TestPeerMessage: the client's own message, not the JSON-RPC error as text.
+func TestPeerMessage(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{acpmeta.NewError(wire.CodeNotAdmitted, "no grant covers %s", "x"), "no grant covers x"},
+		{fmt.Errorf("wrapped: %w", acpmeta.NewError(wire.CodeFenced, "f")), "f"},
+		{acp.NewInternalError(map[string]any{"error": "boom"}), "JSON-RPC error -32603: Internal error (boom)"},
+		{&acp.RequestError{Code: 1, Message: "m", Data: map[string]any{"message": "not tether"}}, "JSON-RPC error 1: m"},
+		{wire.Errorf(wire.CodeTimeout, "late"), "late"},
+		{errors.New("plain"), "plain"},
+	} {
+		if got := PeerMessage(c.err); got != c.want {
+			t.Errorf("PeerMessage(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
 }

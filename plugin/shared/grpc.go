@@ -51,8 +51,7 @@ func (c *PluginClient) serveACPClient(impl ACPClient) (uint32, *servedClient) {
 	go func() {
 		defer close(s.done)
 		c.broker.AcceptAndServe(id, func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts, grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes))
-			srv := grpc.NewServer(opts...)
+			srv := grpc.NewServer(ServerOptions(opts...)...)
 			pb.RegisterAcpClientServer(srv, &acpClientServer{impl: impl})
 			s.srv <- srv
 			return srv
@@ -183,7 +182,7 @@ func serve[Req, Resp any](ctx context.Context, f func(context.Context, Req) (Res
 }
 
 func (s *pluginServer) Connect(ctx context.Context, req *pb.ConnectRequest) (*pb.ConnectResponse, error) {
-	conn, err := s.broker.Dial(req.GetBrokerId())
+	conn, err := s.broker.DialWithOptions(req.GetBrokerId(), DialOptions()...)
 	if err != nil {
 		return nil, toolErrorStatus(fmt.Errorf("%w: dial broker stream %d: %v", ErrTransport, req.GetBrokerId(), err))
 	}

@@ -23,8 +23,9 @@ const PluginName = "tether"
 
 // ProtocolVersions are the plugin protocol versions this build speaks, newest
 // last. A host and a plugin that share none refuse to start, and the error
-// names both lists.
-var ProtocolVersions = []int{1}
+// names both lists. Version 2 replaced the per-step terminal methods of the
+// AcpClient service with RunTerminal and added call ids (cancellation).
+var ProtocolVersions = []int{2}
 
 // Handshake is the go-plugin handshake. The cookie only tells a user who
 // runs the binary by hand what it is for; it is not a security control.
@@ -70,18 +71,21 @@ type Plugin interface {
 	Grep(ctx context.Context, req *pb.GrepToolRequest) (*pb.GrepToolResponse, error)
 }
 
-// ACPClient is the closed set of ACP client calls the plugin may make on a
-// host's ACP connection. *acp.AgentSideConnection provides all but Attach;
-// plugin/host adds Attach. Errors from the ACP client are *acp.RequestError
-// values carried intact; a lost connection wraps ErrTransport.
+// ACPClient is the closed set of calls the plugin may make on a host's ACP
+// connection: two fs requests, one whole terminal run (RunTerminal: create,
+// wait, kill if needed, output, release, in that fixed order) and
+// `_tether/attach`. plugin/host implements it on an
+// *acp.AgentSideConnection. Errors from the ACP client are *acp.RequestError
+// values carried intact; a lost connection wraps ErrTransport; a call the
+// host refused because the tool call's caller cancelled wraps ErrCancelled.
+// The tool call a request serves travels in its ctx (WithCallID).
 type ACPClient interface {
 	ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error)
 	WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error)
-	CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest) (acp.CreateTerminalResponse, error)
-	TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest) (acp.TerminalOutputResponse, error)
-	WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalExitRequest) (acp.WaitForTerminalExitResponse, error)
-	KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (acp.KillTerminalResponse, error)
-	ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error)
+	// RunTerminal runs one command to its end and reports every step (see
+	// TerminalResult). Its error is only for a call that never reached the
+	// host's ACP connection (transport lost, or refused after a cancel).
+	RunTerminal(ctx context.Context, r TerminalRun) (TerminalResult, error)
 	// Attach calls `_tether/attach` and returns its raw JSON result; the
 	// plugin decodes it strictly.
 	Attach(ctx context.Context, p acpmeta.AttachRequest) (json.RawMessage, error)
@@ -91,6 +95,40 @@ type ACPClient interface {
 // connection closed, the broker stream or the plugin process died. Its fate
 // is unknown, so a binding that sees it fences.
 var ErrTransport = errors.New("transport lost")
+
+// ErrCancelled is wrapped by a tool call, or one of its ACP calls, that its
+// caller cancelled. It says nothing about the binding and never fences it.
+var ErrCancelled = errors.New("cancelled by the caller")
+
+// callIDKey is the context key of the tool call id.
+type callIDKey struct{}
+
+// WithCallID returns ctx naming the tool call (ToolContext.call_id) whose
+// ACP calls are made under it.
+func WithCallID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, callIDKey{}, id)
+}
+
+// CallID returns the tool call id ctx carries, or "".
+func CallID(ctx context.Context) string {
+	id, _ := ctx.Value(callIDKey{}).(string)
+	return id
+}
+
+// ValidCallID reports whether id may name a tool call: empty, or 1-64 of
+// [A-Za-z0-9_-].
+func ValidCallID(id string) bool {
+	if len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // GRPCPlugin is the go-plugin glue: Impl is set on the plugin side only.
 type GRPCPlugin struct {

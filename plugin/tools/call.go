@@ -57,9 +57,11 @@ func OpKey(callerKey string) (string, error) {
 	return callerKey, nil
 }
 
-// meta returns the `_meta` of the request for step, with deadline.
+// meta returns the `_meta` of the request for step, with deadline. The op
+// tag is encoded once, here; it crosses to the host and out on ACP as those
+// bytes.
 func (c Call) meta(step string, deadline time.Time) map[string]any {
-	return acpmeta.Op{TupleSHA256: c.TupleSHA256, OpKey: c.OpKey + ":" + step, Deadline: deadline.UTC()}.Meta()
+	return shared.RawMeta(acpmeta.KeyOp, acpmeta.Op{TupleSHA256: c.TupleSHA256, OpKey: c.OpKey + ":" + step, Deadline: deadline.UTC()})
 }
 
 func (c Call) sid() acp.SessionId { return acp.SessionId(c.SessionID) }

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"path"
 	"sort"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/plugin/shared"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -48,6 +50,8 @@ func runScript(ctx context.Context, c Call, script string, args ...string) (stri
 	switch {
 	case err != nil:
 		return "", 0, err
+	case res.Cancelled:
+		return "", 0, fmt.Errorf("%w: the command was killed and its terminal released", shared.ErrCancelled)
 	case res.TimedOut:
 		return "", 0, wire.Errorf(wire.CodeTimeout, "command timed out before it finished")
 	case res.Truncated:

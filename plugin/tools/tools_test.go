@@ -172,3 +172,29 @@ func TestOpKey(t *testing.T) {
 		t.Fatalf("caller key: %q %v", k, err)
 	}
 }
+
+// FuzzVerify: an accepted verify request names at most MaxVerifyFiles
+// clean relative paths inside the root, each with a lowercase hex SHA-256,
+// and passes the custodian's own check; a refusal is a typed error.
+func FuzzVerify(f *testing.F) {
+	f.Fuzz(func(t *testing.T, p1, d1, p2, d2 string) {
+		c := Call{Root: "/srv/ws"}
+		m, err := c.verifyMeta(map[string]string{p1: d1, p2: d2})
+		if err != nil {
+			var we *wire.Error
+			if !errors.As(err, &we) || (we.Code != wire.CodeInvalid && we.Code != wire.CodePathEscape) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		v, ok, err := acpmeta.VerifyFromMeta(m)
+		if !ok || err != nil {
+			t.Fatalf("accepted %q/%q %q/%q but the custodian refuses it: %v", p1, d1, p2, d2, err)
+		}
+		for p, d := range v.Files {
+			if path.IsAbs(p) || path.Clean(p) != p || strings.HasPrefix(p, "..") || !acpmeta.ValidDigest(d) {
+				t.Fatalf("accepted %q: %q", p, d)
+			}
+		}
+	})
+}

@@ -1,0 +1,133 @@
+package host_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/plugin/host"
+	pb "github.com/tetherdev/tether/plugin/proto"
+)
+
+// TestRunCommandCancelCleansUpBeforeReturning: a cancelled run_command
+// returns only after its terminal was killed and released; it reports a
+// cancellation (never internal) carrying the killed command's result.
+func TestRunCommandCancelCleansUpBeforeReturning(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	var once sync.Once
+	l.client.OnTerminal = func(m string) {
+		if m == "terminal/create" {
+			once.Do(func() { time.AfterFunc(300*time.Millisecond, cancel) })
+		}
+	}
+	start := time.Now()
+	resp, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sh",
+		Args: []string{"-c", "echo started; exec sleep 30"}})
+	// At the moment the call returns, nothing is left: no polling.
+	running, kills, releases := l.client.Running(), len(callsOf(l.client, "terminal/kill")), len(callsOf(l.client, "terminal/release"))
+	var ce *host.CancelledError
+	if !errors.Is(err, host.ErrCancelled) || !errors.As(err, &ce) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run_command: %v (%T)", err, err)
+	}
+	if code, ok := acpmeta.CodeOf(err); ok {
+		t.Fatalf("a cancel carries tether code %q", code)
+	}
+	if running != 0 || kills != 1 || releases != 1 {
+		t.Fatalf("when the call returned: %d running, %d kills, %d releases; want 0, 1, 1", running, kills, releases)
+	}
+	if ce.Run == nil || resp != ce.Run || !ce.Run.GetCancelled() || ce.Run.GetTimedOut() || ce.Run.GetExit().GetSignal() != "killed" ||
+		ce.Run.GetOutput() != "started\n" || ce.Run.GetOpKey() == "" {
+		t.Fatalf("the cancelled command's result: %v", ce.Run)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("cancel took %v", d)
+	}
+	// The session is still bound: a cancel is not a binding failure.
+	readOK(t, l, "s1")
+}
+
+// TestCancelledCallSendsNothingMore: once the caller cancels, the host
+// refuses the call's next ACP request: an edit cancelled after its read
+// never writes, and reports the cancel.
+func TestCancelledCallSendsNothingMore(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	f := filepath.Join(l.client.Root, "doc.txt")
+	if err := os.WriteFile(f, []byte("alpha beta\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	l.client.AfterRead = func(string) { cancel() }
+	_, err := l.conn.EditTextFile(ctx, "s1", nil, "doc.txt", "beta", "BETA")
+	if !errors.Is(err, host.ErrCancelled) {
+		t.Fatalf("edit cancelled after its read: %v", err)
+	}
+	if n := len(callsOf(l.client, "fs/write_text_file")); n != 0 {
+		t.Fatalf("%d writes sent after the cancel", n)
+	}
+	if b, _ := os.ReadFile(f); string(b) != "alpha beta\n" {
+		t.Fatalf("file changed: %q", b)
+	}
+	// A call whose ctx is already done sends nothing at all.
+	before := len(l.client.Calls())
+	_, err = l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/true"})
+	if !errors.Is(err, host.ErrCancelled) || len(l.client.Calls()) != before {
+		t.Fatalf("run on a cancelled ctx: %v, %d callbacks", err, len(l.client.Calls())-before)
+	}
+	readOK(t, l, "s1")
+}
+
+// TestGlobCancelled: a cancelled shell tool (glob, grep, list_directory)
+// reports the cancel after its command was killed and released.
+func TestGlobCancelled(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	l.client.OnTerminal = func(m string) {
+		if m == "terminal/wait_for_exit" {
+			cancel()
+		}
+	}
+	_, err := l.conn.Glob(ctx, "s1", nil, "*", "")
+	if !errors.Is(err, host.ErrCancelled) || l.client.Running() != 0 || len(callsOf(l.client, "terminal/release")) != 1 {
+		t.Fatalf("cancelled glob: %v, %d running", err, l.client.Running())
+	}
+}
+
+// TestCancelUnconfirmedStillCleansUpTheHost: a plugin that does not answer
+// within the cancel grace gives ErrCancelUnconfirmed, and still only after
+// the host's own clean-up (kill, output, release) ended.
+func TestCancelUnconfirmedStillCleansUpTheHost(t *testing.T) {
+	path, sum := selfBinary(t)
+	p, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg), host.WithCancelGrace(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, _ := bound(t, p)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	l.client.OnTerminal = func(m string) {
+		switch m {
+		case "terminal/create":
+			time.AfterFunc(200*time.Millisecond, cancel)
+		case "terminal/kill":
+			time.Sleep(time.Second) // a slow client: the grace passes
+		}
+	}
+	_, err = l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sleep", Args: []string{"30"}})
+	running := l.client.Running()
+	if !errors.Is(err, host.ErrCancelUnconfirmed) || !strings.Contains(err.Error(), "run_command cancelled") {
+		t.Fatalf("slow clean-up past the grace: %v", err)
+	}
+	if running != 0 {
+		t.Fatalf("%d terminals still running when the call returned", running)
+	}
+}
