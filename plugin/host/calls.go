@@ -2,10 +2,9 @@ package host
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -100,26 +99,26 @@ func (t *toolCall) end() <-chan struct{} {
 	return ch
 }
 
-// callTable maps call ids to the tool calls of one connection.
+// callTable maps call ids to the tool calls of one connection. Ids only
+// need to be unique within the connection (the plugin sees every one
+// anyway), so they count up.
 type callTable struct {
 	mu    sync.Mutex
+	next  uint64
 	calls map[string]*toolCall
 }
 
-func (c *callTable) add(caller context.Context) (string, *toolCall, error) {
-	var b [12]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", nil, fmt.Errorf("call id: %w", err)
-	}
-	id := "call-" + hex.EncodeToString(b[:])
+func (c *callTable) add(caller context.Context) (string, *toolCall) {
 	t := &toolCall{caller: caller}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.calls == nil {
 		c.calls = make(map[string]*toolCall)
 	}
+	c.next++
+	id := "call-" + strconv.FormatUint(c.next, 10)
 	c.calls[id] = t
-	return id, t, nil
+	return id, t
 }
 
 func (c *callTable) remove(id string) {
@@ -157,10 +156,7 @@ func invoke[Req, Resp any](c *Conn, ctx context.Context, tool string, tc *pb.Too
 	if ctx.Err() != nil {
 		return zero, &CancelledError{Tool: tool, Cause: context.Cause(ctx)}
 	}
-	id, call, err := c.calls.add(ctx)
-	if err != nil {
-		return zero, err
-	}
+	id, call := c.calls.add(ctx)
 	defer c.calls.remove(id)
 	tc.CallId = id
 	rpc, cancelRPC := context.WithCancelCause(context.WithoutCancel(ctx))

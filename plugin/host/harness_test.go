@@ -32,15 +32,18 @@ const helperArg = "tether-plugin-helper"
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == helperArg {
 		cfg := impl.Config{}
+		var args []string // the rest are tether-plugin's own arguments
 		for _, a := range os.Args[2:] {
 			if v, ok := strings.CutPrefix(a, "versions="); ok {
 				for _, f := range strings.Split(v, ",") {
 					n, _ := strconv.Atoi(f)
 					cfg.Versions = append(cfg.Versions, n)
 				}
+				continue
 			}
+			args = append(args, a)
 		}
-		os.Exit(impl.Main(context.Background(), nil, os.Stderr, cfg))
+		os.Exit(impl.Main(context.Background(), args, os.Stderr, cfg))
 	}
 	os.Exit(m.Run())
 }

@@ -147,3 +147,23 @@ func TestPluginRefusesWithoutMutualTLS(t *testing.T) {
 		t.Fatalf("no-mTLS start: err=%v out=%q", err, out)
 	}
 }
+
+// TestPluginProcsFlag: --procs is checked before the plugin serves, and a
+// plugin started with another value still serves.
+func TestPluginProcsFlag(t *testing.T) {
+	path, sum := selfBinary(t)
+	cmd := exec.Command(path, helperArg, "--procs", "0")
+	cmd.Env = []string{"TETHER_PLUGIN_COOKIE=c0a1d2b7-tether-plugin-v1-5f0e9c4a"}
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "--procs must be at least 1") {
+		t.Fatalf("--procs 0: err=%v out=%q", err, out)
+	}
+	p, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg, "--procs", "2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	l, _ := bound(t, p)
+	readOK(t, l, "s1")
+}

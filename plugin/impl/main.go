@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,8 +30,17 @@ It is not meant to be run by hand: a host agent loads it with plugin/host.Load(c
 which checks the binary's SHA-256, starts it and talks to it over mutual TLS.
 See docs/plugin.md.
 
-Usage: tether-plugin [--help]
+Usage: tether-plugin [--procs N] [--help]
+
+  --procs N  run Go code on at most N threads at once (GOMAXPROCS; default 1).
+             The plugin spends its time waiting on its two gRPC connections;
+             on one thread a message wakes no second thread, which makes each
+             plugin hop cheaper. A host with many busy sessions may raise it
+             (plugin/host.WithArgs("--procs", "4")).
 `
+
+// DefaultProcs is the plugin's GOMAXPROCS unless --procs says otherwise.
+const DefaultProcs = 1
 
 // Main runs tether-plugin with the command-line arguments after the program
 // name and returns the exit code. Run by hand it prints how it is meant to
@@ -42,10 +52,15 @@ func Main(ctx context.Context, args []string, stderr io.Writer, cfg Config) int 
 	fs := flag.NewFlagSet("tether-plugin", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprintf(stderr, usage, cfg.Versions) }
+	procs := fs.Int("procs", DefaultProcs, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if *procs < 1 {
+		fmt.Fprintf(stderr, "tether-plugin: --procs must be at least 1\n")
 		return 2
 	}
 	if fs.NArg() > 0 || os.Getenv(shared.Handshake.MagicCookieKey) != shared.Handshake.MagicCookieValue {
@@ -60,6 +75,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, cfg Config) int 
 		fmt.Fprintf(stderr, "tether-plugin: %v\n", err)
 		return 1
 	}
+	runtime.GOMAXPROCS(*procs)
 	serve(ctx, stderr, cfg.Versions)
 	return 0
 }
