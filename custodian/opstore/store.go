@@ -37,6 +37,9 @@ type Options struct {
 	// negative means no delay. A crash inside it only turns those keys
 	// interrupted.
 	WriteDelay time.Duration
+	// SnapshotPoll is how often the store looks for a Snapshot request from
+	// another process. Zero means DefaultSnapshotPoll.
+	SnapshotPoll time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
 }
@@ -65,6 +68,9 @@ func (o *Options) fill() error {
 	if o.WriteDelay == 0 {
 		o.WriteDelay = 50 * time.Millisecond
 	}
+	if o.SnapshotPoll <= 0 {
+		o.SnapshotPoll = DefaultSnapshotPoll
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -90,7 +96,10 @@ type Store struct {
 	closing   bool
 	closed    bool
 	werr      error
+	snapWant  []string // claimed snapshot requests, served by the writer
 	done      chan struct{}
+	pollStop  chan struct{}
+	pollDone  chan struct{}
 }
 
 // cached is a receipt written to the queue and not yet committed to bbolt.
@@ -127,9 +136,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open op key database: %w", err)
 	}
 	s := &Store{dir: dir, opts: opts, db: db, inflight: map[string]*Ticket{},
-		cache: map[string]cached{}, done: make(chan struct{})}
+		cache: map[string]cached{}, done: make(chan struct{}), pollStop: make(chan struct{}), pollDone: make(chan struct{})}
 	s.cond = sync.NewCond(&s.mu)
 	nextSeg, err := s.recover()
+	if err == nil {
+		err = removeStaleSnapshots(dir)
+	}
 	if err == nil {
 		s.log, err = openIntentLog(dir, nextSeg, opts.SegmentBytes)
 	}
@@ -138,6 +150,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	go s.writer()
+	go s.pollSnapshots(s.pollStop, s.pollDone)
 	return s, nil
 }
 

@@ -5,28 +5,34 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
 
 // ReadOnly returns every receipt in dir without modifying it, sorted by
-// dispatch time, for inspection (tether-custodian receipts show). Keys a
-// stopped custodian dispatched without recording a result, which the next
-// Open will mark interrupted, are shown as Interrupted already, and so are
-// execs whose exit was never observed. While a
-// custodian holds the directory it fails with ErrLocked.
+// dispatch time, for inspection. Keys a stopped custodian dispatched
+// without recording a result, which the next Open will mark interrupted,
+// are shown as Interrupted already, and so are execs whose exit was never
+// observed. While a custodian holds the directory it fails with ErrLocked;
+// Snapshot also reads a running custodian's receipts.
 func ReadOnly(dir string) ([]*Receipt, error) {
 	if err := CheckPrivateDir(dir); err != nil {
 		return nil, err
 	}
+	return readOnly(dir, lockTimeout)
+}
+
+// readOnly reads a store no process holds, waiting up to wait for its lock.
+func readOnly(dir string, wait time.Duration) ([]*Receipt, error) {
 	path := filepath.Join(dir, dbName)
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("no op key store in %s: %w", dir, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: wait})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("%w: %s (a running custodian holds it)", ErrLocked, dir)
+		return nil, fmt.Errorf("%w: %s is held by a running custodian; read it with opstore.Snapshot "+
+			"(tether-custodian receipts show), or stop the custodian first", ErrLocked, dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open op key database: %w", err)
@@ -63,12 +69,7 @@ func ReadOnly(dir string) ([]*Receipt, error) {
 		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if !out[i].DispatchedAt.Equal(out[j].DispatchedAt) {
-			return out[i].DispatchedAt.Before(out[j].DispatchedAt)
-		}
-		return out[i].OpKey < out[j].OpKey
-	})
+	sortReceipts(out)
 	return out, nil
 }
 

@@ -39,6 +39,7 @@ func (s *Store) writer() {
 		if len(batch) > 0 {
 			s.commit(batch)
 		}
+		s.serveSnapshots()
 		select {
 		case <-kick:
 			s.prune()
@@ -54,7 +55,7 @@ func (s *Store) writer() {
 func (s *Store) nextBatch(kick chan struct{}) ([]queued, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.queue) == 0 && !s.closing && len(kick) == 0 {
+	for len(s.queue) == 0 && !s.closing && len(kick) == 0 && len(s.snapWant) == 0 {
 		s.cond.Wait()
 	}
 	if len(s.queue) > 0 && !s.closing && s.opts.WriteDelay > 0 {
@@ -181,6 +182,8 @@ func (s *Store) Close() error {
 	s.closing = true
 	s.cond.Broadcast()
 	s.mu.Unlock()
+	close(s.pollStop)
+	<-s.pollDone
 	<-s.done
 	s.mu.Lock()
 	s.closed = true

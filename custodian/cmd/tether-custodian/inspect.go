@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -20,17 +22,22 @@ func cmdReceiptsShow(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("receipts show", flag.ContinueOnError)
 	state := fs.String("state", "", "custodian state directory (required)")
 	key := fs.String("key", "", "print only this operation key's receipt")
-	usageFor(fs, "receipts show --state DIR [--key K]",
-		"Prints receipts as JSON (one per line). Keys dispatched by a custodian that stopped\n"+
-			"before recording their result are shown interrupted. Fails while a custodian runs on DIR.")
+	wait := fs.Duration("wait", 10*time.Second, "how long a running custodian on DIR may take to answer")
+	usageFor(fs, "receipts show --state DIR [--key K] [--wait D]",
+		"Prints receipts as JSON (one per line), oldest dispatch first. Keys dispatched by a\n"+
+			"custodian that stopped before recording their result are shown interrupted. While a\n"+
+			"custodian runs on DIR it is asked for a snapshot (its requests in flight show as\n"+
+			"dispatched, its running commands as pending). No receipt is modified.")
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	if *state == "" || fs.NArg() != 0 {
+	if *state == "" || fs.NArg() != 0 || *wait <= 0 {
 		fs.Usage()
 		return exitUsage
 	}
-	rs, err := opstore.ReadOnly(filepath.Join(*state, custodian.OpKeysDir))
+	ctx, cancel := context.WithTimeoutCause(context.Background(), *wait, fmt.Errorf("no answer within --wait %s", *wait))
+	defer cancel()
+	rs, err := opstore.Snapshot(ctx, filepath.Join(*state, custodian.OpKeysDir))
 	if err != nil {
 		return fail(stderr, exitRuntime, "receipts show: %v", err)
 	}

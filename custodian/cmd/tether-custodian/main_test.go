@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -47,6 +48,8 @@ func TestScripts(t *testing.T) {
 			"audit-append":  cmdAuditAppend,
 			"edit-line":     cmdEditLine,
 			"seed-receipts": cmdSeedReceipts,
+			"hold-receipts": cmdHoldReceipts,
+			"hold-lock":     cmdHoldLock,
 		},
 	})
 }
@@ -163,4 +166,38 @@ func cmdSeedReceipts(ts *testscript.TestScript, neg bool, args []string) {
 	_, _, err = s.Begin(ctx, in("lost-1"))
 	ts.Check(err)
 	ts.Check(s.Close()) // lost-1 stays dispatched: its result never came
+}
+
+// hold-receipts STATE opens the store of STATE as a running custodian does
+// (holding its lock until the script ends), with a verified write (key
+// live-1) and a request still in flight (key flying-1).
+func cmdHoldReceipts(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: hold-receipts STATE")
+	}
+	dir := filepath.Join(ts.MkAbs(args[0]), custodian.OpKeysDir)
+	s, err := opstore.Open(dir, opstore.Options{SnapshotPoll: 20 * time.Millisecond})
+	ts.Check(err)
+	ts.Defer(func() { s.Close() })
+	ctx := context.Background()
+	in := func(key string) opstore.Intent {
+		return opstore.Intent{OpKey: key, RequestSHA256: strings.Repeat("c", 64), Method: "fs/write_text_file",
+			SessionID: "sess-1", TupleSHA256: strings.Repeat("b", 64), Principal: "alice", LeaseNotAfter: time.Now().Add(time.Hour)}
+	}
+	t, _, err := s.Begin(ctx, in("live-1"))
+	ts.Check(err)
+	ts.Check(t.Finish(&opstore.Receipt{Outcome: opstore.Verified, Response: json.RawMessage(`{}`)}))
+	_, _, err = s.Begin(ctx, in("flying-1"))
+	ts.Check(err)
+}
+
+// hold-lock STATE holds the lock of STATE's store without answering
+// snapshot requests, as an older custodian would.
+func cmdHoldLock(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: hold-lock STATE")
+	}
+	db, err := bolt.Open(filepath.Join(ts.MkAbs(args[0]), custodian.OpKeysDir, "opkeys.db"), 0o600, &bolt.Options{Timeout: time.Second})
+	ts.Check(err)
+	ts.Defer(func() { db.Close() })
 }
