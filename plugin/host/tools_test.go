@@ -286,6 +286,12 @@ func TestRunCommandStepErrorFences(t *testing.T) {
 	l.client.OnTerminal = nil
 	l.client.Bind("s1", digest)
 	readRefused(t, l, "s1", "fenced")
+	// The fence names the client's own message, not its JSON-RPC error.
+	st, err := l.conn.Status(ctxT(t), "s1")
+	if err != nil || st.GetCode() != "tuple_mismatch" || !strings.Contains(st.GetMessage(), "is not the binding's") ||
+		strings.Contains(st.GetMessage(), `"code"`) {
+		t.Fatalf("fenced status: %v %v", st, err)
+	}
 }
 
 // TestAttachRefusalNamesCodeAndMessage: a refused `_tether/attach` comes

@@ -125,7 +125,7 @@ func (f *fencing) check(err error) error {
 	}
 	if code, ok := acpmeta.CodeOf(err); ok {
 		if bindingCodes[code] {
-			f.fence(code, fmt.Sprintf("client answered %s: %v", code, err))
+			f.fence(code, fmt.Sprintf("client answered %s: %s", code, shared.PeerMessage(err)))
 		}
 		return err
 	}
