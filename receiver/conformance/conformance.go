@@ -50,6 +50,10 @@ type env struct {
 	srv    *wire.Server
 	client *wire.Client
 	served chan error
+	// draining is closed when the server closes its listener, which
+	// Shutdown and Close do only after marking the server draining: from
+	// then on no request the server reads may run.
+	draining <-chan struct{}
 }
 
 // start serves h on setup's listener and dials a client. Everything is
@@ -61,8 +65,9 @@ func start(t *testing.T, setup Setup, h wire.Handler) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{srv: srv, served: make(chan error, 1)}
-	go func() { e.served <- srv.Serve(context.Background(), l) }()
+	cl := &closeListener{Listener: l, closed: make(chan struct{})}
+	e := &env{srv: srv, served: make(chan error, 1), draining: cl.closed}
+	go func() { e.served <- srv.Serve(context.Background(), cl) }()
 	t.Cleanup(func() {
 		srv.Close()
 		<-e.served
@@ -195,7 +200,17 @@ func concurrent(t *testing.T, setup Setup, n int) {
 }
 
 // refusalAfterShutdown: during a graceful shutdown the request in flight
-// is answered, a new one is refused with CodeUnavailable and never runs.
+// is answered, a new one is refused with CodeUnavailable and never runs,
+// and once the last answer is in the client closes the connection itself
+// (ErrReceiverShutdown) and refuses every later call unsent.
+//
+// Every step waits for an event, never for time: a call made after the
+// server closed its listener must be refused (the server marks itself
+// draining before it closes its listeners), whether the client has read
+// the shutdown notice yet or not. A call made after Shutdown returned but
+// before the client read the notice is a different race: the receiver may
+// already have closed the connection, and the client can only say
+// fate_unknown, so the suite waits for the client to end first.
 func refusalAfterShutdown(t *testing.T, setup Setup) {
 	started, release := make(chan struct{}), make(chan struct{})
 	var ran atomic.Int64
@@ -222,28 +237,14 @@ func refusalAfterShutdown(t *testing.T, setup Setup) {
 	<-started
 	shut := make(chan error, 1)
 	go func() { shut <- e.srv.Shutdown(ctx(t)) }()
-	// Until the shutdown has begun a late call may still run; once one is
-	// refused, none may run.
-	deadline := time.Now().Add(20 * time.Second)
-	answered := int64(0)
-	for {
-		_, err := call(t, e.client, "late", "x")
-		if codeOf(err) == wire.CodeUnavailable {
-			break
-		}
-		if err != nil || time.Now().After(deadline) {
-			t.Fatalf("call during shutdown: %v, want unavailable", err)
-		}
-		answered++
-		time.Sleep(5 * time.Millisecond)
-	}
-	for range 3 {
-		if _, err := call(t, e.client, "later", "x"); codeOf(err) != wire.CodeUnavailable {
-			t.Fatalf("call after a refusal: %v, want unavailable", err)
+	<-e.draining
+	for i := range 4 {
+		if _, err := call(t, e.client, fmt.Sprintf("late-%d", i), "x"); codeOf(err) != wire.CodeUnavailable {
+			t.Fatalf("call %d during shutdown: %v, want unavailable", i, err)
 		}
 	}
-	if n := ran.Load(); n != 1+answered {
-		t.Fatalf("handler ran %d times, want %d: a refused request ran", n, 1+answered)
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1: a refused request ran", n)
 	}
 	close(release)
 	if err := <-first; err != nil {
@@ -252,8 +253,19 @@ func refusalAfterShutdown(t *testing.T, setup Setup) {
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
+	select {
+	case <-e.client.Done():
+	case <-ctx(t).Done():
+		t.Fatal("the client did not end the connection after the shutdown notice and its last answer")
+	}
+	if err := e.client.Err(); !errors.Is(err, wire.ErrReceiverShutdown) {
+		t.Fatalf("client ended with %v, want ErrReceiverShutdown", err)
+	}
 	if _, err := call(t, e.client, "after", "x"); codeOf(err) != wire.CodeUnavailable {
 		t.Fatalf("call after shutdown: %v, want unavailable", err)
+	}
+	if n := ran.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
 	}
 }
 
@@ -321,6 +333,18 @@ func violation(t *testing.T, setup Setup) {
 	if ran.Load() != 0 {
 		t.Fatal("handler ran")
 	}
+}
+
+// closeListener closes closed when the server closes it.
+type closeListener struct {
+	wire.Listener
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *closeListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }
 
 // watchListener reports when a connection it accepted is closed.

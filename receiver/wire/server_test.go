@@ -118,12 +118,13 @@ func TestServerDuplicateInFlightID(t *testing.T) {
 // Field faults, expired deadlines and the in-flight bound are answered
 // without running the handler and without closing the connection.
 func TestServerRefusalsKeepConnection(t *testing.T) {
-	block := make(chan struct{})
+	block, blocking := make(chan struct{}), make(chan struct{})
 	defer close(block)
 	var ran atomic.Int64
 	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
 		ran.Add(1)
 		if req.OpKey == "block" {
+			close(blocking)
 			select {
 			case <-block:
 			case <-ctx.Done():
@@ -133,8 +134,8 @@ func TestServerRefusalsKeepConnection(t *testing.T) {
 	})
 	_, peer, _, _ := serveRaw(t, h, ServerConfig{MaxInFlight: 1})
 	past := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
-	blocking := strings.Replace(string(request(1, OpAttach, `{}`)), `"op_key":"k"`, `"op_key":"block"`, 1)
-	peer.sendRaw([]byte(blocking))
+	blocker := strings.Replace(string(request(1, OpAttach, `{}`)), `"op_key":"k"`, `"op_key":"block"`, 1)
+	peer.sendRaw([]byte(blocker))
 	cases := []struct {
 		payload string
 		want    Code
@@ -152,6 +153,7 @@ func TestServerRefusalsKeepConnection(t *testing.T) {
 			t.Fatalf("%s: answer %+v, want %s", c.payload, resp, c.want)
 		}
 	}
+	<-blocking // its handler runs on its own goroutine: wait for it, not for time
 	if got := ran.Load(); got != 1 {
 		t.Fatalf("handler ran %d times, want 1 (only the blocking request)", got)
 	}
@@ -206,7 +208,9 @@ func TestServerAnswerTooLarge(t *testing.T) {
 }
 
 // Graceful shutdown: the request in flight finishes and is answered; a new
-// request is refused unavailable and never runs; Shutdown is idempotent.
+// request is refused unavailable and never runs; the client then closes the
+// connection itself; Shutdown is idempotent. Each step waits for an event
+// (the listener's close marks the drain's start), never for time.
 func TestServerShutdownGraceful(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
@@ -222,7 +226,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 		}
 		return StatResult{Type: "file"}, nil
 	})
-	cl, srv := pair(t, h, ServerConfig{})
+	cl, srv, l := listenerPair(t, h)
 	first := make(chan error, 1)
 	go func() {
 		var res StatResult
@@ -235,28 +239,18 @@ func TestServerShutdownGraceful(t *testing.T) {
 	<-started
 	shut := make(chan error, 2)
 	go func() { shut <- srv.Shutdown(testCtx(t)) }()
-	// The notice makes the client refuse locally; give it time to land.
-	deadline := time.Now().Add(5 * time.Second)
-	answered := int64(0) // before the shutdown began, a call may still run
-	for {
+	// Shutdown marks the server draining before it closes its listeners;
+	// from then on a call is refused by the server, or unsent once the
+	// client has read the notice.
+	<-l.closed
+	for range 4 {
 		err := cl.Call(testCtx(t), OpStat, testDigest, "k2", soon(), &StatArgs{Path: "x"}, nil)
-		if codeOf(err) == CodeUnavailable {
-			break
-		}
-		if err != nil || time.Now().After(deadline) {
+		if codeOf(err) != CodeUnavailable {
 			t.Fatalf("call during shutdown: %v, want unavailable", err)
 		}
-		answered++
-		time.Sleep(5 * time.Millisecond)
 	}
-	for range 3 {
-		err := cl.Call(testCtx(t), OpStat, testDigest, "k3", soon(), &StatArgs{Path: "x"}, nil)
-		if codeOf(err) != CodeUnavailable {
-			t.Fatalf("call after a refusal: %v, want unavailable", err)
-		}
-	}
-	if got := ran.Load(); got != 1+answered {
-		t.Fatalf("handler ran %d times, want %d: a refused request ran", got, 1+answered)
+	if got := ran.Load(); got != 1 {
+		t.Fatalf("handler ran %d times, want 1: a refused request ran", got)
 	}
 	close(release)
 	if err := <-first; err != nil {
@@ -265,6 +259,14 @@ func TestServerShutdownGraceful(t *testing.T) {
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown: %v", err)
 	}
+	select {
+	case <-cl.Done():
+	case <-testCtx(t).Done():
+		t.Fatal("the client did not end the connection after the notice and its last answer")
+	}
+	if !errors.Is(cl.Err(), ErrReceiverShutdown) {
+		t.Fatalf("client ended with %v, want ErrReceiverShutdown", cl.Err())
+	}
 	go func() { shut <- srv.Shutdown(testCtx(t)) }()
 	if err := <-shut; err != nil {
 		t.Fatalf("second Shutdown: %v", err)
@@ -272,6 +274,31 @@ func TestServerShutdownGraceful(t *testing.T) {
 	if err := srv.Close(); err != nil {
 		t.Fatalf("Close after Shutdown: %v", err)
 	}
+}
+
+// listenerPair is pair served through Serve on a pairListener, whose
+// closed channel tells when the server began to drain.
+func listenerPair(t *testing.T, h Handler) (*Client, *Server, *pairListener) {
+	t.Helper()
+	l := &pairListener{conns: make(chan net.Conn, 1), closed: make(chan struct{})}
+	srv, err := NewServer(h, ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(context.Background(), l) }()
+	cc, sc := socketPair(t)
+	l.conns <- sc
+	cl, err := NewClient(cc, ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cl.Close()
+		srv.Close()
+		<-served
+	})
+	return cl, srv, l
 }
 
 // A raw peer sees the server's own refusal for a request that raced the

@@ -7,8 +7,11 @@
 //   - stat answers {type: op_key, size: len(path)}; write answers the
 //     content's size and SHA-256, so every answer is tied to its request;
 //   - attach with op_key "c-*" waits until 32 such requests are in flight
-//     (multiplexing), "block" holds for a second, and "shutdown" starts a
-//     graceful shutdown of the server.
+//     (multiplexing); "block" holds until the server has begun to drain
+//     (it closes its listener only after it marked itself draining), so it
+//     is in flight across the start of the shutdown; "shutdown" waits until
+//     a "block" is in flight, then starts a graceful shutdown of the
+//     server. Every step waits for an event, never for time.
 //
 // It prints "guestserve: listening" when ready and exits 0 once the server
 // has shut down.
@@ -40,7 +43,8 @@ func run(ctx context.Context) int {
 		fmt.Fprintln(os.Stderr, "guestserve: --dev is required")
 		return 2
 	}
-	h := &handler{barrier: make(chan struct{}), shut: make(chan error, 1)}
+	h := &handler{barrier: make(chan struct{}), shut: make(chan error, 1),
+		blocked: make(chan struct{}), draining: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(os.Stdout, nil))
 	srv, err := wire.NewServer(h, wire.ServerConfig{Log: log})
 	if err != nil {
@@ -54,7 +58,7 @@ func run(ctx context.Context) int {
 		return 1
 	}
 	fmt.Println("guestserve: listening on", *dev)
-	err = srv.Serve(ctx, l)
+	err = srv.Serve(ctx, &closeListener{Listener: l, closed: h.draining})
 	fmt.Println("guestserve: served:", err)
 	if !errors.Is(err, wire.ErrServerClosed) {
 		return 1
@@ -67,12 +71,28 @@ func run(ctx context.Context) int {
 }
 
 type handler struct {
-	srv     *wire.Server
-	mu      sync.Mutex
-	waiting int
-	barrier chan struct{}
-	once    sync.Once
-	shut    chan error
+	srv       *wire.Server
+	mu        sync.Mutex
+	waiting   int
+	barrier   chan struct{}
+	once      sync.Once
+	shut      chan error
+	blockOnce sync.Once
+	blocked   chan struct{} // closed when a "block" request is in flight
+	draining  chan struct{} // closed when the server closes its listener
+}
+
+// closeListener closes closed when the server closes it, which Shutdown
+// does after marking the server draining.
+type closeListener struct {
+	transport.Listener
+	closed chan struct{}
+	once   sync.Once
+}
+
+func (l *closeListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return l.Listener.Close()
 }
 
 func (h *handler) Serve(ctx context.Context, req *wire.Request) (any, error) {
@@ -107,13 +127,19 @@ func (h *handler) attach(ctx context.Context, key string) (any, error) {
 			return nil, wire.Errorf(wire.CodeTimeout, "not all 32 requests arrived together")
 		}
 	case key == "block":
+		h.blockOnce.Do(func() { close(h.blocked) })
 		select {
-		case <-time.After(time.Second):
+		case <-h.draining:
 			return wire.Empty{}, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	case key == "shutdown":
+		select {
+		case <-h.blocked:
+		case <-ctx.Done():
+			return nil, wire.Errorf(wire.CodeTimeout, "no block request arrived before the shutdown request's deadline")
+		}
 		h.once.Do(func() {
 			go func() { // joined: run waits on h.shut
 				sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
