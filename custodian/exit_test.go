@@ -2,12 +2,12 @@ package custodian
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -81,14 +81,16 @@ func (s *hookedSession) receipt(t *testing.T, key string) *opstore.Receipt {
 // cancelAtExitObserved returns a hook that, the first time method observes
 // an exit, cancels the agent's request (through cancel) and waits until
 // the custodian's handler sees the cancel: the agent gave up on the call
-// just after the receiver answered it.
-func cancelAtExitObserved(t *testing.T, method string, cancel *func()) func(context.Context, string, string) {
+// just after the receiver answered it. fired reports that it did.
+func cancelAtExitObserved(t *testing.T, method string, cancel *func()) (hook func(context.Context, string, string), fired *atomic.Bool) {
 	var once sync.Once
+	fired = &atomic.Bool{}
 	return func(ctx context.Context, m, step string) {
 		if m != method || step != "exit-observed" {
 			return
 		}
 		once.Do(func() {
+			fired.Store(true)
 			(*cancel)()
 			select {
 			case <-ctx.Done():
@@ -96,7 +98,7 @@ func cancelAtExitObserved(t *testing.T, method string, cancel *func()) func(cont
 				t.Errorf("the agent's cancel of %s never reached the custodian", method)
 			}
 		})
-	}
+	}, fired
 }
 
 // TestIntegrationKilledExitRecordedWhenOutputIsCancelled: a command is
@@ -111,7 +113,8 @@ func TestIntegrationKilledExitRecordedWhenOutputIsCancelled(t *testing.T) {
 	for _, verify := range []bool{false, true} {
 		t.Run(fmt.Sprintf("verify=%v", verify), func(t *testing.T) {
 			cancelOutput := func() {}
-			s := newHookedSession(t, rr, cancelAtExitObserved(t, acp.ClientMethodTerminalOutput, &cancelOutput))
+			hook, fired := cancelAtExitObserved(t, acp.ClientMethodTerminalOutput, &cancelOutput)
+			s := newHookedSession(t, rr, hook)
 			ctx := context.Background()
 			meta := s.meta("create")
 			if verify {
@@ -122,16 +125,20 @@ func TestIntegrationKilledExitRecordedWhenOutputIsCancelled(t *testing.T) {
 			must(t, err)
 			_, err = s.agent.KillTerminal(ctx, acp.KillTerminalRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId, Meta: s.meta("kill")})
 			must(t, err)
-			sawExit := false
-			for i := 0; i < 200 && !sawExit; i++ {
+			deadline := time.Now().Add(20 * time.Second)
+			for i := 0; !fired.Load(); i++ {
+				if time.Now().After(deadline) {
+					t.Fatal("terminal/output never showed the killed command's exit")
+				}
 				octx, cancel := context.WithCancel(ctx)
 				cancelOutput = cancel
 				out, err := s.agent.TerminalOutput(octx, acp.TerminalOutputRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId,
 					Meta: s.meta(fmt.Sprintf("output-%d", i))})
 				cancel()
 				switch {
-				case errors.Is(octx.Err(), context.Canceled) && err != nil:
-					sawExit = true // the hook cancelled the call that showed the exit
+				case fired.Load() && err == nil:
+					t.Fatal("the output the agent cancelled answered without an error")
+				case fired.Load():
 				case err != nil:
 					t.Fatal(err)
 				case out.ExitStatus != nil:
@@ -139,9 +146,6 @@ func TestIntegrationKilledExitRecordedWhenOutputIsCancelled(t *testing.T) {
 				default:
 					time.Sleep(5 * time.Millisecond)
 				}
-			}
-			if !sawExit {
-				t.Fatal("terminal/output never showed the killed command's exit")
 			}
 			waitNotPending(t, s, "create")
 			_, err = s.agent.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId, Meta: s.meta("release")})
@@ -161,7 +165,7 @@ func TestIntegrationKilledExitRecordedWhenOutputIsCancelled(t *testing.T) {
 // after the agent gave up on its request.
 func waitNotPending(t *testing.T, s *hookedSession, key string) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for s.receipt(t, key).Outcome == opstore.Pending && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -173,7 +177,8 @@ func waitNotPending(t *testing.T, s *hookedSession, key string) {
 func TestIntegrationWaitExitRecordedWhenWaitIsCancelled(t *testing.T) {
 	rr := startReceiver(t)
 	cancelWait := func() {}
-	s := newHookedSession(t, rr, cancelAtExitObserved(t, acp.ClientMethodTerminalWaitForExit, &cancelWait))
+	hook, fired := cancelAtExitObserved(t, acp.ClientMethodTerminalWaitForExit, &cancelWait)
+	s := newHookedSession(t, rr, hook)
 	ctx := context.Background()
 	term, err := s.agent.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: "sess-hooked", Command: "/bin/sh",
 		Args: []string{"-c", "exit 3"}, Cwd: &rr.tuple.Root, Meta: s.meta("create")})
@@ -181,8 +186,8 @@ func TestIntegrationWaitExitRecordedWhenWaitIsCancelled(t *testing.T) {
 	wctx, cancel := context.WithCancel(ctx)
 	cancelWait = cancel
 	if _, err := s.agent.WaitForTerminalExit(wctx, acp.WaitForTerminalExitRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId,
-		Meta: s.meta("wait")}); err == nil {
-		t.Fatal("the cancelled wait succeeded; the hook did not run")
+		Meta: s.meta("wait")}); err == nil || !fired.Load() {
+		t.Fatalf("wait: %v, hook fired %v; want the hook to cancel the wait after the answer", err, fired.Load())
 	}
 	waitNotPending(t, s, "create")
 	_, err = s.agent.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId, Meta: s.meta("release")})
