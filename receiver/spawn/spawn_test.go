@@ -204,7 +204,7 @@ func TestStartRefuses(t *testing.T) {
 	}
 }
 
-// procsOfUID lists live (non-zombie) processes whose real uid is u.
+// procsOfUID lists the processes whose real uid is u, zombies included.
 func procsOfUID(t testing.TB, u uint32) []int {
 	t.Helper()
 	ents, err := os.ReadDir("/proc")
@@ -230,7 +230,7 @@ func countUID(t testing.TB, u uint32) int { return len(procsOfUID(t, u)) }
 // waitNoUID waits until no process of uid u is left from earlier tests.
 func waitNoUID(t testing.TB, u uint32) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
 	for countUID(t, u) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("processes %v of uid %d left by earlier tests", procsOfUID(t, u), u)
@@ -251,7 +251,7 @@ func TestKillTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tree []int
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
 	for len(tree) < 4 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 		tree = procsOfUID(t, uid)
@@ -303,7 +303,7 @@ func TestCancelCycles(t *testing.T) {
 		<-c.Done()
 		<-out
 	}
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
 	for countUID(t, uid) > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -335,7 +335,7 @@ func TestPdeathsigSpawningThread(t *testing.T) {
 		}
 		select {
 		case <-c.Done():
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			c.Kill()
 			t.Fatalf("%s: child survived the end of its spawning thread", name)
 		}
@@ -406,8 +406,8 @@ func TestNoLeakIntoReceiver(t *testing.T) {
 		}
 	}
 	// A spawning thread exits right after its child is reaped, but its
-	// exit is asynchronous: give the last ones a moment.
-	deadline := time.Now().Add(2 * time.Second)
+	// exit is asynchronous: wait for the last ones (bounded for a slow guest).
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		bad := differentThreads(t, want)
 		if len(bad) == 0 {
@@ -452,7 +452,7 @@ func TestLeaderExitKillsGroup(t *testing.T) {
 	if _, st := run(t, ModeThread, nil, "/bin/sh", "-c", "sleep 100 & (sleep 100 &); exit 3"); st.Code != 3 {
 		t.Fatalf("status %+v", st)
 	}
-	deadline := time.Now().Add(time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
 	for countUID(t, uid) > 0 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}

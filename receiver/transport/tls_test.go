@@ -70,7 +70,7 @@ func listenTLS(t *testing.T, tr TLS) Listener {
 func exchange(t *testing.T, l Listener, c TLS) error {
 	t.Helper()
 	accepted := make(chan io.ReadWriteCloser, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a bound, not a wait
 	defer cancel()
 	go func() {
 		s, err := l.Accept(ctx)
