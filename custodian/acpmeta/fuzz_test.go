@@ -2,6 +2,7 @@ package acpmeta
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -32,6 +33,33 @@ func FuzzMeta(f *testing.F) {
 		}
 		if fm, ok, err := FileFromMeta(meta); ok && err == nil && (!ValidDigest(fm.SHA256) || fm.Size < 0) {
 			t.Fatalf("FileFromMeta accepted %+v", fm)
+		}
+	})
+}
+
+// FuzzOpFast: the op tag's fast decoder agrees with the strict one
+// (remarshal) on every input it takes, and leaves the rest to it.
+func FuzzOpFast(f *testing.F) {
+	f.Add([]byte(`{"tuple_sha256":"` + strings.Repeat("a", 64) + `","op_key":"k","deadline":"2030-01-01T00:00:00Z"}`))
+	f.Add([]byte(`{"Op_Key":"k"}`))
+	f.Add([]byte(`{"op_key":"k","deadline":"2030-01-01T00:00:00.5+01:00"}`))
+	f.Add([]byte(`{"op_key":null}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var raw any
+		if json.Unmarshal(data, &raw) != nil {
+			return
+		}
+		fast, ok := opFast(raw)
+		if !ok {
+			return
+		}
+		var strict Op
+		if err := remarshal(raw, &strict); err != nil {
+			t.Fatalf("fast decoder took %s, strict decoding refuses it: %v", data, err)
+		}
+		if fast.TupleSHA256 != strict.TupleSHA256 || fast.OpKey != strict.OpKey || !fast.Deadline.Equal(strict.Deadline) ||
+			fast.Deadline.String() != strict.Deadline.String() {
+			t.Fatalf("fast %+v, strict %+v for %s", fast, strict, data)
 		}
 	})
 }
