@@ -20,7 +20,7 @@ const usage = `tether-custodian: the ACP client side of tether.
 
 Usage:
   tether-custodian run --config FILE [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]
-  tether-custodian receipts show --state DIR [--key K]
+  tether-custodian receipts show --state DIR [--key K] [--wait D]
   tether-custodian audit verify --state DIR --pubkey FILE [--checkpoint FILE]
   tether-custodian audit keygen --name NAME --out PREFIX
 
