@@ -3,16 +3,11 @@
 package nativesuite
 
 import (
-	"os"
 	"testing"
 
 	"github.com/tetherdev/tether/fixtures/bins"
 	"github.com/tetherdev/tether/fixtures/vmcomputer"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	vmcomputer.Cleanup()
-	bins.Cleanup()
-	os.Exit(code)
-}
+// TestMain removes the binaries and the guest agent the tests built.
+func TestMain(m *testing.M) { bins.TestMain(m, vmcomputer.Cleanup) }
