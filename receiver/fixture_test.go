@@ -131,8 +131,9 @@ func (f *fixture) callCtx(ctx context.Context, digest string, op wire.Op, args a
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	req := &wire.Request{ID: uint64(f.seq.Add(1)), Op: op, TupleSHA256: digest,
-		OpKey: "k-" + strconv.FormatInt(f.seq.Load(), 10), Deadline: deadline, Args: raw}
+	n := f.seq.Add(1) // one value for both: concurrent calls must never share an op key
+	req := &wire.Request{ID: uint64(n), Op: op, TupleSHA256: digest,
+		OpKey: "k-" + strconv.FormatInt(n, 10), Deadline: deadline, Args: raw}
 	return f.h.Serve(ctx, req)
 }
 
