@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
@@ -20,7 +18,8 @@ import (
 
 // execPlan is everything exec_start decided before anything starts.
 type execPlan struct {
-	path     string
+	path     string   // absolute, or a bare name spawn looks up in search
+	search   []string // the absolute directories of the request's PATH
 	argv     []string
 	env      []string
 	limit    int64
@@ -43,11 +42,11 @@ func (h *Handler) planExec(req *wire.Request, a *wire.ExecStartArgs, g admission
 	if err != nil {
 		return execPlan{}, err
 	}
-	path, err := lookPath(a.Argv[0], a.Env["PATH"])
+	search, err := searchPath(a.Argv[0], a.Env["PATH"])
 	if err != nil {
 		return execPlan{}, err
 	}
-	p := execPlan{path: path, argv: slices.Clone(a.Argv), env: env,
+	p := execPlan{path: a.Argv[0], search: search, argv: slices.Clone(a.Argv), env: env,
 		limit: min64(a.OutputLimit, g.Limits.MaxOutputBytes, h.limits.MaxOutputBytes)}
 	p.deadline = earliest(req.Deadline, g.NotAfter,
 		addSeconds(now, g.Limits.MaxRuntimeS), now.Add(h.limits.maxRuntime()))
@@ -75,27 +74,28 @@ func buildEnv(m map[string]string) ([]string, error) {
 	return env, nil
 }
 
-// lookPath resolves argv[0]: an absolute path is used as is; a bare name
-// is searched in the absolute directories of the request's PATH. Nothing
-// of the receiver's own environment is consulted.
-func lookPath(name, pathVar string) (string, error) {
+// searchPath checks argv[0] and returns where a bare name is looked up:
+// the absolute directories of the request's PATH (nothing of the
+// receiver's own environment). An absolute argv[0] needs no lookup. The
+// lookup itself runs in spawn.Start with the grant's uid, gid and groups
+// (spawn.Spec.Search), never with the receiver's privileges.
+func searchPath(name, pathVar string) ([]string, error) {
 	if strings.Contains(name, "/") {
 		if !filepath.IsAbs(name) {
-			return "", wire.Errorf(wire.CodeInvalid, "argv[0] %q must be absolute or a bare name looked up in PATH", name)
+			return nil, wire.Errorf(wire.CodeInvalid, "argv[0] %q must be absolute or a bare name looked up in PATH", name)
 		}
-		return name, nil
+		return nil, nil
 	}
+	if name == "." || name == ".." {
+		return nil, wire.Errorf(wire.CodeInvalid, "argv[0] %q is not a command name", name)
+	}
+	var dirs []string
 	for _, dir := range filepath.SplitList(pathVar) {
-		if !filepath.IsAbs(dir) {
-			continue
-		}
-		p := filepath.Join(dir, name)
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Mode&0o111 != 0 {
-			return p, nil
+		if filepath.IsAbs(dir) {
+			dirs = append(dirs, dir)
 		}
 	}
-	return "", wire.Errorf(wire.CodeNotFound, "argv[0] %q not found in the request's PATH %q", name, pathVar)
+	return dirs, nil
 }
 
 func addSeconds(t time.Time, s int64) time.Time {
@@ -130,6 +130,11 @@ func (h *Handler) execStart(req *wire.Request, a *wire.ExecStartArgs, g admissio
 		return nil, err
 	}
 	t, err := h.startTerminal(slot.id, req.TupleSHA256, plan, a, g, now)
+	if errors.Is(err, spawn.ErrNotFound) { // nothing ran: the op key may be used again
+		slot.forget()
+		return nil, wire.Errorf(wire.CodeNotFound, "argv[0] %q not found in the request's PATH %q as the grant's user sees it",
+			a.Argv[0], a.Env["PATH"])
+	}
 	if err != nil {
 		slot.cancel()
 		return nil, err
@@ -178,7 +183,7 @@ func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admissi
 	if err != nil {
 		return nil, nil, err
 	}
-	child, err := spawn.Start(spawn.Spec{Mode: h.mode, HelperPath: h.helper, Path: plan.path, Argv: plan.argv,
+	child, err := spawn.Start(spawn.Spec{Mode: h.mode, HelperPath: h.helper, Path: plan.path, Search: plan.search, Argv: plan.argv,
 		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs})
 	wr.Close()
 	if err != nil {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -396,5 +399,56 @@ func TestMaxProcsUnderConcurrentStarts(t *testing.T) {
 	}
 	if n := len(procsOfUID(t, gUID)); n != 2 {
 		t.Fatalf("%d processes of the grant uid, want 2", n)
+	}
+}
+
+// TestLookPathAsGrantUser attacks the PATH lookup through exec_start: a
+// command in a 0700 root directory exists, yet it is answered exactly like
+// a missing one (the receiver's own privileges never show the caller a
+// file the grant's user cannot reach), while a directory the user can
+// search works. A not-found start ran nothing, so its op key stays usable.
+func TestLookPathAsGrantUser(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	bin, err := os.ReadFile("/bin/true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkdir := func(name string, mode os.FileMode) string {
+		d := filepath.Join(f.base, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "probe"), bin, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	hidden, open := mkdir("hidden", 0o700), mkdir("open", 0o755)
+	start := func(key, cmd, path string) (any, error) {
+		raw, _ := json.Marshal(wire.ExecStartArgs{Argv: []string{cmd}, Env: map[string]string{"PATH": path}})
+		return f.h.Serve(context.Background(), &wire.Request{ID: uint64(f.seq.Add(1)), Op: wire.OpExecStart,
+			TupleSHA256: f.grant.Tuple.SHA256(), OpKey: key, Deadline: f.clk.Now().Add(30 * time.Second), Args: raw})
+	}
+	_, errHidden := start("k-hidden", "probe", hidden)
+	_, errAbsent := start("k-absent", "absent", hidden)
+	if code(errHidden) != wire.CodeNotFound || code(errAbsent) != wire.CodeNotFound {
+		t.Fatalf("hidden: %v; absent: %v; want not_found for both", errHidden, errAbsent)
+	}
+	if a, b := strings.ReplaceAll(errHidden.Error(), "probe", "X"), strings.ReplaceAll(errAbsent.Error(), "absent", "X"); a != b {
+		t.Fatalf("a hidden command is told apart from a missing one:\n%s\n%s", a, b)
+	}
+	res, err := start("k-hidden", "probe", hidden+":"+open) // the same op key: nothing ran the first time
+	if err != nil {
+		t.Fatalf("probe through %s: %v", open, err)
+	}
+	if w := f.wait(f.grant, res.(*wire.ExecStartResult).TerminalID); exitCode(w.Exit) != 0 {
+		t.Fatalf("probe: %+v", w.Exit)
+	}
+	if _, err := start("k-hidden", "probe", open); code(err) != wire.CodeOpKeyConflict {
+		t.Fatalf("op key reused after a command ran: %v, want op_key_conflict", err)
 	}
 }

@@ -17,8 +17,9 @@ import (
 // FuzzDecodeArgs drives the Handler's argument path: the wire decoder of
 // each op's args as the Handler calls it, then (for exec_start) planExec,
 // which turns args into what would be started. A plan must never carry a loader variable, an
-// unsorted or duplicated environment, a relative executable, an output
-// bound above the grant's or the receiver's, or a deadline past the
+// unsorted or duplicated environment, a relative executable path (only an
+// absolute one, or a bare name searched in absolute directories only), an
+// output bound above the grant's or the receiver's, or a deadline past the
 // grant's end.
 func FuzzDecodeArgs(f *testing.F) {
 	seeds := map[wire.Op]string{
@@ -72,9 +73,14 @@ func FuzzDecodeArgs(f *testing.F) {
 
 func checkPlan(t *testing.T, p execPlan, g admission.Grant, lim Limits, now time.Time) {
 	t.Helper()
+	bare := p.path != "" && p.path != "." && p.path != ".." && !strings.Contains(p.path, "/")
 	switch {
-	case !filepath.IsAbs(p.path):
+	case !filepath.IsAbs(p.path) && !bare:
 		t.Fatalf("relative executable %q", p.path)
+	case filepath.IsAbs(p.path) && len(p.search) > 0:
+		t.Fatalf("absolute executable %q with a search list %q", p.path, p.search)
+	case slices.ContainsFunc(p.search, func(d string) bool { return !filepath.IsAbs(d) }):
+		t.Fatalf("search list %q has a relative directory", p.search)
 	case p.limit <= 0 || p.limit > g.Limits.MaxOutputBytes || p.limit > lim.MaxOutputBytes:
 		t.Fatalf("output bound %d outside (0, %d]", p.limit, g.Limits.MaxOutputBytes)
 	case !p.deadline.After(now) || p.deadline.After(g.NotAfter) || p.deadline.After(now.Add(time.Duration(g.Limits.MaxRuntimeS)*time.Second)):

@@ -146,7 +146,7 @@ type terminals struct {
 	max    int
 	byID   map[string]*terminal
 	opKeys map[string]string // tuple_sha256 + "\n" + op_key of every exec_start -> terminal id
-	keyLog []string          // opKeys in insertion order, for eviction
+	keyLog []keyEntry        // opKeys in insertion order, for eviction
 	closed bool
 }
 
@@ -183,7 +183,7 @@ func (ts *terminals) reserve(tuple, opKey string, maxProcs int, now time.Time) (
 	id := newTerminalID()
 	ts.byID[id] = &terminal{id: id, tuple: tuple, pending: true} // get() skips it until commit
 	ts.rememberKey(key, id)
-	return &reservation{ts: ts, id: id}, nil
+	return &reservation{ts: ts, id: id, key: key}, nil
 }
 
 // TerminalRetention is how long a finished, unreleased terminal keeps its
@@ -217,19 +217,25 @@ func (ts *terminals) running() []*terminal {
 	return out
 }
 
+// keyEntry is one remembered op key and the terminal it started.
+type keyEntry struct{ key, id string }
+
 func (ts *terminals) rememberKey(key, id string) {
 	ts.opKeys[key] = id
-	ts.keyLog = append(ts.keyLog, key)
+	ts.keyLog = append(ts.keyLog, keyEntry{key, id})
 	if len(ts.keyLog) > maxRememberedOpKeys {
-		delete(ts.opKeys, ts.keyLog[0])
+		if old := ts.keyLog[0]; ts.opKeys[old.key] == old.id {
+			delete(ts.opKeys, old.key)
+		}
 		ts.keyLog = ts.keyLog[1:]
 	}
 }
 
 // reservation is a held terminal slot.
 type reservation struct {
-	ts *terminals
-	id string
+	ts  *terminals
+	id  string
+	key string // tuple_sha256 + "\n" + op_key
 }
 
 // commit installs t in the slot. If the table was closed meanwhile, the
@@ -252,6 +258,17 @@ func (r *reservation) cancel() {
 	r.ts.mu.Lock()
 	defer r.ts.mu.Unlock()
 	delete(r.ts.byID, r.id)
+}
+
+// forget frees the slot and the op key: only for a start that provably ran
+// nothing (the command was not found before any fork).
+func (r *reservation) forget() {
+	r.ts.mu.Lock()
+	defer r.ts.mu.Unlock()
+	delete(r.ts.byID, r.id)
+	if r.ts.opKeys[r.key] == r.id {
+		delete(r.ts.opKeys, r.key)
+	}
 }
 
 // get returns the terminal id started by tuple, or nil.

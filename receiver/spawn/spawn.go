@@ -47,9 +47,19 @@ const (
 // its files; the caller closes Dir and Output after Start returns.
 type Spec struct {
 	Mode Mode
-	// Path is the absolute path of the executable; Argv includes argv[0].
+	// Path is the absolute path of the executable, or a bare name (no
+	// slash) that Start looks up in Search with the child's own identity
+	// (see Search). Argv includes argv[0].
 	Path string
-	Argv []string
+	// Search lists the absolute directories a bare Path is looked up in,
+	// in order. The lookup runs on the spawning thread with the child's
+	// uid, gid and groups as its filesystem identity and without the
+	// receiver's file capabilities, so a directory the child could not
+	// search, or a file it could not execute, is skipped exactly like a
+	// missing one: the receiver's privileges never reveal a file the
+	// command's user cannot reach. Not found wraps ErrNotFound.
+	Search []string
+	Argv   []string
 	// Env is the child's whole environment ("KEY=value"); nothing is
 	// inherited. Loader variables are refused (see CheckEnv).
 	Env []string
@@ -80,13 +90,16 @@ var (
 	ErrCapability = errors.New("spawning thread lacks a capability")
 	// ErrStart wraps a failure to prepare the thread or execute the child.
 	ErrStart = errors.New("start child")
+	// ErrNotFound is wrapped when a bare Path is in none of the Search
+	// directories as the child's user sees them. Nothing was started.
+	ErrNotFound = errors.New("command not found")
 )
 
 // validate checks the spec before any thread is touched.
 func (s *Spec) validate() error {
 	switch {
-	case !filepath.IsAbs(s.Path) || strings.ContainsRune(s.Path, 0):
-		return fmt.Errorf("%w: path %q is not absolute", ErrSpec, s.Path)
+	case strings.ContainsRune(s.Path, 0) || !filepath.IsAbs(s.Path) && !isBareName(s.Path):
+		return fmt.Errorf("%w: path %q is neither absolute nor a bare command name", ErrSpec, s.Path)
 	case len(s.Argv) == 0:
 		return fmt.Errorf("%w: argv is empty", ErrSpec)
 	case s.Dir == nil || s.Output == nil:
@@ -106,7 +119,17 @@ func (s *Spec) validate() error {
 			return fmt.Errorf("%w: argv contains NUL", ErrSpec)
 		}
 	}
+	for _, d := range s.Search {
+		if !filepath.IsAbs(d) || strings.ContainsRune(d, 0) {
+			return fmt.Errorf("%w: search directory %q is not absolute", ErrSpec, d)
+		}
+	}
 	return CheckEnv(s.Env)
+}
+
+// isBareName reports whether p names a command without any directory.
+func isBareName(p string) bool {
+	return p != "" && p != "." && p != ".." && !strings.ContainsRune(p, '/')
 }
 
 // Status is how a child ended.

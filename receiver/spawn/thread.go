@@ -3,6 +3,7 @@ package spawn
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 
@@ -54,6 +55,15 @@ func Start(spec Spec) (*Child, error) {
 func (c *Child) launch(spec *Spec, devNull *os.File) error {
 	if err := checkThreadCaps(); err != nil {
 		return err
+	}
+	if !filepath.IsAbs(spec.Path) {
+		resolved, err := lookPathAs(spec)
+		if err != nil {
+			return err
+		}
+		s := *spec
+		s.Path = resolved
+		spec = &s
 	}
 	attr, err := procAttr(spec, devNull)
 	if err != nil {
