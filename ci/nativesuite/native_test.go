@@ -32,7 +32,7 @@ func newVM(t *testing.T, b bins.Set, o computer.Options) *vmcomputer.VM {
 	testenv.Require(t, "root", "qemu")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	o.Dir, o.Bins = filepath.Join(baseDir(t), "vm"), b
+	o.Dir, o.Bins = filepath.Join(e2e.BaseDir(t), "vm"), b
 	v, err := vmcomputer.New(ctx, o, vmcomputer.Options{})
 	if err != nil {
 		t.Fatalf("allocate a VM computer: %v", err)
@@ -43,21 +43,6 @@ func newVM(t *testing.T, b bins.Set, o computer.Options) *vmcomputer.VM {
 		}
 	})
 	return v
-}
-
-// baseDir is a fresh directory every uid can traverse.
-func baseDir(t *testing.T) string {
-	t.Helper()
-	d, err := filepath.EvalSymlinks(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := d; strings.HasPrefix(p, os.TempDir()+"/"); p = filepath.Dir(p) {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return d
 }
 
 // TestNativePipeline: the whole end-to-end pipeline, each subtest on its
@@ -75,7 +60,7 @@ func TestNativeRepublishSeenAtNextRequest(t *testing.T) {
 	v := newVM(t, b, computer.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ch, err := chain.Start(ctx, chain.Options{Bins: b, Computer: v, StateDir: filepath.Join(baseDir(t), "state"),
+	ch, err := chain.Start(ctx, chain.Options{Bins: b, Computer: v, StateDir: filepath.Join(e2e.BaseDir(t), "state"),
 		AttachTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
