@@ -14,7 +14,8 @@ import (
 )
 
 // lookupTree builds directories a PATH lookup must see as the child's user
-// (uid, gid, groups[0]) sees them, with real copies of /bin/true:
+// (uid, gid, groups[0]) sees them; every tool is a shell script that exits 0
+// (not a copy of /bin/true, which is a busybox link in the CI guest):
 //
 //	hidden/  0700 root     tool-hidden 0755, tool-both 0755
 //	open/    0755 root     tool-open 0755, tool-both 0755, tool-noexec 0644,
@@ -29,10 +30,7 @@ func lookupTree(t *testing.T) (hidden, open, group string) {
 	if err := os.Chmod(filepath.Dir(base), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := os.ReadFile("/bin/true")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := []byte("#!/bin/sh\nexit 0\n")
 	mk := func(dir string, mode os.FileMode, files map[string]os.FileMode, g int) string {
 		d := filepath.Join(base, dir)
 		if err := os.Mkdir(d, 0o700); err != nil {
