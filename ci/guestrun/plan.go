@@ -37,9 +37,6 @@ type Plan struct {
 	Env []string `json:"env"`
 	// Steps run one after the other.
 	Steps []Step `json:"steps"`
-	// Stubs maps a guest path to a prebuilt binary it stands in for; see
-	// GoStub. Empty unless a test needs a Go toolchain.
-	Stubs []Stub `json:"stubs,omitempty"`
 }
 
 // Step is one program the guest runs to completion.
@@ -52,15 +49,6 @@ type Step struct {
 	Dir string `json:"dir"`
 	// TimeoutS bounds the step; the guest kills its process group after it.
 	TimeoutS int `json:"timeout_s"`
-}
-
-// Stub describes one prebuilt binary the guest's `go` stand-in serves.
-type Stub struct {
-	// Dir is the working directory in which `go build -trimpath -o OUT .`
-	// is answered by copying Binary to OUT.
-	Dir string `json:"dir"`
-	// Binary is the guest path of the prebuilt binary.
-	Binary string `json:"binary"`
 }
 
 // Timeout returns the step's bound as a duration.
@@ -82,11 +70,6 @@ func (p Plan) Validate() error {
 	for i, s := range p.Steps {
 		if err := s.validate(); err != nil {
 			return fmt.Errorf("%w: steps[%d] %q: %w", ErrPlan, i, s.Name, err)
-		}
-	}
-	for i, s := range p.Stubs {
-		if !absClean(s.Dir) || !absClean(s.Binary) {
-			return fmt.Errorf("%w: stubs[%d]: dir and binary must be absolute clean paths", ErrPlan, i)
 		}
 	}
 	return nil

@@ -16,11 +16,10 @@ import (
 
 // Guest paths of a suite image.
 const (
-	InitPath  = "/sbin/tether-suiteinit"
-	GuestRoot = "/usr/local/go" // GOROOT in the guest: bin/go is the stand-in
-	BinDir    = "/suite/bin"
-	SrcDir    = "/suite/src" // package directories (with testdata) by module-relative path
-	Port      = "tether.report"
+	InitPath = "/sbin/tether-suiteinit"
+	BinDir   = "/suite/bin"
+	SrcDir   = "/suite/src" // package directories (with testdata) by module-relative path
+	Port     = "tether.report"
 )
 
 // ImageSpec is one suite image: the init, the plan and the files it runs.
@@ -41,7 +40,6 @@ func BuildImage(ctx context.Context, spec ImageSpec, out string) (*guest.Image, 
 	}
 	files := append([]guest.File{
 		{Path: InitPath, Source: spec.Init, Mode: 0o755},
-		{Path: GuestRoot + "/bin/" + guestrun.GoStubName, Source: spec.Init, Mode: 0o755},
 		{Path: guestrun.PlanPath, Data: plan, Mode: 0o644},
 	}, spec.Files...)
 	img, err := guest.Build(ctx, guest.Spec{Kernel: spec.Kernel, Modules: spec.Modules, Files: files, Init: InitPath}, out)

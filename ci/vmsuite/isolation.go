@@ -7,6 +7,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,13 +51,22 @@ var hostPrograms = []struct{ name, hint string }{
 // and AF_VSOCK (for the vsock transport's listen test).
 var guestModules = append([]string{"vsock"}, guest.ModulesVirtioSerial...)
 
-// guestEnv is the whole environment of a test binary in the guest. The
-// root requirement is demanded, so a test that would skip for want of
-// root fails instead.
+// guestEnv is the whole environment of a test binary in the guest (plus
+// the prebuilt variables below). The root requirement is demanded, so a
+// test that would skip for want of root fails instead. The guest has no Go
+// toolchain: nothing is compiled there.
 var guestEnv = []string{
-	"PATH=" + GuestRoot + "/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-	"HOME=/root", "TMPDIR=/tmp", "GOROOT=" + GuestRoot, "GOTRACEBACK=all",
+	"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/root", "TMPDIR=/tmp", "GOTRACEBACK=all",
 	"TETHER_TEST_REQUIRE=root",
+}
+
+// prebuiltEnv maps a main package whose tests run its own binary to the
+// variable those tests read it from (their explicit hook, instead of
+// running go build). The host builds the binary with the suite's flags,
+// places it in the image and sets the variable for every step.
+var prebuiltEnv = map[string]string{
+	"receiver/cmd/tether-receiver": "TETHER_TEST_RECEIVER_BIN",
 }
 
 // isolation is one run of suite (a).
@@ -68,7 +78,7 @@ type isolation struct {
 	packages string
 	bins     []TestBinary
 	files    []guest.File
-	stubs    []guestrun.Stub
+	env      []string // prebuiltEnv settings for the binaries in the image
 }
 
 // RunIsolation runs suite (a) and writes its receipt. With a mutation the
@@ -161,7 +171,8 @@ func (s *isolation) buildImage(ctx context.Context) (string, error) {
 }
 
 // addFiles places the test binaries, their testdata, the prebuilt main
-// binaries the go stand-in serves, and capsh with its libraries.
+// binaries of prebuiltEnv (and sets their variables), and the host
+// programs with their libraries.
 func (s *isolation) addFiles(ctx context.Context, b Builder, mains map[string]bool) error {
 	for i := range s.bins {
 		tb := &s.bins[i]
@@ -176,7 +187,8 @@ func (s *isolation) addFiles(ctx context.Context, b Builder, mains map[string]bo
 		for _, name := range tb.Tests {
 			s.r.Declared = append(s.r.Declared, tb.Rel+" "+name)
 		}
-		if !mains[tb.Package] {
+		env, ok := prebuiltEnv[tb.Rel]
+		if !ok || !mains[tb.Package] {
 			continue
 		}
 		out := filepath.Join(b.Out, path.Base(tb.Rel))
@@ -185,7 +197,7 @@ func (s *isolation) addFiles(ctx context.Context, b Builder, mains map[string]bo
 		}
 		guestBin := path.Join(BinDir, path.Base(tb.Rel))
 		s.files = append(s.files, guest.File{Path: guestBin, Source: out, Mode: 0o755})
-		s.stubs = append(s.stubs, guestrun.Stub{Dir: dir, Binary: guestBin})
+		s.env = append(s.env, env+"="+guestBin)
 	}
 	for _, hp := range hostPrograms {
 		p, err := lookPath(hp.name, hp.hint)
@@ -221,7 +233,7 @@ func (s *isolation) exclude(tb *TestBinary) {
 }
 
 func (s *isolation) plan() guestrun.Plan {
-	p := guestrun.Plan{Suite: s.r.Suite, Port: Port, Env: guestEnv, Stubs: s.stubs}
+	p := guestrun.Plan{Suite: s.r.Suite, Port: Port, Env: append(slices.Clone(guestEnv), s.env...)}
 	for _, tb := range s.bins {
 		argv := []string{path.Join(BinDir, filepath.Base(tb.Path)), "-test.v=test2json", "-test.count=1",
 			"-test.paniconexit0", "-test.timeout=" + (StepTimeout - 30*time.Second).String()}

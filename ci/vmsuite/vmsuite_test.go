@@ -1,6 +1,7 @@
 package vmsuite
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -218,6 +219,36 @@ func TestMissingKernelLeavesFailingReceipts(t *testing.T) {
 		onDisk, err := receipt.CheckFile(out, r.Suite)
 		if onDisk == nil || !errors.Is(err, receipt.ErrRejected) || !strings.Contains(err.Error(), "guest kernel") {
 			t.Fatalf("%s: %v", r.Suite, err)
+		}
+	}
+}
+
+// TestPrebuiltEnvWiring: every variable the suite sets for a prebuilt main
+// binary is the one that package's tests read (their explicit hook), so a
+// rename on either side fails here rather than as a test in the guest
+// trying to run go build where there is no toolchain.
+func TestPrebuiltEnvWiring(t *testing.T) {
+	root := moduleRoot(t)
+	for pkg, env := range prebuiltEnv {
+		tests, err := filepath.Glob(filepath.Join(root, pkg, "*_test.go"))
+		if err != nil || len(tests) == 0 {
+			t.Fatalf("%s: no test files (%v)", pkg, err)
+		}
+		found := false
+		for _, f := range tests {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			found = found || bytes.Contains(src, []byte(`"`+env+`"`))
+		}
+		if !found {
+			t.Errorf("%s: its tests never read %s", pkg, env)
+		}
+	}
+	for _, kv := range guestEnv {
+		if strings.HasPrefix(kv, "GOROOT=") || strings.Contains(kv, "/go/bin") {
+			t.Errorf("guest environment %q points at a Go toolchain; the guest has none", kv)
 		}
 	}
 }

@@ -1,8 +1,6 @@
 // Command tether-suiteinit is PID 1 of a CI test guest: it runs the suite
 // plan the host placed in the image, streams the report over a
-// virtio-serial port and powers the guest off (ci/guestrun). Invoked as
-// "go" it is the guest's stand-in for the Go toolchain, which serves only
-// prebuilt binaries (guestrun.GoStub).
+// virtio-serial port and powers the guest off (ci/guestrun).
 //
 //	tether-suiteinit          as PID 1 only
 //	tether-suiteinit --help   this text
@@ -11,7 +9,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/tetherdev/tether/ci/guestrun"
 )
@@ -23,12 +20,7 @@ kernel modules in ` + guestrun.ModuleList + `, runs the steps of
 port, then powers the guest off. It refuses to run as any other PID.
 `
 
-func main() {
-	if filepath.Base(os.Args[0]) == guestrun.GoStubName {
-		guestrun.GoStubMain()
-	}
-	os.Exit(run(os.Args[1:]))
-}
+func main() { os.Exit(run(os.Args[1:])) }
 
 func run(args []string) int {
 	if len(args) == 1 && (args[0] == "--help" || args[0] == "-help" || args[0] == "-h") {

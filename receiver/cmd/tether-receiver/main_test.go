@@ -32,16 +32,27 @@ import (
 )
 
 // The binary under test is built once, with CGO_ENABLED=0 as the Makefile
-// builds it (caps.Narrow needs that).
+// builds it (caps.Narrow needs that), unless EnvPrebuilt names one.
 var (
 	buildOnce sync.Once
 	binPath   string
 	buildErr  error
 )
 
+// EnvPrebuilt names a prebuilt tether-receiver (an absolute path to an
+// executable regular file, built with CGO_ENABLED=0 and -trimpath) that
+// these tests run instead of building one. ci/vm-receipts sets it in its
+// guest, which has no Go toolchain. Only these tests read it; a value that
+// names no executable fails them, never falls back to a build.
+const EnvPrebuilt = "TETHER_TEST_RECEIVER_BIN"
+
 func binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if p, ok := os.LookupEnv(EnvPrebuilt); ok {
+			binPath, buildErr = prebuilt(p)
+			return
+		}
 		dir, err := os.MkdirTemp("", "tether-receiver-bin-")
 		if err != nil {
 			buildErr = err
@@ -60,6 +71,21 @@ func binary(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return binPath
+}
+
+// prebuilt checks the binary EnvPrebuilt names.
+func prebuilt(p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", fmt.Errorf("%s=%q: not an absolute path", EnvPrebuilt, p)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", EnvPrebuilt, err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%s=%q: not an executable regular file (%v)", EnvPrebuilt, p, fi.Mode())
+	}
+	return p, nil
 }
 
 func capsh(t testing.TB) string {
@@ -573,4 +599,27 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// TestPrebuiltHookRefuses: the variable that replaces the build must name
+// an executable regular file by absolute path; anything else fails the
+// tests instead of quietly building (or running) something else.
+func TestPrebuiltHookRefuses(t *testing.T) {
+	dir := t.TempDir()
+	exe, plain := filepath.Join(dir, "exe"), filepath.Join(dir, "plain")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]string{"relative": "exe", "missing": filepath.Join(dir, "nope"),
+		"directory": dir, "not executable": plain, "empty": ""} {
+		if got, err := prebuilt(p); err == nil {
+			t.Errorf("%s: prebuilt(%q) = %q, want an error", name, p, got)
+		}
+	}
+	if got, err := prebuilt(exe); err != nil || got != exe {
+		t.Fatalf("prebuilt(%q) = %q, %v", exe, got, err)
+	}
 }
