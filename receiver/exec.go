@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
@@ -118,8 +120,11 @@ func earliest(ts ...time.Time) time.Time {
 
 // execStart starts a command as the grant's user and returns its terminal.
 // The child outlives this request; it ends on exit, kill, release, its
-// deadline or the handler's Close.
-func (h *Handler) execStart(req *wire.Request, a *wire.ExecStartArgs, g admission.Grant) (*wire.ExecStartResult, error) {
+// deadline or the handler's Close. On a goroutine the wire server owns for
+// this request, the child is forked from that goroutine's own thread (no
+// hand-off to a spawning goroutine and back) and the answer carries the
+// thread to the end of the child (startedResult).
+func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.ExecStartArgs, g admission.Grant) (any, error) {
 	now := h.now()
 	plan, err := h.planExec(req, a, g, now)
 	if err != nil {
@@ -129,7 +134,8 @@ func (h *Handler) execStart(req *wire.Request, a *wire.ExecStartArgs, g admissio
 	if err != nil {
 		return nil, err
 	}
-	t, err := h.startTerminal(slot.id, req.TupleSHA256, plan, a, g, now)
+	onThisThread := wire.OwnsGoroutine(ctx)
+	t, err := h.startTerminal(slot.id, req.TupleSHA256, plan, a, g, now, onThisThread)
 	if errors.Is(err, spawn.ErrNotFound) { // nothing ran: the op key may be used again
 		slot.forget()
 		return nil, wire.Errorf(wire.CodeNotFound, "argv[0] %q not found in the request's PATH %q as the grant's user sees it",
@@ -142,17 +148,38 @@ func (h *Handler) execStart(req *wire.Request, a *wire.ExecStartArgs, g admissio
 	if !slot.commit(t) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
 	}
-	return &wire.ExecStartResult{TerminalID: t.id, PID: t.child.PID()}, nil
+	res := wire.ExecStartResult{TerminalID: t.id, PID: t.child.PID()}
+	if onThisThread {
+		return &startedResult{ExecStartResult: res, child: t.child}, nil
+	}
+	return &res, nil
 }
+
+// startedResult is exec_start's answer when the child was forked from the
+// request's own goroutine (spawn.Spec.OnCallingThread): it marshals as a
+// wire.ExecStartResult, and once the answer is written it keeps that
+// goroutine, locked to the spawning thread, until the child is reaped.
+// Then the goroutine ends and the runtime destroys the thread, which is
+// the child's parent-death thread until then.
+type startedResult struct {
+	wire.ExecStartResult
+	child *spawn.Child
+}
+
+var _ wire.AfterWriter = (*startedResult)(nil)
+
+// AfterWrite waits for the child to be reaped.
+func (r *startedResult) AfterWrite() { <-r.child.Done() }
 
 // startTerminal opens the root and the working directory, starts the
 // child and the goroutines that watch it.
-func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecStartArgs, g admission.Grant, now time.Time) (*terminal, error) {
+func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecStartArgs, g admission.Grant,
+	now time.Time, onThisThread bool) (*terminal, error) {
 	root, err := h.openRoot(g)
 	if err != nil {
 		return nil, err
 	}
-	child, rd, err := h.spawnIn(root, plan, a.Cwd, g)
+	child, rd, err := h.spawnIn(root, plan, a.Cwd, g, onThisThread)
 	if err != nil {
 		root.Close()
 		return nil, err
@@ -168,7 +195,13 @@ func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecSta
 
 // spawnIn starts the child in cwd beneath root and returns it with the
 // read end of its output pipe.
-func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admission.Grant) (*spawn.Child, *os.File, error) {
+//
+// WARNING: with onThisThread the calling goroutine's thread is locked and,
+// in thread mode, restricted (Landlock included) from spawn.Start on: the
+// code that runs after it on this goroutine (here, in execStart and in the
+// wire server's answer) must not open files or need privileges. Tested as
+// root by go test -race -run 'TestOnCallingThread|TestIntegrationDaemon' ./receiver/...
+func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admission.Grant, onThisThread bool) (*spawn.Child, *os.File, error) {
 	dir, err := root.OpenDir(cwd)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cwd: %w", err)
@@ -179,12 +212,13 @@ func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admissi
 		return nil, nil, err
 	}
 	defer rs.Close()
-	rd, wr, err := os.Pipe()
+	rd, wr, err := outputPipe()
 	if err != nil {
 		return nil, nil, err
 	}
 	child, err := spawn.Start(spawn.Spec{Mode: h.mode, HelperPath: h.helper, Path: plan.path, Search: plan.search, Argv: plan.argv,
-		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs})
+		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs,
+		OnCallingThread: onThisThread})
 	wr.Close()
 	if err != nil {
 		rd.Close()
@@ -230,5 +264,25 @@ func (h *Handler) wait(ctx context.Context, t *terminal) (*wire.ExecWaitResult, 
 		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
 	}
 	res := &wire.ExecWaitResult{Exit: *t.status(), FileSHA256: t.hashes}
+	if len(res.FileSHA256) == 0 { // an exit status alone always fits a frame
+		return res, nil
+	}
 	return res, h.fits(res, "hash_after_exit result")
+}
+
+// outputPipe returns a child's output pipe: the read end in the runtime's
+// poller (the receiver drains it), the write end a plain blocking
+// descriptor for the child (it never enters the poller). Both are
+// close-on-exec; Start hands the write end to the child.
+func outputPipe() (rd, wr *os.File, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, nil, fmt.Errorf("output pipe: %w", err)
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, nil, fmt.Errorf("output pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "output"), os.NewFile(uintptr(p[1]), "output-w"), nil
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -447,5 +448,38 @@ func TestLookPathAsGrantUser(t *testing.T) {
 	}
 	if _, err := start("k-hidden", "probe", open); code(err) != wire.CodeOpKeyConflict {
 		t.Fatalf("op key reused after a command ran: %v, want op_key_conflict", err)
+	}
+}
+
+// TestOutputFinalWhenPipeOutlivesGroup: a process that left the command's
+// group (setsid) keeps the output pipe open after the command exits, so no
+// end of file comes. exec_wait still answers once the command is reaped
+// and the output grace has passed (while that process still runs), and the
+// output is final from then on.
+func TestOutputFinalWhenPipeOutlivesGroup(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	t.Cleanup(func() { // the escaped sleeper is the grant uid's; end it for later tests
+		for _, p := range procsOfUID(t, gUID) {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	})
+	// The command waits until the background process has left the group
+	// (it creates a file after setsid), so the group kill cannot race it.
+	script := `setsid sh -c 'touch escaped; exec sleep 30' & while [ ! -e escaped ]; do :; done; echo done`
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", script},
+		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if w := f.wait(f.grant, id); exitCode(w.Exit) != 0 {
+		t.Fatalf("exit %+v", w.Exit)
+	}
+	if len(procsOfUID(t, gUID)) == 0 {
+		t.Fatal("the escaped process is gone: the test did not exercise an open pipe")
+	}
+	first := f.output(f.grant, id)
+	if first.Output != "done\n" {
+		t.Fatalf("output %q", first.Output)
+	}
+	if again := f.output(f.grant, id); again.Output != first.Output || again.Truncated != first.Truncated {
+		t.Fatalf("output changed after the terminal was final: %q then %q", first.Output, again.Output)
 	}
 }

@@ -168,7 +168,7 @@ func (h *Handler) dispatch(ctx context.Context, req *wire.Request, args any, g a
 	case *wire.HashArgs:
 		return h.hash(g, a)
 	case *wire.ExecStartArgs:
-		return h.execStart(req, a, g)
+		return h.execStart(ctx, req, a, g)
 	case *wire.TerminalArgs:
 		return h.terminalOp(ctx, req, a)
 	}

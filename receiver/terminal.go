@@ -48,16 +48,13 @@ func newTerminalID() string {
 const outputGrace = 250 * time.Millisecond
 
 // watch waits for the child, drains its output, hashes the requested
-// files, then publishes the final state. It owns root and closes it.
+// files, then publishes the final state. It owns root and closes it. The
+// descriptors are closed after the state is published (nothing uses them
+// any more by then), so the answer to a waiting exec_wait goes out first.
 func (t *terminal) watch(root *fsops.Root, hashPaths []string, copied <-chan struct{}) {
-	defer root.Close()
-	<-t.child.Done()
+	t.child.Reap() // woken by the child's exit itself, not by the reaper
 	t.timer.Stop()
-	select {
-	case <-copied:
-	case <-time.After(outputGrace):
-	}
-	t.output.Close()
+	drained(copied, t.output)
 	st := t.child.Status()
 	t.mu.Lock()
 	if st.Signal != 0 {
@@ -79,6 +76,28 @@ func (t *terminal) watch(root *fsops.Root, hashPaths []string, copied <-chan str
 	}
 	t.endedAt = t.now()
 	close(t.done)
+	t.output.Close()
+	root.Close()
+}
+
+// drained waits until the output copy has ended, at most outputGrace: a
+// process that left the group may hold the pipe open, so after the grace
+// the read end is closed and the copy is waited for, and no output is
+// added once the terminal is final.
+func drained(copied <-chan struct{}, output io.Closer) {
+	select {
+	case <-copied:
+		return
+	default:
+	}
+	grace := time.NewTimer(outputGrace)
+	defer grace.Stop()
+	select {
+	case <-copied:
+	case <-grace.C:
+		output.Close()
+		<-copied
+	}
 }
 
 // copyOutput moves the child's output into the tail buffer until EOF or

@@ -77,6 +77,18 @@ type Spec struct {
 	// HelperPath is the receiver binary for ModeHelper ("" means
 	// /proc/self/exe).
 	HelperPath string
+	// OnCallingThread makes Start fork from the calling goroutine's own OS
+	// thread instead of a fresh goroutine's, which saves a hand-off between
+	// threads on every start. Start locks the calling goroutine to its
+	// thread and never unlocks it, and in ModeThread it restricts that
+	// thread (bounding set, no_new_privs, Landlock) for good. So the caller
+	// must own the goroutine: it must run nothing on it afterwards that
+	// needs privileges or files outside the grant root, must keep it until
+	// the child is reaped (the thread's exit is the child's parent-death
+	// signal), and must then let it end, which destroys the thread.
+	// receiver uses it only on a goroutine the wire server started for the
+	// one request (wire.OwnsGoroutine).
+	OnCallingThread bool
 }
 
 // Errors callers branch on.
@@ -142,6 +154,7 @@ type Status struct {
 // group. Its methods are safe for concurrent use.
 type Child struct {
 	pid    int
+	pidfd  *os.File // pollable pidfd for Reap; nil without pidfd support
 	done   chan struct{}
 	mu     sync.Mutex // guards status, reaped
 	reaped bool
@@ -196,4 +209,7 @@ func (c *Child) finish(ws syscall.WaitStatus) {
 	}
 	c.mu.Unlock()
 	close(c.done)
+	if c.pidfd != nil {
+		_ = c.pidfd.Close() // a Reap still waiting on it wakes up and finds Done closed
+	}
 }

@@ -13,18 +13,34 @@ import (
 // Start starts one child as described by spec and returns once it runs
 // (or failed to start, in which case no child exists). It is the only
 // function that starts children. The child is reaped by the package's
-// reaper; wait on Child.Done.
+// reaper or by Child.Reap; wait on Child.Done or call Child.Reap.
+//
+// The spawning thread is a fresh goroutine's, unless spec.OnCallingThread
+// says to use the caller's: see there for what the caller then owes.
 func Start(spec Spec) (*Child, error) {
 	if err := spec.validate(); err != nil {
 		return nil, err
 	}
-	devNull, err := os.Open(os.DevNull)
+	devNull, err := openDevNull()
 	if err != nil {
 		return nil, fmt.Errorf("%w: open %s: %w", ErrStart, os.DevNull, err)
 	}
-	defer devNull.Close()
 	startReaper()
 	c := &Child{done: make(chan struct{})}
+	if spec.OnCallingThread {
+		// WARNING: thread-sensitive. The calling goroutine is locked to its
+		// OS thread here and never unlocked (LockOSThread nests, so an
+		// unlock by the caller cannot undo it): launch restricts this thread
+		// and forks from it. The caller keeps the goroutine until the child
+		// is reaped, then lets it end, and the runtime destroys the thread.
+		// Tested as root by
+		//   go test -race -run 'TestChildMasks|TestNoLeak|TestPdeathsig|TestOnCallingThread' ./receiver/spawn/
+		runtime.LockOSThread()
+		if err := c.launch(&spec, devNull); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	started := make(chan error, 1)
 	// WARNING: order- and thread-sensitive. The goroutine locks its OS
 	// thread and never unlocks it: prepareThread changes attributes of that
@@ -87,6 +103,7 @@ func (c *Child) launch(spec *Spec, devNull *os.File) error {
 	p, err := os.StartProcess(path, argv, attr)
 	if err == nil {
 		c.pid = p.Pid
+		c.pidfd = openPidfd(p.Pid) // the child cannot be reaped before reg.mu is released
 		register(c)
 		_ = p.Release() // the reaper waits by pid; drop os's pidfd
 	}

@@ -12,6 +12,31 @@ type Handler interface {
 	Serve(ctx context.Context, req *Request) (result any, err error)
 }
 
+// AfterWriter is implemented by a result that still needs its request's
+// goroutine once the answer is out. When a handler returns such a result,
+// the Server writes the answer, stops counting the request as in flight
+// (Shutdown and Close do not wait for what follows), then calls AfterWrite
+// on the same goroutine, which ends when AfterWrite returns. It is called
+// whether or not the answer could be written.
+type AfterWriter interface {
+	AfterWrite()
+}
+
+// ownedKey marks the context of a handler running on a goroutine the
+// Server started for that one request.
+type ownedKey struct{}
+
+// OwnsGoroutine reports whether a handler called with ctx runs on a
+// goroutine the Server started for this request alone: it ends after the
+// answer is written and the result's AfterWrite (if any) has returned, and
+// runs nothing else. Such a handler may lock the goroutine to its OS thread
+// and leave it locked; the runtime destroys the thread when the goroutine
+// ends. Direct callers of Handler.Serve make no such promise.
+func OwnsGoroutine(ctx context.Context) bool {
+	owned, _ := ctx.Value(ownedKey{}).(bool)
+	return owned
+}
+
 // HandlerFunc adapts a function to Handler.
 type HandlerFunc func(ctx context.Context, req *Request) (any, error)
 

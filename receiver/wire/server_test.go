@@ -421,3 +421,51 @@ func (l *pairListener) Close() error {
 	l.once.Do(func() { close(l.closed) })
 	return nil
 }
+
+// afterResult is a result that holds its request's goroutine after the
+// answer until released.
+type afterResult struct {
+	StatResult
+	ran, release chan struct{}
+}
+
+func (r *afterResult) AfterWrite() {
+	close(r.ran)
+	<-r.release
+}
+
+// TestServerAfterWrite: a handler the server runs sees OwnsGoroutine; a
+// result implementing AfterWriter gets the request's goroutine after its
+// answer was delivered, while the request no longer counts as in flight
+// (Shutdown completes without it). A direct caller never owns a goroutine.
+func TestServerAfterWrite(t *testing.T) {
+	res := &afterResult{StatResult: StatResult{Type: "file", Size: 7}, ran: make(chan struct{}), release: make(chan struct{})}
+	defer close(res.release)
+	owned := make(chan bool, 1)
+	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+		owned <- OwnsGoroutine(ctx)
+		return res, nil
+	})
+	if OwnsGoroutine(context.Background()) {
+		t.Fatal("a bare context claims an owned goroutine")
+	}
+	cl, srv := pair(t, h, ServerConfig{})
+	var got StatResult
+	if err := cl.Call(testCtx(t), OpStat, testDigest, testOpKey, soon(), &StatArgs{Path: "x"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got != res.StatResult {
+		t.Fatalf("answer %+v, want the embedded result %+v", got, res.StatResult)
+	}
+	if !<-owned {
+		t.Fatal("the server's handler goroutine is not marked as owned")
+	}
+	select {
+	case <-res.ran:
+	case <-testCtx(t).Done():
+		t.Fatal("AfterWrite never ran")
+	}
+	if err := srv.Shutdown(testCtx(t)); err != nil { // AfterWrite still blocks: not in flight
+		t.Fatalf("Shutdown with an AfterWrite running: %v", err)
+	}
+}

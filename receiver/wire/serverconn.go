@@ -138,12 +138,17 @@ func (sc *serverConn) admit(req *Request) *Error {
 	return nil
 }
 
-// run serves one admitted request and writes its answer.
+// run serves one admitted request and writes its answer. It runs on a
+// goroutine of its own (OwnsGoroutine), which ends after the answer and
+// the result's AfterWrite.
 func (sc *serverConn) run(req *Request) {
+	ctx, cancel := context.WithDeadline(context.WithValue(sc.ctx, ownedKey{}, true), req.Deadline)
+	result, err := sc.s.h.Serve(ctx, req)
+	if after, ok := result.(AfterWriter); ok {
+		defer after.AfterWrite() // after the in-flight accounting below is released
+	}
 	defer sc.s.handlers.Done()
 	defer sc.wg.Done()
-	ctx, cancel := context.WithDeadline(sc.ctx, req.Deadline)
-	result, err := sc.s.h.Serve(ctx, req)
 	if err != nil && ctx.Err() != nil && !isWireError(err) {
 		err = ctxRefusal(ctx)
 	}
