@@ -29,8 +29,8 @@ func Start(spec Spec) (*Child, error) {
 	c := &Child{done: make(chan struct{})}
 	if spec.OnCallingThread {
 		// WARNING: thread-sensitive. The calling goroutine is locked to its
-		// OS thread here and never unlocked (LockOSThread nests, so an
-		// unlock by the caller cannot undo it): launch restricts this thread
+		// OS thread here and never unlocked (the caller must not call
+		// UnlockOSThread on this goroutine): launch restricts this thread
 		// and forks from it. The caller keeps the goroutine until the child
 		// is reaped, then lets it end, and the runtime destroys the thread.
 		// Tested as root by
