@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -79,5 +81,39 @@ func TestUsage(t *testing.T) {
 		if code, _ := cli(args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
 		}
+	}
+}
+
+// TestRunNeverPassesOnAnOldReceipt: with a passing receipt of an earlier
+// run in --out, a mistyped mutation is refused before anything runs (never
+// run as the unbroken suite, never answered by the old receipt), and a run
+// that cannot boot its guest exits failed with this run's receipt in place
+// of the old one. removeStale, which clears a suite's old receipt before
+// it runs, tolerates an absent one.
+func TestRunNeverPassesOnAnOldReceipt(t *testing.T) {
+	out := t.TempDir()
+	if err := receipt.Write(out, passing(vmsuite.IsolationSuite)); err != nil {
+		t.Fatal(err)
+	}
+	code, text := cli("run", "--mutate", "no-such-mutation", "--out", out)
+	if code != exitUsage || !strings.Contains(text, "no-such-mutation") {
+		t.Fatalf("unknown mutation: exit %d, want %d\n%s", code, exitUsage, text)
+	}
+	if _, err := os.Stat(receipt.Path(out, vmsuite.IsolationSuite)); err != nil {
+		t.Fatalf("a refused command line touched the receipts: %v", err)
+	}
+	// A missing guest kernel: the suite writes a failing receipt, never
+	// leaves the old passing one in place.
+	noKernel := filepath.Join(t.TempDir(), "no-kernel")
+	code, text = cli("run", "--suite", vmsuite.IsolationSuite, "--out", out, "--kernel", noKernel,
+		"--work", t.TempDir(), "--accel", "tcg")
+	if code != exitFailed || strings.Contains(text, ": PASS") {
+		t.Fatalf("run without a kernel over an old passing receipt: exit %d\n%s", code, text)
+	}
+	if err := removeStale(out, vmsuite.IsolationSuite); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeStale(out, vmsuite.IsolationSuite); err != nil {
+		t.Fatalf("removing an absent receipt: %v", err)
 	}
 }
