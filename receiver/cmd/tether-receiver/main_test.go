@@ -344,6 +344,7 @@ func TestIntegrationDaemon(t *testing.T) {
 				}
 			}
 			assertReceiverThreads(t, d.cmd.Process.Pid)
+			assertLandlock(t, e, c, mode.landlock == "required")
 			var w wire.WriteResult
 			if err := c.call(wire.OpWrite, wire.WriteArgs{Path: "f", Content: "x"}, &w); err != nil || w.Size != 1 {
 				t.Fatalf("write: %+v %v", w, err)
@@ -354,6 +355,26 @@ func TestIntegrationDaemon(t *testing.T) {
 			}
 			d.done <- nil
 		})
+	}
+}
+
+// assertLandlock: a daemon's child (forked, in thread mode, from the
+// request's own thread) cannot read a world-readable file outside the
+// grant root and the system directories when Landlock is required, and
+// can when it is off, so the refusal is Landlock's, not the file's mode.
+func assertLandlock(t *testing.T, e *env, c *client, required bool) {
+	t.Helper()
+	outside := filepath.Join(e.base, "outside.txt")
+	if err := os.WriteFile(outside, []byte("outside the root\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, st := c.run("/bin/cat", outside)
+	read := st.ExitCode != nil && *st.ExitCode == 0 && out == "outside the root\n"
+	switch {
+	case required && (read || !strings.Contains(out, "Permission denied")):
+		t.Fatalf("Landlock required: a child read %s outside its root: %+v %q", outside, st, out)
+	case !required && !read:
+		t.Fatalf("Landlock off: a child could not read the world-readable %s: %+v %q", outside, st, out)
 	}
 }
 
