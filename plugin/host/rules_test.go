@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,6 +301,54 @@ func TestGlobFailsWhenBindingLostMidway(t *testing.T) {
 	_, err := l.conn.Glob(ctx, "s1", nil, "*.txt", "")
 	wantCode(t, err, "fenced")
 	l.client.OnTerminal = nil
+	// Once fenced, grep is refused by its check before (its check after
+	// has a test of its own: TestGrepFailsWhenBindingLostMidway).
+	creates := len(callsOf(l.client, "terminal/create"))
 	_, err = l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "x"})
 	wantCode(t, err, "fenced")
+	if n := len(callsOf(l.client, "terminal/create")) - creates; n != 0 {
+		t.Fatalf("grep in a fenced session sent %d terminal/create", n)
+	}
+}
+
+// TestGrepFailsWhenBindingLostMidway: grep checks the binding after its
+// command; a tuple substituted while the command runs turns its matches
+// into a failure, never a partial success. The session is bound when grep
+// starts, so only the check after can catch it.
+func TestGrepFailsWhenBindingLostMidway(t *testing.T) {
+	p := loadPlugin(t)
+	l, _ := bound(t, p)
+	ctx, tu := ctxT(t), tuple("alice", l.client.Root)
+	if err := os.WriteFile(filepath.Join(l.client.Root, "a.txt"), []byte("needle\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Control: with the binding intact the same grep finds the line.
+	r, err := l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "needle"})
+	if err != nil || len(r.GetMatches()) != 1 {
+		t.Fatalf("grep in a bound session: %v %v", r, err)
+	}
+	var swapped atomic.Bool
+	l.client.OnTerminal = func(m string) {
+		if m != "terminal/create" || swapped.Swap(true) {
+			return
+		}
+		other := tu
+		other.Generation = 99
+		_, err := l.conn.OpenSession(context.WithoutCancel(ctx), host.MethodLoad, "s1", bindMeta(t, other, time.Now().Add(time.Hour)))
+		if code, _ := acpmeta.CodeOf(err); code != wire.CodeTupleMismatch {
+			t.Errorf("substitution: %v", errors.Join(err))
+		}
+	}
+	creates := len(callsOf(l.client, "terminal/create"))
+	r, err = l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "needle"})
+	wantCode(t, err, "fenced")
+	if r != nil {
+		t.Fatalf("grep returned matches with its binding lost: %v", r)
+	}
+	if !swapped.Load() || len(callsOf(l.client, "terminal/create")) != creates+1 {
+		t.Fatal("grep's command did not run: the check before refused it, not the check after")
+	}
+	if state(t, l, "s1") != pb.BindingState_BINDING_STATE_FENCED {
+		t.Fatalf("state after the substitution = %v", state(t, l, "s1"))
+	}
 }
