@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,9 @@ var (
 	ErrAlreadyExpired = errors.New("input already expired")
 	// ErrPublishDir: the admission directory cannot be used safely.
 	ErrPublishDir = errors.New("admission directory")
+	// ErrGenerationExhausted: the generation was omitted but the current
+	// one is the largest a generation can be, so there is no next one.
+	ErrGenerationExhausted = errors.New("generation exhausted: the current generation is the largest, no next one")
 )
 
 // GenerationError reports a refused generation.
@@ -115,12 +119,9 @@ func (p *Publisher) Publish(ctx context.Context, in PublishInput) (Published, er
 	if err != nil {
 		return Published{}, err
 	}
-	gen := current + 1
-	if in.Generation != nil {
-		if *in.Generation <= current {
-			return Published{}, &GenerationError{Given: *in.Generation, Current: current}
-		}
-		gen = *in.Generation
+	gen, err := nextGeneration(current, in.Generation)
+	if err != nil {
+		return Published{}, err
 	}
 	data, err := p.envelope(ctx, gen, in)
 	if err != nil {
@@ -132,6 +133,23 @@ func (p *Publisher) Publish(ctx context.Context, in PublishInput) (Published, er
 	sum := sha256.Sum256(data)
 	return Published{Generation: gen, SHA256: hex.EncodeToString(sum[:]),
 		Path: filepath.Join(p.cfg.Dir, FileName), KeyID: p.cfg.Key.Public().KeyID()}, nil
+}
+
+// nextGeneration returns the generation to publish after current: given
+// when it is above current, else current+1 when omitted. It never wraps
+// around: after math.MaxUint64 no generation is newer, and a wrapped 0
+// would be a file every receiver refuses.
+func nextGeneration(current uint64, given *uint64) (uint64, error) {
+	if given != nil {
+		if *given <= current {
+			return 0, &GenerationError{Given: *given, Current: current}
+		}
+		return *given, nil
+	}
+	if current == math.MaxUint64 {
+		return 0, fmt.Errorf("publish: check generation failed: %w (current %d)", ErrGenerationExhausted, current)
+	}
+	return current + 1, nil
 }
 
 // checkInput validates in and refuses a snapshot or grant that has already
@@ -227,7 +245,9 @@ func (p *Publisher) currentGeneration(ctx context.Context, dir *os.File) (uint64
 	return snap.Generation, nil
 }
 
-// envelope signs the snapshot of in with generation gen.
+// envelope signs the snapshot of in with generation gen. The snapshot is
+// validated exactly as the loader will validate it first: the publisher
+// never signs what a receiver would refuse.
 func (p *Publisher) envelope(ctx context.Context, gen uint64, in PublishInput) ([]byte, error) {
 	snap := Snapshot{Generation: gen, NotAfter: in.NotAfter.UTC(), Grants: make([]Grant, len(in.Grants))}
 	for i, g := range in.Grants {
@@ -236,6 +256,9 @@ func (p *Publisher) envelope(ctx context.Context, gen uint64, in PublishInput) (
 			g.Groups = []uint32{}
 		}
 		snap.Grants[i] = g
+	}
+	if err := snap.Validate(); err != nil {
+		return nil, fmt.Errorf("publish: check snapshot failed before signing: %w", err)
 	}
 	payload, err := json.Marshal(snap)
 	if err != nil {

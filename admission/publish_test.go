@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -192,5 +193,45 @@ func TestPublishConcurrentDistinctGenerations(t *testing.T) {
 		if !seen[g] {
 			t.Fatalf("generation %d missing; got %v", g, seen)
 		}
+	}
+}
+
+// TestPublishGenerationExhausted: after math.MaxUint64 there is no next
+// generation. An omitted one is refused (no wrap to 0, which every loader
+// would refuse and after which the publisher could not publish again), the
+// file is left as it was, and a loader still accepts it.
+func TestPublishGenerationExhausted(t *testing.T) {
+	dir, k := adminDir(t), testKey(t)
+	p := newTestPublisher(t, dir, k, clockAt(t0))
+	na := t0.Add(time.Hour)
+	top := mustPublish(t, p, inputWith(math.MaxUint64, na, grantFor(tupleN(1), na)))
+	if top.Generation != math.MaxUint64 {
+		t.Fatalf("given generation MaxUint64: published %d", top.Generation)
+	}
+	_, err := p.Publish(context.Background(), inputWith(0, na, grantFor(tupleN(2), na)))
+	if !errors.Is(err, ErrGenerationExhausted) || !strings.Contains(err.Error(), "check generation failed") {
+		t.Fatalf("omitted generation after MaxUint64: err = %v, want ErrGenerationExhausted naming the check", err)
+	}
+	data, _ := os.ReadFile(filepath.Join(dir, FileName))
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != top.SHA256 {
+		t.Fatal("a refused publish changed the file")
+	}
+	ld, err := newTestLoader(t, dir, k.Public(), clockAt(t0)).Load(context.Background())
+	if err != nil || ld.Snapshot.Generation != math.MaxUint64 || ld.SHA256 != top.SHA256 {
+		t.Fatalf("Load after the refusal = %+v, %v; want generation MaxUint64, the same file", ld, err)
+	}
+}
+
+// TestEnvelopeValidatesBeforeSigning: whatever generation reaches
+// envelope, it signs only a snapshot the loader accepts.
+func TestEnvelopeValidatesBeforeSigning(t *testing.T) {
+	p := newTestPublisher(t, adminDir(t), testKey(t), clockAt(t0))
+	na := t0.Add(time.Hour)
+	if data, err := p.envelope(context.Background(), 0, inputWith(0, na, grantFor(tupleN(1), na))); !errors.Is(err, ErrInvalidSnapshot) {
+		t.Fatalf("envelope(generation 0) = %d bytes, %v; want ErrInvalidSnapshot and nothing signed", len(data), err)
+	}
+	late := inputWith(0, na, grantFor(tupleN(1), na.Add(time.Second)))
+	if _, err := p.envelope(context.Background(), 1, late); !errors.Is(err, ErrInvalidGrant) {
+		t.Fatalf("envelope(grant outliving the snapshot) err = %v, want ErrInvalidGrant", err)
 	}
 }
