@@ -156,36 +156,12 @@ func (m Manifest) Validate() error {
 	if len(m.MachineArgs) == 0 {
 		return fmt.Errorf("%w: machine_args missing", ErrManifest)
 	}
-	for i, arg := range m.MachineArgs {
+	for _, arg := range m.MachineArgs {
 		if strings.ContainsAny(arg, "\x00\n") {
 			return fmt.Errorf("%w: machine argument with NUL or newline", ErrManifest)
 		}
-		if err := checkAccelArg(arg, i > 0 && m.MachineArgs[i-1] == "-accel"); err != nil {
-			return err
-		}
 	}
-	return nil
-}
-
-// checkAccelArg refuses any machine argument that names or selects an
-// accelerator other than tcg: -enable-kvm, -accel X, accel=X, and any
-// mention of kvm or hvf.
-func checkAccelArg(arg string, afterAccel bool) error {
-	low := strings.ToLower(arg)
-	for _, bad := range []string{"kvm", "hvf", "whpx", "nvmm"} {
-		if strings.Contains(low, bad) {
-			return fmt.Errorf("%w: machine argument %q names %s", ErrAccelerator, arg, bad)
-		}
-	}
-	if afterAccel && low != AccelTCG && !strings.HasPrefix(low, AccelTCG+",") {
-		return fmt.Errorf("%w: -accel %q", ErrAccelerator, arg)
-	}
-	for _, part := range strings.Split(low, ",") {
-		if v, ok := strings.CutPrefix(part, "accel="); ok && v != AccelTCG {
-			return fmt.Errorf("%w: machine argument %q", ErrAccelerator, arg)
-		}
-	}
-	return nil
+	return checkAccelArgs(m.MachineArgs)
 }
 
 type namedArtifact struct {

@@ -17,7 +17,7 @@ func fixture(t *testing.T) (Manifest, string, signing.PrivateKey) {
 	t.Helper()
 	root := t.TempDir()
 	m := Manifest{Schema: Schema, Guest: Guest{GuestArch, GuestOS, GuestDesktop}, Accelerator: AccelTCG,
-		MachineArgs: []string{"-machine", "q35", "-accel", "tcg", "-m", "4096", "-device", "virtio-vga,id=video0"}}
+		MachineArgs: []string{"-no-user-config", "-machine", "q35", "-accel", "tcg", "-m", "4096", "-device", "virtio-vga,id=video0"}}
 	for name, a := range map[string]*Artifact{"bin/qemu-system-x86_64": &m.QEMU, "share/OVMF.fd": &m.Firmware, "disk/debian-hyprland.qcow2": &m.Disk} {
 		p := filepath.Join(root, name)
 		os.MkdirAll(filepath.Dir(p), 0o755)
@@ -82,9 +82,9 @@ func TestVerifyRefuses(t *testing.T) {
 		"wrong payloadType": {tamperedType, key.Public(), signing.ErrPayloadType},
 		"kvm accelerator":   {with(func(c *Manifest) { c.Accelerator = "kvm" }), key.Public(), ErrAccelerator},
 		"hvf accelerator":   {with(func(c *Manifest) { c.Accelerator = "hvf" }), key.Public(), ErrAccelerator},
-		"-accel kvm":        {with(func(c *Manifest) { c.MachineArgs[3] = "kvm" }), key.Public(), ErrAccelerator},
-		"-accel whpx":       {with(func(c *Manifest) { c.MachineArgs[3] = "whpx" }), key.Public(), ErrAccelerator},
-		"accel=hvf":         {with(func(c *Manifest) { c.MachineArgs[1] = "virt,accel=hvf" }), key.Public(), ErrAccelerator},
+		"-accel kvm":        {with(func(c *Manifest) { c.MachineArgs[4] = "kvm" }), key.Public(), ErrAccelerator},
+		"-accel whpx":       {with(func(c *Manifest) { c.MachineArgs[4] = "whpx" }), key.Public(), ErrAccelerator},
+		"accel=hvf":         {with(func(c *Manifest) { c.MachineArgs[2] = "virt,accel=hvf" }), key.Public(), ErrAccelerator},
 		"-enable-kvm":       {with(func(c *Manifest) { c.MachineArgs = append(c.MachineArgs, "-enable-kvm") }), key.Public(), ErrAccelerator},
 		"arm64 guest":       {with(func(c *Manifest) { c.Guest.Arch = "aarch64" }), key.Public(), ErrGuest},
 		"other desktop":     {with(func(c *Manifest) { c.Guest.Desktop = "gnome" }), key.Public(), ErrGuest},
@@ -95,6 +95,47 @@ func TestVerifyRefuses(t *testing.T) {
 		"unknown field":     {signRaw(map[string]any{"schema": Schema, "extra": 1}), key.Public(), ErrManifest},
 		"no machine args":   {with(func(c *Manifest) { c.MachineArgs = nil }), key.Public(), ErrManifest},
 	}
+	// Every other way QEMU has of picking its accelerator: each list is the
+	// whole of machine_args.
+	for name, args := range map[string][]string{
+		"--accel xen":              {"-no-user-config", "-machine", "q35", "--accel", "xen"},
+		"--accel=kvm":              {"-no-user-config", "-machine", "q35", "--accel=kvm"},
+		"-accel hax":               {"-no-user-config", "-machine", "q35", "-accel", "hax"},
+		"-accel qtest":             {"-no-user-config", "-machine", "q35", "-accel", "qtest"},
+		"-accel tcg --accel qtest": {"-no-user-config", "-machine", "q35", "-accel", "tcg", "--accel", "qtest"},
+		"-accel tcg twice":         {"-no-user-config", "-machine", "q35", "-accel", "tcg", "-accel", "tcg"},
+		"-accel tcg,accel=kvm":     {"-no-user-config", "-machine", "q35", "-accel", "tcg,accel=kvm"},
+		"-accel tcg,,kvm":          {"-no-user-config", "-machine", "q35", "-accel", "tcg,,k"},
+		"-accel tcg,unknown=1":     {"-no-user-config", "-machine", "q35", "-accel", "tcg,unknown=1"},
+		"-accel with no value":     {"-no-user-config", "-machine", "q35", "-accel"},
+		"-machine xenfv":           {"-no-user-config", "-machine", "xenfv", "-accel", "tcg"},
+		"-M type=xenpv":            {"-no-user-config", "-M", "type=xenpv", "-accel", "tcg"},
+		"-machine accel=tcg":       {"-no-user-config", "-machine", "q35,accel=tcg"},
+		"--machine accel=tcg":      {"-no-user-config", "--machine", "q35,accel=tcg", "-accel", "tcg"},
+		"--enable-kvm":             {"-no-user-config", "-machine", "q35", "-accel", "tcg", "--enable-kvm"},
+		"-readconfig":              {"-no-user-config", "-machine", "q35", "-accel", "tcg", "-readconfig", "vm.cfg"},
+		"-set":                     {"-no-user-config", "-machine", "q35", "-accel", "tcg", "-set", "machine.type=pc"},
+		"-accel eaten as value":    {"-no-user-config", "-machine", "q35", "-name", "-accel", "tcg"},
+		"no accelerator":           {"-no-user-config", "-machine", "q35", "-m", "4096"},
+		"no -no-user-config":       {"-machine", "q35", "-accel", "tcg"},
+		"-no-user-config=x":        {"-no-user-config=x", "-machine", "q35", "-accel", "tcg"},
+	} {
+		cases[name] = struct {
+			env  []byte
+			pub  signing.PublicKey
+			want error
+		}{with(func(c *Manifest) { c.MachineArgs = args }), key.Public(), ErrAccelerator}
+	}
+	// No accelerator argument and a binary named qemu-kvm: QEMU would then
+	// prefer kvm.
+	cases["qemu-kvm with no -accel"] = struct {
+		env  []byte
+		pub  signing.PublicKey
+		want error
+	}{with(func(c *Manifest) {
+		c.QEMU.Path = "bin/qemu-kvm"
+		c.MachineArgs = []string{"-no-user-config", "-machine", "q35"}
+	}), key.Public(), ErrAccelerator}
 	for name, c := range cases {
 		if _, err := Verify(ctx, c.env, c.pub, root); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", name, err, c.want)
@@ -128,6 +169,19 @@ func TestVerifyRefusesSwappedOrEscapingFiles(t *testing.T) {
 	os.Remove(filepath.Join(root, m.Firmware.Path))
 	if _, err := Verify(ctx, env, key.Public(), root); !errors.Is(err, ErrArtifact) {
 		t.Fatalf("missing firmware: %v", err)
+	}
+}
+
+func TestAccelArgsAccepted(t *testing.T) {
+	for _, args := range [][]string{
+		{"-accel", "tcg", "-no-user-config"},
+		{"-machine", "q35", "-accel", "tcg,thread=multi,tb-size=256", "--no-user-config"},
+		{"-no-user-config", "-nographic", "-accel", "accel=tcg", "-m", "1024"},
+		{"-M", "pc", "--accel", "tcg", "-no-user-config"},
+	} {
+		if err := checkAccelArgs(args); err != nil {
+			t.Errorf("%q: %v", args, err)
+		}
 	}
 }
 

@@ -56,7 +56,7 @@ func TestVerifyBundleCLI(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "root")
 	m := bundle.Manifest{Schema: bundle.Schema, Guest: bundle.Guest{Arch: "x86_64", OS: "debian", Desktop: "hyprland"},
-		Accelerator: "tcg", MachineArgs: []string{"-accel", "tcg"}}
+		Accelerator: "tcg", MachineArgs: []string{"-no-user-config", "-accel", "tcg"}}
 	for name, a := range map[string]*bundle.Artifact{"qemu": &m.QEMU, "fw": &m.Firmware, "disk": &m.Disk} {
 		os.MkdirAll(root, 0o755)
 		os.WriteFile(filepath.Join(root, name), []byte(name), 0o644)
