@@ -113,6 +113,11 @@ func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b B
 		return acp.LoadSessionResponse{}, err
 	}
 	req.Meta = meta
+	// A load of a session already bound may extend its lease: the keys it
+	// dispatched are kept for the lease as extended, recorded first.
+	if err := cn.c.keepForLease(ctx, b.Tuple.SHA256(), b.LeaseNotAfter); err != nil {
+		return acp.LoadSessionResponse{}, err
+	}
 	bnd, created, err := cn.table.addLoad(string(req.SessionId), b)
 	if err != nil {
 		return acp.LoadSessionResponse{}, err
@@ -146,10 +151,17 @@ func (cn *Conn) auditBind(b *binding) {
 }
 
 // ExtendLease applies a same-tuple lease extension to a bound session.
-func (cn *Conn) ExtendLease(sessionID string, notAfter time.Time) error {
+// The later lease end is first recorded durably in the operation-key
+// store, so the keys the session already dispatched are kept until it
+// ends plus the retention; if that record fails, the lease is not
+// extended.
+func (cn *Conn) ExtendLease(ctx context.Context, sessionID string, notAfter time.Time) error {
 	b := cn.table.get(sessionID)
 	if b == nil {
 		return fmt.Errorf("%w: session %q is not bound", ErrBind, sessionID)
+	}
+	if err := cn.c.keepForLease(ctx, b.digest, notAfter); err != nil {
+		return err
 	}
 	if err := b.extend(notAfter); err != nil {
 		return err

@@ -146,6 +146,16 @@ func ensureStateDir(dir string) error {
 
 func (c *Custodian) now() time.Time { return c.opts.Now() }
 
+// keepForLease records a tuple's lease end in the operation-key store
+// before a binding takes it, so keys dispatched under an earlier lease
+// are kept as long as the extended one (ErrRetention when it cannot).
+func (c *Custodian) keepForLease(ctx context.Context, tupleSHA256 string, notAfter time.Time) error {
+	if err := c.store.KeepForLease(ctx, tupleSHA256, notAfter); err != nil {
+		return fmt.Errorf("%w: %w", ErrRetention, err)
+	}
+	return nil
+}
+
 // audit appends r; a failure is logged, and auditErr then refuses every
 // dispatch.
 func (c *Custodian) audit(r audit.Record) {

@@ -19,6 +19,10 @@ var (
 	// ErrBind: a session could not be bound (the receiver refused the
 	// tuple, or the agent answered with another session).
 	ErrBind = errors.New("custodian: bind failed")
+	// ErrRetention: a lease extension could not be recorded in the
+	// operation-key store, so it was not applied (the keys already
+	// dispatched would be forgotten inside the extended lease).
+	ErrRetention = errors.New("custodian: cannot keep operation keys for the extended lease")
 )
 
 // refusal converts any error into the JSON-RPC error returned to the

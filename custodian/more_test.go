@@ -49,13 +49,13 @@ func TestExtendLease(t *testing.T) {
 	h.scriptFiles()
 	h.bind()
 	later := h.lease.Add(time.Hour)
-	if err := h.conn.ExtendLease(h.agent.sessionID, later); err != nil {
+	if err := h.conn.ExtendLease(context.Background(), h.agent.sessionID, later); err != nil {
 		t.Fatalf("later lease refused: %v", err)
 	}
-	if err := h.conn.ExtendLease(h.agent.sessionID, h.lease); !errors.Is(err, admission.ErrLeaseNotLater) {
+	if err := h.conn.ExtendLease(context.Background(), h.agent.sessionID, h.lease); !errors.Is(err, admission.ErrLeaseNotLater) {
 		t.Fatalf("earlier lease: %v, want ErrLeaseNotLater", err)
 	}
-	if err := h.conn.ExtendLease("ghost", later); !errors.Is(err, ErrBind) {
+	if err := h.conn.ExtendLease(context.Background(), "ghost", later); !errors.Is(err, ErrBind) {
 		t.Fatalf("unbound session: %v, want ErrBind", err)
 	}
 	// A session/load naming another tuple is refused, the binding kept.

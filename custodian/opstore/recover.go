@@ -30,6 +30,9 @@ func (s *Store) recover() (uint64, error) {
 		if err != nil {
 			return err
 		}
+		if _, err := tx.CreateBucketIfNotExists(leasesBucket); err != nil {
+			return err
+		}
 		if err := recoverIntents(b, intents, now); err != nil {
 			return err
 		}

@@ -110,15 +110,35 @@ func (s *Store) commit(batch []queued) {
 	s.committed = batch[len(batch)-1].version
 }
 
+// Prune deletes now the final receipts whose retention has passed, as the
+// store also does every PruneEvery. A key is kept until the later of its
+// own RetainUntil and its tuple's latest recorded lease end (KeepForLease)
+// plus the retention. A failure breaks the store, like a failed commit.
+func (s *Store) Prune(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	err := s.usableLocked()
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	s.prune()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.usableLocked()
+}
+
 // prune deletes final receipts whose retention has passed.
 func (s *Store) prune() {
 	now := s.opts.Now()
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(receiptsBucket)
+		b, leases := tx.Bucket(receiptsBucket), tx.Bucket(leasesBucket)
 		var expired [][]byte
 		err := b.ForEach(func(k, v []byte) error {
 			r, err := Unmarshal(v)
-			if err == nil && r.Outcome.Final() && now.After(r.RetainUntil) {
+			if err == nil && r.Outcome.Final() && now.After(s.retainUntil(leases, r)) {
 				expired = append(expired, append([]byte(nil), k...))
 			}
 			return nil
@@ -131,7 +151,7 @@ func (s *Store) prune() {
 				return err
 			}
 		}
-		return nil
+		return s.pruneLeases(leases, now)
 	})
 	if err != nil {
 		s.mu.Lock()
