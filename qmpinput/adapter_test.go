@@ -341,7 +341,9 @@ func TestKeysAndTyping(t *testing.T) {
 	f := newFakeQMP(t)
 	a := openFake(t, f, nil)
 	ctx := ctx5(t)
-	for _, bad := range []string{"sysrq", "power", "ctrl+alt+delete", "ctrl_r+alt+del", "a+b+c+d+e", "ctrl+ctrl", "", "ctrl+"} {
+	for _, bad := range []string{"sysrq", "power", "ctrl+alt+delete", "ctrl_r+alt+del", "a+b+c+d+e", "ctrl+ctrl", "", "ctrl+",
+		"ctrl+ctrl_r+alt+delete", "ctrl+alt+shift+delete", "ctrl+alt+meta+delete", "ctrl+alt+shift+backspace",
+		"alt_r+ctrl_r+backspace", "shift+shift_r", "meta_l+meta_r+a"} {
 		if err := a.Key(ctx, bad); !errors.Is(err, ErrKeyNotAllowed) {
 			t.Errorf("Key(%q) = %v, want ErrKeyNotAllowed", bad, err)
 		}

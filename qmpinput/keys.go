@@ -35,11 +35,12 @@ var keyAliases = map[string]string{
 	"del": "delete", "pageup": "pgup", "pagedown": "pgdn", "ins": "insert",
 }
 
-// deniedCombos are combos of allowed keys that reboot the guest or kill its
-// display server.
-var deniedCombos = map[string]bool{
-	"alt+ctrl+delete":    true,
-	"alt+ctrl+backspace": true,
+// deniedSets are key sets that reboot the guest or kill its display
+// server (ctrl+alt+delete, ctrl+alt+backspace), by canonical name: a combo
+// is denied when it holds every key of one, whatever else it holds.
+var deniedSets = [][]string{
+	{"ctrl", "alt", "delete"},
+	{"ctrl", "alt", "backspace"},
 }
 
 // MaxComboKeys bounds the keys pressed together.
@@ -67,47 +68,50 @@ func parseCombo(combo string) ([]raw.QKeyCode, error) {
 		return nil, fmt.Errorf("%w: %q has %d keys, limit %d", ErrKeyNotAllowed, combo, len(parts), MaxComboKeys)
 	}
 	var codes []raw.QKeyCode
-	var names []string
-	seen := map[raw.QKeyCode]bool{}
+	held := map[string]bool{}
 	for _, p := range parts {
 		k, err := qcode(p)
 		if err != nil {
 			return nil, err
 		}
-		if seen[k] {
-			return nil, fmt.Errorf("%w: %q repeats %s", ErrKeyNotAllowed, combo, k)
+		name := canonicalKey(k.String())
+		if held[name] {
+			return nil, fmt.Errorf("%w: %q repeats %s", ErrKeyNotAllowed, combo, name)
 		}
-		seen[k] = true
+		held[name] = true
 		codes = append(codes, k)
-		names = append(names, canonicalModifier(k.String()))
 	}
-	if deniedCombos[sortedJoin(names)] {
-		return nil, fmt.Errorf("%w: combo %q is denied", ErrKeyNotAllowed, combo)
+	for _, set := range deniedSets {
+		if holdsAll(held, set) {
+			return nil, fmt.Errorf("%w: combo %q contains the denied %s", ErrKeyNotAllowed, combo, strings.Join(set, "+"))
+		}
 	}
 	return codes, nil
 }
 
-// canonicalModifier folds left/right modifiers for the denied-combo check.
-func canonicalModifier(n string) string {
+// canonicalKey folds left and right modifiers to one name, so neither a
+// denied combo nor a repeat can hide behind the other side's key.
+func canonicalKey(n string) string {
 	switch n {
 	case "ctrl_r":
 		return "ctrl"
 	case "alt_r":
 		return "alt"
+	case "shift_r":
+		return "shift"
+	case "meta_l", "meta_r":
+		return "meta"
 	}
 	return n
 }
 
-func sortedJoin(names []string) string {
-	s := append([]string(nil), names...)
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] < s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
+func holdsAll(held map[string]bool, set []string) bool {
+	for _, k := range set {
+		if !held[k] {
+			return false
 		}
 	}
-	return strings.Join(s, "+")
+	return true
 }
 
 // typedKey is one character of Type: a key and whether shift is held.
