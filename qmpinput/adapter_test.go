@@ -314,6 +314,12 @@ func TestPointerNeedsCaptureAndBounds(t *testing.T) {
 	if err := a.Click(ctx, 1, 1, ButtonLeft); !errors.Is(err, ErrNoCapture) {
 		t.Fatalf("click before capture: %v", err)
 	}
+	if err := a.Scroll(ctx, 1); !errors.Is(err, ErrNoCapture) {
+		t.Fatalf("scroll before capture: %v", err)
+	}
+	if got := sentInputs(t, f); len(got) != 0 {
+		t.Fatalf("input before capture reached QEMU: %v", got)
+	}
 	setFakeFrame(800, 600, color.RGBA{9, 9, 9, 255})
 	if _, err := a.Capture(ctx); err != nil {
 		t.Fatal(err)
@@ -397,6 +403,10 @@ func TestScrollBounds(t *testing.T) {
 		if err := a.Scroll(ctx5(t), dy); !errors.Is(err, ErrScrollNotAllowed) {
 			t.Errorf("Scroll(%d) = %v", dy, err)
 		}
+	}
+	setFakeFrame(640, 480, color.RGBA{1, 2, 3, 255})
+	if _, err := a.Capture(ctx5(t)); err != nil {
+		t.Fatal(err)
 	}
 	if err := a.Scroll(ctx5(t), -2); err != nil {
 		t.Fatal(err)
@@ -526,6 +536,12 @@ func TestHandoverFencesAndMasks(t *testing.T) {
 	}
 	if err := a.Click(ctx, 1, 1, ButtonLeft); !errors.Is(err, ErrNoCapture) {
 		t.Fatalf("after a handover the old pixel space must be gone: %v", err)
+	}
+	if err := a.Scroll(ctx, -1); !errors.Is(err, ErrNoCapture) {
+		t.Fatalf("scroll after a handover: %v", err)
+	}
+	if len(f.commands()) != before {
+		t.Fatal("input after a handover reached QEMU before a new capture")
 	}
 	// TTL and revocation.
 	h2, _ := a.Handover().Begin(20*time.Millisecond, "carol")

@@ -35,8 +35,8 @@ var (
 	// ErrCommandFailed: QEMU answered a command with an error (see *QMPError).
 	ErrCommandFailed = errors.New("qmp command failed")
 
-	// ErrNoCapture: pointer input before any capture; coordinates have no
-	// pixel space yet.
+	// ErrNoCapture: pointer input (move, click, scroll) before any capture
+	// or after a handover dropped it; coordinates have no pixel space.
 	ErrNoCapture = errors.New("no capture yet: pointer input needs the pixel space of a capture")
 	// ErrOutOfBounds: a pointer coordinate outside the most recent capture.
 	ErrOutOfBounds = errors.New("coordinate outside the most recent capture")

@@ -113,6 +113,9 @@ func (a *Adapter) release(ctx context.Context, events ...raw.InputEvent) error {
 }
 
 // Scroll turns the wheel dy notches at the pointer: negative scrolls up.
+// Like pointer input it needs a capture: the pointer stands somewhere in
+// the most recent capture's pixel space, so without one (none yet, or
+// dropped by a handover) it fails with ErrNoCapture.
 func (a *Adapter) Scroll(ctx context.Context, dy int) error {
 	if dy == 0 || dy < -MaxScroll || dy > MaxScroll {
 		return fmt.Errorf("%w: %d notches (1..%d either way)", ErrScrollNotAllowed, dy, MaxScroll)
@@ -122,6 +125,9 @@ func (a *Adapter) Scroll(ctx context.Context, dy int) error {
 		b, n = raw.InputButtonWheelUp, -dy
 	}
 	return a.input(ctx, func() error {
+		if a.space.Load() == nil {
+			return ErrNoCapture
+		}
 		for range n {
 			if err := a.gate(); err != nil {
 				return err
