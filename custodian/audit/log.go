@@ -124,7 +124,9 @@ func (o *Options) fill() {
 }
 
 // load reads the existing records, rebuilds the tree, checks the existing
-// checkpoint and opens the file for appending.
+// checkpoint and opens the file for appending. A new log gets a signed
+// checkpoint of size 0 before any record is written, so a log with
+// records and no checkpoint is never taken for a fresh one.
 func (l *Log) load() error {
 	path := filepath.Join(l.dir, LogFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
@@ -132,11 +134,11 @@ func (l *Log) load() error {
 		return fmt.Errorf("audit: open log: %w", err)
 	}
 	t, complete, size, err := readTree(f)
+	if err == nil {
+		err = l.checkOwnCheckpoint(t, size)
+	}
 	if err == nil && complete < size {
 		err = f.Truncate(complete) // torn tail: never acknowledged
-	}
-	if err == nil {
-		err = l.checkOwnCheckpoint(t)
 	}
 	if err != nil {
 		f.Close()
@@ -185,11 +187,19 @@ func readAll(f *os.File) ([]byte, error) {
 }
 
 // checkOwnCheckpoint refuses to continue a log that its last checkpoint
-// does not describe.
-func (l *Log) checkOwnCheckpoint(t *tree) error {
+// does not describe. A missing checkpoint is accepted only for an empty
+// log (size is the log's length in bytes, torn tail included): one that
+// was created and then crashed before its size-0 checkpoint was written.
+// It then gets that checkpoint. A log with any byte and no checkpoint is
+// refused: deleting the checkpoint must not let an edited log be
+// accepted and signed again.
+func (l *Log) checkOwnCheckpoint(t *tree, size int64) error {
 	msg, err := os.ReadFile(filepath.Join(l.dir, CheckpointFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		if size > 0 {
+			return fmt.Errorf("%w: the log holds %d bytes (%d records) but its checkpoint is missing", ErrTampered, size, t.n)
+		}
+		return l.initialCheckpoint(t)
 	}
 	if err != nil {
 		return fmt.Errorf("audit: read checkpoint: %w", err)
@@ -209,6 +219,24 @@ func (l *Log) checkOwnCheckpoint(t *tree) error {
 		return fmt.Errorf("%w: the first %d records do not hash to the checkpoint", ErrTampered, c.Size)
 	}
 	l.lastCkpt = c.Size
+	return nil
+}
+
+// initialCheckpoint signs and writes the size-0 checkpoint of an empty
+// log; writeFileAtomic's directory sync also makes the new log file's
+// name durable.
+func (l *Log) initialCheckpoint(t *tree) error {
+	root, err := t.root(0)
+	if err != nil {
+		return err
+	}
+	msg, err := SignCheckpoint(Checkpoint{Origin: l.opts.Signer.Name(), Size: 0, Hash: root}, l.opts.Signer)
+	if err == nil {
+		err = writeFileAtomic(l.dir, CheckpointFile, msg)
+	}
+	if err != nil {
+		return fmt.Errorf("audit: write the initial checkpoint: %w", err)
+	}
 	return nil
 }
 

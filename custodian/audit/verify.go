@@ -110,6 +110,12 @@ func checkExternal(t *tree, ck Checkpoint, external []byte, v note.Verifier) err
 		return fmt.Errorf("audit verify: %w: an external checkpoint covers %d records, the log's own only %d "+
 			"(records were removed and an older checkpoint put back)", ErrTruncated, old.Size, ck.Size)
 	}
+	if old.Size == 0 { // the empty tree is a prefix of every tree; tlog proves only sizes >= 1
+		if empty, _ := tlog.TreeHash(0, t); old.Hash != empty {
+			return fmt.Errorf("audit verify: %w: the external checkpoint of size 0 does not carry the empty tree hash", ErrInconsistent)
+		}
+		return nil
+	}
 	p, err := tlog.ProveTree(ck.Size, old.Size, t)
 	if err == nil {
 		err = tlog.CheckTree(p, ck.Size, ck.Hash, old.Size, old.Hash)
