@@ -10,7 +10,7 @@ var codes = []struct {
 }{
 	{ErrNotUnixSocket, "not_unix_socket"}, {ErrSocketOwner, "socket_owner"}, {ErrSocketMode, "socket_mode"},
 	{ErrSocketChanged, "socket_changed"}, {ErrVersion, "qemu_version"}, {ErrProtocol, "protocol"},
-	{ErrCommandNotAllowed, "command_not_allowed"}, {ErrDeadline, "deadline"}, {ErrClosed, "closed"},
+	{ErrCommandNotAllowed, "command_not_allowed"}, {ErrActionDeadline, "action_deadline"}, {ErrDeadline, "deadline"}, {ErrClosed, "closed"},
 	{ErrCommandFailed, "command_failed"}, {ErrNoCapture, "no_capture"}, {ErrOutOfBounds, "out_of_bounds"},
 	{ErrKeyNotAllowed, "key_not_allowed"}, {ErrTextNotAllowed, "text_not_allowed"},
 	{ErrScrollNotAllowed, "scroll_not_allowed"}, {ErrPoolFull, "pool_full"}, {ErrCapture, "capture_invalid"},

@@ -30,6 +30,10 @@ var (
 	// ErrDeadline: QEMU did not answer before the call's deadline; the
 	// connection is closed because replies can no longer be paired.
 	ErrDeadline = errors.New("qmp call deadline exceeded")
+	// ErrActionDeadline: a script action did not finish within its
+	// per-action deadline (tether-qmp run --timeout). It wraps ErrDeadline
+	// as well when the overrun was a QMP call.
+	ErrActionDeadline = errors.New("script action deadline exceeded")
 	// ErrClosed: the adapter or its connection is closed.
 	ErrClosed = errors.New("qmp adapter closed")
 	// ErrCommandFailed: QEMU answered a command with an error (see *QMPError).

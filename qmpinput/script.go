@@ -138,17 +138,21 @@ type Result struct {
 }
 
 // RunScript runs actions in order on a, writing one JSON line per action
-// to w. The first failure stops the script: later actions are reported
-// as skipped, never run in a state the script did not expect. It returns
-// the number of actions that failed or were skipped.
-func RunScript(ctx context.Context, a *Adapter, actions []Action, w io.Writer) int {
+// to w. Each action runs under its own deadline of perAction (none when
+// perAction <= 0); an action that overruns it fails with ErrActionDeadline. The
+// first failure stops the script: later actions are reported as skipped,
+// never run in a state the script did not expect. It returns the number of
+// actions that failed or were skipped. A failed write to w stops the
+// script at once, so no action runs whose result cannot be reported, and
+// is returned as the error.
+func RunScript(ctx context.Context, a *Adapter, actions []Action, w io.Writer, perAction time.Duration) (int, error) {
 	enc := json.NewEncoder(w)
 	bad := 0
 	for _, act := range actions {
 		r := Result{Line: act.Line, Action: act.Verb}
 		if bad > 0 {
 			r.Skipped, r.Code, r.Error = true, "skipped", "not run: an earlier action failed"
-		} else if f, err := a.Do(ctx, act); err != nil {
+		} else if f, err := a.doWithin(ctx, act, perAction); err != nil {
 			r.Code, r.Error = ErrorCode(err), err.Error()
 		} else {
 			r.OK, r.Frame = true, f
@@ -156,9 +160,26 @@ func RunScript(ctx context.Context, a *Adapter, actions []Action, w io.Writer) i
 		if !r.OK {
 			bad++
 		}
-		enc.Encode(r)
+		if err := enc.Encode(r); err != nil {
+			return bad, fmt.Errorf("script output, line %d: %w", act.Line, err)
+		}
 	}
-	return bad
+	return bad, nil
+}
+
+// doWithin runs act under a deadline of d (none when d <= 0) and names an
+// overrun as ErrActionDeadline.
+func (a *Adapter) doWithin(ctx context.Context, act Action, d time.Duration) (*Frame, error) {
+	if d <= 0 {
+		return a.Do(ctx, act)
+	}
+	actx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	f, err := a.Do(actx, act)
+	if err != nil && ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: line %d: %s did not finish within %s: %w", ErrActionDeadline, act.Line, act.Verb, d, err)
+	}
+	return f, err
 }
 
 // Do runs one action. A capture returns its frame.

@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"strings"
 	"testing"
+	"time"
 )
 
 func runLines(t *testing.T, a *Adapter, script string) ([]Result, int) {
@@ -16,7 +17,10 @@ func runLines(t *testing.T, a *Adapter, script string) ([]Result, int) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	bad := RunScript(ctx5(t), a, acts, &out)
+	bad, err := RunScript(ctx5(t), a, acts, &out, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var rs []Result
 	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		var r Result
@@ -93,4 +97,48 @@ func FuzzParseScript(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestScriptPerActionDeadline(t *testing.T) {
+	f := newFakeQMP(t)
+	a := openFake(t, f, nil)
+	acts, err := ParseScript(strings.NewReader("wait 5\nwait 2000\nwait 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	bad, err := RunScript(ctx5(t), a, acts, &out, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rs []Result
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r Result
+		json.Unmarshal([]byte(l), &r)
+		rs = append(rs, r)
+	}
+	if bad != 2 || len(rs) != 3 || !rs[0].OK || rs[1].Code != "action_deadline" || !rs[2].Skipped {
+		t.Fatalf("a wait past the per-action deadline: bad %d\n%s", bad, out.String())
+	}
+}
+
+// failWriter fails every write, as a closed stdout does.
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("stdout closed") }
+
+func TestScriptStopsWhenOutputFails(t *testing.T) {
+	f := newFakeQMP(t)
+	a := openFake(t, f, nil)
+	setFakeFrame(640, 480, color.RGBA{7, 7, 7, 255})
+	acts, err := ParseScript(strings.NewReader("capture\nclick 5 5\ntype abc\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := RunScript(ctx5(t), a, acts, failWriter{}, 0); err == nil {
+		t.Fatal("a failed write to the output was not reported")
+	}
+	if got := sentInputs(t, f); len(got) != 0 {
+		t.Fatalf("actions ran after their output failed: %v", got)
+	}
 }

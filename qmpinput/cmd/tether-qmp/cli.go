@@ -72,7 +72,7 @@ func (f *adapterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.minQEMU, "min-qemu", "7.1.0", "lowest accepted QEMU version")
 	fs.StringVar(&f.maxQEMU, "max-qemu", "", "first refused QEMU version (default: no upper bound)")
 	fs.StringVar(&f.captureDir, "capture-parent", "", "where the private capture directory is created (default: the temp dir)")
-	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "deadline for connecting and for each action")
+	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "deadline for connecting and for each capture or script action (a longer wait fails)")
 }
 
 func (f *adapterFlags) config() (qmpinput.Config, error) {
@@ -244,7 +244,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return fail(stdout, exitFailed, err)
 	}
 	defer a.Close()
-	if qmpinput.RunScript(ctx, a, actions, stdout) > 0 {
+	bad, err := qmpinput.RunScript(ctx, a, actions, stdout, af.timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "run: %v\n", err)
+		return exitFailed
+	}
+	if bad > 0 {
 		return exitFailed
 	}
 	return exitOK

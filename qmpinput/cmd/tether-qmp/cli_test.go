@@ -134,6 +134,11 @@ func TestIntegrationCLI(t *testing.T) {
 	if code != exitFailed || !strings.Contains(stdout, want[0]) || !strings.Contains(stdout, want[1]) {
 		t.Fatalf("run with an early click: %d\n%s", code, stdout)
 	}
+	// --timeout bounds every action, a wait included.
+	code, stdout, _ = runCLI(t, "wait 5000\nwait 1\n", "run", "--socket", sock, "--script", "-", "--timeout", "1s")
+	if code != exitFailed || !strings.Contains(stdout, `"action":"wait","ok":false,"code":"action_deadline"`) || !strings.Contains(stdout, `"skipped":true`) {
+		t.Fatalf("run with a wait past --timeout: %d\n%s", code, stdout)
+	}
 	code, stdout, _ = runCLI(t, script[len("click 10 10\n"):], "run", "--socket", sock, "--script", "-")
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
 	okRe := regexp.MustCompile(`"ok":true`)
