@@ -24,10 +24,9 @@ func (t *Table) Authorize(connID, sessionID string) (Grant, error) {
 		return Grant{}, refuse(wire.CodeNotAdmitted, "session %q asked to bind but no bind has succeeded (%s: %s)", sessionID, s.code, s.message)
 	case s.conn != connID:
 		return Grant{}, refuse(wire.CodeFenced, "session %q is attached on another ACP connection; this connection must reattach (session/load with the same tuple, then _tether/attach)", sessionID)
-	case !t.now().Before(s.notAfter):
-		msg := "lease ended at " + rfc3339(s.notAfter)
-		t.fenceLocked(s, wire.CodeLeaseExpired, msg)
-		return Grant{}, refuse(wire.CodeLeaseExpired, "session %q: %s", sessionID, msg)
+	}
+	if err := t.expireLocked(s); err != nil {
+		return Grant{}, err
 	}
 	return Grant{SessionID: s.id, Tuple: *s.tuple, TupleSHA256: s.tuple.SHA256(), NotAfter: s.notAfter, Epoch: s.epoch}, nil
 }
@@ -45,12 +44,8 @@ func (t *Table) Check(g Grant) error {
 		return refuse(wire.CodeNotAdmitted, "session %q vanished", g.SessionID)
 	case s.epoch != g.Epoch || !s.attached:
 		return refuse(wire.CodeFenced, "session %q lost its binding during the call (%s: %s)", g.SessionID, s.code, s.message)
-	case !t.now().Before(s.notAfter):
-		msg := "lease ended at " + rfc3339(s.notAfter)
-		t.fenceLocked(s, wire.CodeLeaseExpired, msg)
-		return refuse(wire.CodeLeaseExpired, "session %q: %s", g.SessionID, msg)
 	}
-	return nil
+	return t.expireLocked(s)
 }
 
 // Fence fences the binding g was issued for, if it is still that binding

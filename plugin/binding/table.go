@@ -151,13 +151,33 @@ func (t *Table) snapshot(s *session) Status {
 	return s.status()
 }
 
-// Status returns the session's snapshot; an unknown session is not_admitted.
-func (t *Table) Status(sessionID string) (Status, error) {
+// Status returns the session's snapshot to principal, the one that opened
+// it; an unknown session is not_admitted, another principal's is denied
+// (rule 5) and left untouched. A bound session whose lease has passed is
+// fenced first (lease_expired, the fence Authorize applies), so Status never
+// reports Bound for a lease that has ended.
+func (t *Table) Status(principal, sessionID string) (Status, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.sessions[sessionID]
-	if !ok {
+	switch {
+	case !ok:
 		return Status{}, refuse(wire.CodeNotAdmitted, "session %q is unknown to the plugin", sessionID)
+	case s.principal != principal:
+		return Status{}, refuse(wire.CodeDenied, "session %q belongs to another principal", sessionID)
 	}
+	_ = t.expireLocked(s) // the refusal is in the snapshot's code and message
 	return s.status(), nil
+}
+
+// expireLocked fences s (rule 6) if it is attached and its lease has
+// passed, and returns the lease_expired refusal; nil if s is not attached
+// or its lease is current. Callers hold t.mu.
+func (t *Table) expireLocked(s *session) error {
+	if !s.attached || t.now().Before(s.notAfter) {
+		return nil
+	}
+	msg := "lease ended at " + rfc3339(s.notAfter)
+	t.fenceLocked(s, wire.CodeLeaseExpired, msg)
+	return refuse(wire.CodeLeaseExpired, "session %q: %s", s.id, msg)
 }

@@ -102,3 +102,37 @@ func TestConcurrentUse(t *testing.T) {
 		t.Fatal("bound-scope session allowed a host tool")
 	}
 }
+
+// TestStatusFencesPassedLease: Status never reports Bound once the lease
+// has passed; it fences the session as Authorize would (lease_expired),
+// before any tool call, and the fence is sticky. Another principal's read
+// is refused and changes nothing.
+func TestStatusFencesPassedLease(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	tb := New(clock)
+	if _, err := open(tb, "c1", "s", "alice", MethodNew, bindMeta(tu("alice"))); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := tb.Status("alice", "s"); err != nil || st.State != Bound {
+		t.Fatalf("status with a current lease: %v %v", st.State, err)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Hour) // past both the meta's and attach's lease
+	mu.Unlock()
+	var we *wire.Error
+	if _, err := tb.Status("bob", "s"); !errors.As(err, &we) || we.Code != wire.CodeDenied {
+		t.Fatalf("another principal's status: %v", err)
+	}
+	if tb.sessions["s"].fenced {
+		t.Fatal("another principal's read fenced the session")
+	}
+	st, err := tb.Status("alice", "s")
+	if err != nil || st.State != Fenced || st.Code != wire.CodeLeaseExpired || st.Message != "lease ended at "+rfc3339(st.LeaseNotAfter) {
+		t.Fatalf("status after the lease: %v %q %q %v", st.State, st.Code, st.Message, err)
+	}
+	if _, err := tb.Authorize("c1", "s"); !errors.As(err, &we) || we.Code != wire.CodeFenced {
+		t.Fatalf("tool after Status fenced the lease: %v", err)
+	}
+}

@@ -206,11 +206,22 @@ func TestRule6FencesAreSticky(t *testing.T) {
 		client.Attach = grantUntil(time.Now().Add(400*time.Millisecond), 3)
 		l := newLink(t, p, client, "alice")
 		ctx, tu := ctxT(t), tuple("alice", client.Root)
-		if _, err := l.conn.OpenSession(ctx, host.MethodNew, "s1", bindMeta(t, tu, time.Now().Add(time.Hour))); err != nil {
-			t.Fatal(err)
+		for _, sid := range []string{"s1", "s2"} {
+			x := tu
+			x.Session = "tether-" + sid
+			if _, err := l.conn.OpenSession(ctx, host.MethodNew, sid, bindMeta(t, x, time.Now().Add(time.Hour))); err != nil {
+				t.Fatal(err)
+			}
+			readOK(t, l, sid)
 		}
-		readOK(t, l, "s1")
 		time.Sleep(500 * time.Millisecond)
+		// Status alone, before any tool call, sees the lease has passed
+		// and fences (never BOUND past the lease).
+		st, err := l.conn.Status(ctx, "s2")
+		if err != nil || st.GetState() != pb.BindingState_BINDING_STATE_FENCED || st.GetCode() != "lease_expired" {
+			t.Fatalf("status after the lease: %v %v", st, err)
+		}
+		readRefused(t, l, "s2", "fenced")
 		readRefused(t, l, "s1", "lease_expired")
 		readRefused(t, l, "s1", "fenced")
 		client.Attach = grantUntil(time.Now().Add(time.Hour), 4)

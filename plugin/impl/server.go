@@ -178,12 +178,9 @@ func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.Session
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.table.Status(req.GetSessionId())
+	st, err := s.table.Status(c.principal, req.GetSessionId())
 	if err != nil {
 		return nil, err
-	}
-	if st.Principal != c.principal {
-		return nil, wire.Errorf(wire.CodeDenied, "session %q belongs to another principal", req.GetSessionId())
 	}
 	return statusPB(st), nil
 }
