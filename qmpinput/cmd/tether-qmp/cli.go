@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -80,6 +81,9 @@ func (f *adapterFlags) config() (qmpinput.Config, error) {
 	if f.socket == "" {
 		return cfg, errors.New("--socket is required")
 	}
+	if f.owner > math.MaxUint32 || f.owner < -1 {
+		return cfg, fmt.Errorf("--owner %d: a uid is 0..%d (-1 for the effective uid)", f.owner, uint32(math.MaxUint32))
+	}
 	if f.owner >= 0 {
 		o := uint32(f.owner)
 		cfg.Owner = &o
@@ -143,6 +147,16 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
+// emit prints a command's JSON result; a result that cannot be written is
+// a failure, so the exit status never claims success nobody saw.
+func emit(stdout, stderr io.Writer, v any) int {
+	if err := json.NewEncoder(stdout).Encode(v); err != nil {
+		fmt.Fprintf(stderr, "tether-qmp: writing the result: %v\n", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
 // fail prints a JSON error line naming the failed check and returns code.
 func fail(w io.Writer, code int, err error) int {
 	json.NewEncoder(w).Encode(map[string]any{"ok": false, "code": qmpinput.ErrorCode(err), "error": err.Error()})
@@ -185,8 +199,7 @@ func cmdCapture(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err := writeAtomic(*out, f.PNG); err != nil {
 		return fail(stdout, exitFailed, err)
 	}
-	json.NewEncoder(stdout).Encode(map[string]any{"width": f.Width, "height": f.Height, "sha256": f.SHA256, "time": f.Time})
-	return exitOK
+	return emit(stdout, stderr, map[string]any{"width": f.Width, "height": f.Height, "sha256": f.SHA256, "time": f.Time})
 }
 
 // writeAtomic writes data to a temporary file beside path and renames it
@@ -281,9 +294,8 @@ func cmdVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return failBundle(stdout, err)
 	}
-	json.NewEncoder(stdout).Encode(map[string]any{"ok": true, "keyid": pub.KeyID(), "accelerator": m.Accelerator,
+	return emit(stdout, stderr, map[string]any{"ok": true, "keyid": pub.KeyID(), "accelerator": m.Accelerator,
 		"guest": m.Guest, "qemu": m.QEMU, "firmware": m.Firmware, "disk": m.Disk, "machine_args": m.MachineArgs})
-	return exitOK
 }
 
 func readBounded(p string) ([]byte, error) {

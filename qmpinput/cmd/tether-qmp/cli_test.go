@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -52,6 +53,21 @@ func TestCaptureRefusesTCP(t *testing.T) {
 	}
 }
 
+// failWriter fails every write, as a closed stdout does.
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("stdout closed") }
+
+func TestOwnerOutOfRange(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "qmp.sock")
+	for _, owner := range []string{"4294967296", "4294967297", "-2"} {
+		code, out, _ := runCLI(t, "", "capture", "--socket", sock, "--owner", owner, "--out", filepath.Join(t.TempDir(), "x.png"))
+		if code != exitFailed || !strings.Contains(out, `"code":"config"`) || !strings.Contains(out, "--owner") {
+			t.Errorf("--owner %s: code %d out %s", owner, code, out)
+		}
+	}
+}
+
 func TestVerifyBundleCLI(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "root")
@@ -75,6 +91,11 @@ func TestVerifyBundleCLI(t *testing.T) {
 	}
 	if code, out, errs := runCLI(t, "", "verify-bundle", "--manifest", man, "--pubkey", pub, "--root", root); code != 0 || !strings.Contains(out, `"ok":true`) {
 		t.Fatalf("good bundle: %d %s %s", code, out, errs)
+	}
+	// A result nobody can read is a failure.
+	var errb bytes.Buffer
+	if code := run(context.Background(), []string{"verify-bundle", "--manifest", man, "--pubkey", pub, "--root", root}, strings.NewReader(""), failWriter{}, &errb); code != exitFailed {
+		t.Fatalf("good bundle with a failing stdout: exit %d, want %d", code, exitFailed)
 	}
 	os.WriteFile(filepath.Join(root, "disk"), []byte("swapped"), 0o644)
 	if code, out, _ := runCLI(t, "", "verify-bundle", "--manifest", man, "--pubkey", pub, "--root", root); code != exitFailed || !strings.Contains(out, `"code":"hash_mismatch"`) {
@@ -133,6 +154,10 @@ func TestIntegrationCLI(t *testing.T) {
 	want := []string{`"action":"click","ok":false,"code":"no_capture"`, `"action":"capture","ok":false,"skipped":true`}
 	if code != exitFailed || !strings.Contains(stdout, want[0]) || !strings.Contains(stdout, want[1]) {
 		t.Fatalf("run with an early click: %d\n%s", code, stdout)
+	}
+	var errb bytes.Buffer
+	if code := run(ctx, []string{"capture", "--socket", sock, "--out", out}, strings.NewReader(""), failWriter{}, &errb); code != exitFailed {
+		t.Fatalf("capture with a failing stdout: exit %d, want %d", code, exitFailed)
 	}
 	// --timeout bounds every action, a wait included.
 	code, stdout, _ = runCLI(t, "wait 5000\nwait 1\n", "run", "--socket", sock, "--script", "-", "--timeout", "1s")
