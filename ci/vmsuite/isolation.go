@@ -81,22 +81,35 @@ type isolation struct {
 	env      []string // prebuiltEnv settings for the binaries in the image
 }
 
+// IsolationName is the name of suite (a)'s receipt for o: IsolationSuite,
+// with "-subset" when o names other packages and "+" and the mutation's
+// name when o names one.
+func IsolationName(o Options) string {
+	name := IsolationSuite
+	if o.Packages != "" {
+		name += "-subset"
+	}
+	if o.Mutation != "" {
+		name += "+" + o.Mutation
+	}
+	return name
+}
+
 // RunIsolation runs suite (a) and writes its receipt. With a mutation the
 // suite is named IsolationSuite+"+"+mutation and can never pass.
 func RunIsolation(ctx context.Context, h *Host) (*receipt.Receipt, error) {
 	s := &isolation{h: h, packages: IsolationPackages}
-	name := IsolationSuite
 	if h.Opts.Packages != "" {
-		s.packages, name = h.Opts.Packages, IsolationSuite+"-subset"
+		s.packages = h.Opts.Packages
 	}
 	if h.Opts.Mutation != "" {
 		m, err := FindMutation(h.Opts.Mutation)
 		if err != nil {
 			return nil, err
 		}
-		s.mutation, name = &m, name+"+"+m.Name
+		s.mutation = &m
 	}
-	s.r = h.NewReceipt(name)
+	s.r = h.NewReceipt(IsolationName(h.Opts))
 	if s.mutation != nil {
 		s.problem("built with the deliberate breakage %q (%s); this receipt can never pass", s.mutation.Name, s.mutation.Doc)
 	}

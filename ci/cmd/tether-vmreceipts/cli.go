@@ -120,9 +120,13 @@ func runSelected(ctx context.Context, o vmsuite.Options, only string, stdout, st
 		if only != "" && s.name != only {
 			continue
 		}
-		ran = append(ran, s.name)
-		if err := removeStale(o.Out, s.name); err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", s.name, err)
+		name := s.name
+		if name == vmsuite.IsolationSuite {
+			name = vmsuite.IsolationName(o) // a subset or a mutated run has a receipt of its own
+		}
+		ran = append(ran, name)
+		if err := removeStale(o.Out, name); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			code = exitFailed
 			continue
 		}

@@ -110,6 +110,21 @@ func TestRunNeverPassesOnAnOldReceipt(t *testing.T) {
 	if code != exitFailed || strings.Contains(text, ": PASS") {
 		t.Fatalf("run without a kernel over an old passing receipt: exit %d\n%s", code, text)
 	}
+	// A mutated run's receipt has a name of its own: clearing it never
+	// touches the real suite's receipt.
+	if err := receipt.Write(out, passing(vmsuite.IsolationSuite)); err != nil {
+		t.Fatal(err)
+	}
+	mutated := vmsuite.IsolationName(vmsuite.Options{Mutation: "keep-cap-kill"})
+	if mutated != vmsuite.IsolationSuite+"+keep-cap-kill" {
+		t.Fatalf("mutated receipt name %q", mutated)
+	}
+	if err := removeStale(out, mutated); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(receipt.Path(out, vmsuite.IsolationSuite)); err != nil {
+		t.Fatalf("clearing a mutated run's receipt removed the real one: %v", err)
+	}
 	if err := removeStale(out, vmsuite.IsolationSuite); err != nil {
 		t.Fatal(err)
 	}
