@@ -495,6 +495,27 @@ func TestCaptureRefusesForgedFiles(t *testing.T) {
 			t.Errorf("%s: %v, want ErrCapture", name, err)
 		}
 	}
+	t.Run("owned by another uid", func(t *testing.T) {
+		testenv.Require(t, "root")
+		f.setHandler(func(cmd fakeCmd) []string {
+			var args screendumpArgs
+			json.Unmarshal(cmd.Arguments, &args)
+			if err := writeFakePNG(args.Filename); err != nil {
+				t.Error(err)
+			}
+			if err := os.Chown(args.Filename, 60001, 60001); err != nil {
+				t.Error(err)
+			}
+			return []string{fmt.Sprintf(`{"return": {}, "id": %d}`, cmd.ID)}
+		})
+		if _, err := a.Capture(ctx5(t)); !errors.Is(err, ErrCapture) || !strings.Contains(err.Error(), "not owned by") {
+			t.Fatalf("a valid PNG owned by uid 60001: %v, want ErrCapture naming the owner", err)
+		}
+		f.setHandler(f.okScreendumpAndInput)
+		if _, err := a.Capture(ctx5(t)); err != nil {
+			t.Fatalf("the same PNG owned by QEMU's uid: %v", err)
+		}
+	})
 }
 
 func TestHandoverFencesAndMasks(t *testing.T) {

@@ -82,8 +82,9 @@ func (a *Adapter) screendump(ctx context.Context) (Frame, string, error) {
 }
 
 // readCapture opens the file QEMU wrote without following symlinks and
-// checks it is a regular file owned by QEMU's uid, not writable by others,
-// and bounded in size.
+// checks it is a regular file owned by QEMU's uid and bounded in size. Its
+// mode is not checked: it follows QEMU's umask, and the private 0700
+// directory it sits in already keeps every other uid out.
 func (a *Adapter) readCapture(name string) ([]byte, error) {
 	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
