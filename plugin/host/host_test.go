@@ -119,18 +119,34 @@ func TestLoadVersionMismatchNamesBothSides(t *testing.T) {
 }
 
 // TestPluginRunByHandExplainsAndFails runs the real command's code path
-// without the handshake environment.
+// by hand: bare, and asking for help (also with the handshake environment
+// a host sets). Each explains itself on stderr, prints nothing on stdout
+// (go-plugin's handshake channel) and exits 2.
 func TestPluginRunByHandExplainsAndFails(t *testing.T) {
 	path, _ := selfBinary(t)
-	cmd := exec.Command(path, helperArg)
-	cmd.Env = []string{}
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-		t.Fatalf("run by hand: err=%v", err)
-	}
-	if !strings.Contains(string(out), "not meant to be run by hand") || !strings.Contains(string(out), "plugin/host.Load") {
-		t.Fatalf("run by hand printed %q", out)
+	cookie := shared.Handshake.MagicCookieKey + "=" + shared.Handshake.MagicCookieValue
+	for _, c := range []struct {
+		args []string
+		env  []string
+	}{
+		{nil, nil}, {[]string{"--help"}, nil}, {[]string{"-h"}, nil}, {[]string{"-help"}, nil},
+		{[]string{"--help"}, []string{cookie}}, {[]string{"stray"}, []string{cookie}},
+	} {
+		cmd := exec.Command(path, append([]string{helperArg}, c.args...)...)
+		cmd.Env = append([]string{}, c.env...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+			t.Fatalf("tether-plugin %v (env %v): err=%v, want exit 2", c.args, c.env, err)
+		}
+		if out := stderr.String(); !strings.Contains(out, "not meant to be run by hand") || !strings.Contains(out, "plugin/host.Load") {
+			t.Fatalf("tether-plugin %v printed %q on stderr", c.args, out)
+		}
+		if stdout.Len() != 0 {
+			t.Fatalf("tether-plugin %v printed %q on stdout", c.args, stdout.String())
+		}
 	}
 }
 

@@ -43,8 +43,10 @@ Usage: tether-plugin [--procs N] [--help]
 const DefaultProcs = 1
 
 // Main runs tether-plugin with the command-line arguments after the program
-// name and returns the exit code. Run by hand it prints how it is meant to
-// be used and returns 2.
+// name and returns the exit code. Run by hand, or with --help or -h, it
+// prints how it is meant to be used to stderr and returns 2: the plugin is
+// never meant to be run directly, and stdout carries only go-plugin's
+// handshake line.
 func Main(ctx context.Context, args []string, stderr io.Writer, cfg Config) int {
 	if len(cfg.Versions) == 0 {
 		cfg.Versions = shared.ProtocolVersions
@@ -54,10 +56,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, cfg Config) int 
 	fs.Usage = func() { fmt.Fprintf(stderr, usage, cfg.Versions) }
 	procs := fs.Int("procs", DefaultProcs, "")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+		return 2 // --help and -h too: fs.Usage went to stderr, nothing is served
 	}
 	if *procs < 1 {
 		fmt.Fprintf(stderr, "tether-plugin: --procs must be at least 1\n")
