@@ -3,14 +3,14 @@ package custodian
 import (
 	"context"
 	"fmt"
-	"os"
 
 	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/custodian/internal/durable"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
 func mkdirPrivate(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("custodian: create state directory: %w", err)
 	}
 	return nil

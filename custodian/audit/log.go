@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/custodian/credfile"
+	"github.com/tetherdev/tether/custodian/internal/durable"
 )
 
 // File names inside an audit directory.
@@ -93,7 +94,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		return nil, errors.New("audit: signer and verifier are not the same key")
 	}
 	opts.fill()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("audit: create directory: %w", err)
 	}
 	if err := credfile.CheckPrivateDir(dir); err != nil {
@@ -129,9 +130,19 @@ func (o *Options) fill() {
 // records and no checkpoint is never taken for a fresh one.
 func (l *Log) load() error {
 	path := filepath.Join(l.dir, LogFile)
+	created, err := durable.CreatedFile(path)
+	if err != nil {
+		return fmt.Errorf("audit: open log: %w", err)
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("audit: open log: %w", err)
+	}
+	if created {
+		if err := durable.SyncDir(l.dir); err != nil {
+			f.Close()
+			return fmt.Errorf("audit: create log: %w", err)
+		}
 	}
 	t, complete, size, err := readTree(f)
 	if err == nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/tetherdev/tether/custodian/internal/durable"
 )
 
 // Sync waits until every record appended before the call is durable.
@@ -98,12 +100,7 @@ func writeFileAtomic(dir, name string, data []byte) error {
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return durable.SyncDir(dir)
 }
 
 // Close drains the queue, writes the final checkpoint and closes the

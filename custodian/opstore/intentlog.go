@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/custodian/internal/durable"
 )
 
 // segment is one intent log file. appended counts its intents; committed
@@ -246,17 +248,7 @@ func (l *intentLog) close() error {
 }
 
 // syncDir makes a directory's entries durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory for sync: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory: %w", err)
-	}
-	return nil
-}
+func syncDir(dir string) error { return durable.SyncDir(dir) }
 
 // fdatasync is the one durable write of the hot path; tests count it.
 var fdatasync = unix.Fdatasync

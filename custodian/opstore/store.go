@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tetherdev/tether/custodian/internal/durable"
 )
 
 // MinRetention is the shortest time an op key is kept: a retry within it
@@ -128,12 +129,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := ensurePrivateDir(dir); err != nil {
 		return nil, err
 	}
-	db, err := bolt.Open(filepath.Join(dir, dbName), 0o600, &bolt.Options{Timeout: lockTimeout})
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
-	}
+	db, err := openDB(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open op key database: %w", err)
+		return nil, err
 	}
 	s := &Store{dir: dir, opts: opts, db: db, inflight: map[string]*Ticket{},
 		cache: map[string]cached{}, done: make(chan struct{}), pollStop: make(chan struct{}), pollDone: make(chan struct{})}
@@ -154,10 +152,23 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// openDB opens the bbolt file. A new file's name is made durable by
+// recover's directory sync, before any intent is written.
+func openDB(dir string) (*bolt.DB, error) {
+	db, err := bolt.Open(filepath.Join(dir, dbName), 0o600, &bolt.Options{Timeout: lockTimeout})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open op key database: %w", err)
+	}
+	return db, nil
+}
+
 // ensurePrivateDir creates dir 0700 or checks that an existing one is a
 // real directory owned by this user and not writable by group or others.
 func ensurePrivateDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create state directory: %w", err)
 	}
 	return CheckPrivateDir(dir)

@@ -13,6 +13,7 @@ import (
 	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/credfile"
+	"github.com/tetherdev/tether/custodian/internal/durable"
 	"github.com/tetherdev/tether/custodian/opstore"
 )
 
@@ -153,5 +154,8 @@ func writeNew(path, data string, mode os.FileMode) error {
 		f.Close()
 		return err
 	}
-	return errors.Join(f.Sync(), f.Close())
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	return durable.SyncDir(filepath.Dir(path))
 }
