@@ -156,6 +156,18 @@ func (c *Custodian) keepForLease(ctx context.Context, tupleSHA256 string, notAft
 	return nil
 }
 
+// auditDispatch appends the dispatch record of a call about to be sent.
+// The log may have broken or closed since the call's auditErr check, so
+// its refusal stops the call here: nothing is sent unaudited, and the
+// caller answers with the unavailable error returned.
+func (c *Custodian) auditDispatch(r audit.Record) error {
+	if _, err := c.alog.Append(r); err != nil {
+		c.log.Error("audit append", "kind", r.Kind, "err", err)
+		return refusalUnavailable("audit log refused the dispatch record, refusing to act unaudited: %v", err)
+	}
+	return nil
+}
+
 // audit appends r; a failure is logged, and auditErr then refuses every
 // dispatch.
 func (c *Custodian) audit(r audit.Record) {

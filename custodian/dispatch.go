@@ -36,7 +36,10 @@ func (cl *call) readOnly(ctx context.Context, op wire.Op, args, result any, anno
 	if err != nil {
 		return err
 	}
-	cl.c.audit(cl.record(audit.KindDispatch))
+	cl.step(ctx, "before-dispatch-audit")
+	if err := cl.c.auditDispatch(cl.record(audit.KindDispatch)); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithDeadline(ctx, cl.deadline)
 	defer cancel()
 	err = conn.Call(ctx, op, cl.b.digest, cl.op.OpKey, cl.deadline, args, result)
@@ -150,7 +153,11 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	if k.annotate != nil {
 		k.annotate(&rec)
 	}
-	cl.c.audit(rec)
+	cl.step(ctx, "before-dispatch-audit")
+	if err := cl.c.auditDispatch(rec); err != nil {
+		cl.finish(t, &opstore.Receipt{Outcome: opstore.Failed, Error: resultError(err), Note: "not sent"})
+		return nil, err
+	}
 	// The request runs to its own deadline even if the agent cancels the
 	// ACP call: abandoning it would turn a known result into fate_unknown.
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), cl.deadline)
