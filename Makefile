@@ -24,11 +24,13 @@ setup:
 demo: build
 	@$(BIN)/tether-demo run
 
-# test runs the whole suite; ci/testreport prints failures and every skip,
-# and fails on a skip when TETHER_TEST_REQUIRE is set (as .ci/run does).
+# test runs the whole suite, and every benchmark once (-benchtime 1x) so a
+# benchmark that breaks or skips fails here too (figures come from make
+# bench); ci/testreport prints failures and every skip, and fails on a skip
+# when TETHER_TEST_REQUIRE is set (as .ci/run does).
 test: setup
 	@mkdir -p .cache
-	@set -o pipefail; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -json ./... \
+	@set -o pipefail; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -bench . -benchtime 1x -json ./... \
 		| tee .cache/test.json | $(GO) run ./ci/testreport
 
 lint:

@@ -30,6 +30,7 @@ type report struct {
 	skip    []string
 	pkgFail []string
 	pkgs    int
+	benches int // benchmarks (and their sub-benchmarks) started; they report no pass
 }
 
 func main() { os.Exit(run(os.Stdin, os.Stdout)) }
@@ -52,6 +53,10 @@ func run(in io.Reader, out io.Writer) int {
 func (r *report) add(e event) {
 	key := e.Package + " " + e.Test
 	switch e.Action {
+	case "run":
+		if strings.HasPrefix(e.Test, "Benchmark") {
+			r.benches++
+		}
 	case "output":
 		b := r.output[key]
 		if b == nil {
@@ -92,8 +97,8 @@ func (r *report) print(out io.Writer, strict bool) int {
 	for _, k := range r.skip {
 		fmt.Fprintf(out, "--- SKIP %s: %s\n", k, lastLine(r.output[k]))
 	}
-	fmt.Fprintf(out, "tests: %d passed, %d failed, %d skipped in %d packages (%d failed)\n",
-		r.pass, len(r.fail), len(r.skip), r.pkgs, len(r.pkgFail))
+	fmt.Fprintf(out, "tests: %d passed, %d failed, %d skipped in %d packages (%d failed); %d benchmarks run\n",
+		r.pass, len(r.fail), len(r.skip), r.pkgs, len(r.pkgFail), r.benches)
 	switch {
 	case len(r.fail) > 0 || len(r.pkgFail) > 0:
 		return 1
