@@ -136,9 +136,28 @@ func TestSnapshotMaxGrants(t *testing.T) {
 	}
 }
 
+// TestStrictJSONDepth nests under known fields, which the schema would
+// otherwise reach, so only the depth check can produce errTooDeep; the
+// documents one level shallower must get past it (and fail on type).
 func TestStrictJSONDepth(t *testing.T) {
-	deep := `{"generation": 7, "x": ` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`
-	if _, err := DecodePublishInput([]byte(deep)); !errors.Is(err, ErrStrictJSON) {
-		t.Fatalf("deep nesting: err = %v, want ErrStrictJSON", err)
+	arrays := func(n int) string {
+		return `{"generation": 7, "not_after": "2026-12-01T00:00:00Z", "grants": ` +
+			strings.Repeat("[", n) + strings.Repeat("]", n) + `}`
+	}
+	objects := func(n int) string { // grants[0].tuple.owner holds n-3 more objects
+		return `{"generation": 7, "grants": [{"tuple": {"owner": ` +
+			strings.Repeat(`{"a": `, n-3) + `1` + strings.Repeat("}", n-3) + `}}]}`
+	}
+	for name, doc := range map[string]func(int) string{"arrays": arrays, "objects": objects} {
+		for _, n := range []int{maxJSONDepth, 100, 10000} {
+			_, err := DecodePublishInput([]byte(doc(n)))
+			if !errors.Is(err, errTooDeep) || !errors.Is(err, ErrStrictJSON) {
+				t.Errorf("%s nested %d deep: err = %v, want the depth check (ErrStrictJSON, errTooDeep)", name, n, err)
+			}
+		}
+		_, err := DecodePublishInput([]byte(doc(maxJSONDepth - 1)))
+		if errors.Is(err, errTooDeep) || !errors.Is(err, ErrStrictJSON) {
+			t.Errorf("%s nested %d deep: err = %v, want a type refusal, not the depth check", name, maxJSONDepth-1, err)
+		}
 	}
 }

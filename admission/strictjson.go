@@ -11,6 +11,10 @@ import (
 // ErrStrictJSON is wrapped by every refusal of decodeStrict.
 var ErrStrictJSON = errors.New("strict json")
 
+// errTooDeep is wrapped (with ErrStrictJSON) by a document nested deeper
+// than maxJSONDepth, so tests can tell the depth check from the others.
+var errTooDeep = fmt.Errorf("nested deeper than %d", maxJSONDepth)
+
 // maxJSONDepth bounds nesting; the deepest admission document nests four
 // levels (snapshot, grants, grant, tuple).
 const maxJSONDepth = 16
@@ -53,7 +57,7 @@ func checkKeys(data []byte) error {
 // walkObject consumes an object whose '{' has been read.
 func walkObject(dec *json.Decoder, depth int) error {
 	if depth > maxJSONDepth {
-		return fmt.Errorf("%w: nested deeper than %d", ErrStrictJSON, maxJSONDepth)
+		return fmt.Errorf("%w: %w", ErrStrictJSON, errTooDeep)
 	}
 	seen := map[string]bool{}
 	for dec.More() {
@@ -101,7 +105,7 @@ func walkValue(dec *json.Decoder, depth int) error {
 		return walkObject(dec, depth+1)
 	case '[':
 		if depth+1 > maxJSONDepth {
-			return fmt.Errorf("%w: nested deeper than %d", ErrStrictJSON, maxJSONDepth)
+			return fmt.Errorf("%w: %w", ErrStrictJSON, errTooDeep)
 		}
 		for dec.More() {
 			if err := walkValue(dec, depth+1); err != nil {
