@@ -36,7 +36,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md; required)")
 	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
 	var ps prompts
-	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line)")
+	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line, each sent as it arrives)")
 	usageFor(fs, "run --config FILE [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]",
 		"Spawns the ACP agent over stdio, initializes with the fs and terminal capabilities,\n"+
 			"binds a session to the config's tuple (session/new, or session/load with --session-id),\n"+
@@ -53,32 +53,85 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return fail(stderr, exitUsage, "run: %v", err)
 	}
+	r := &runner{cfg: cfg, sessionID: *sessionID, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: stderr}
 	if len(ps) == 0 {
-		if ps, err = readLines(stdin); err != nil {
-			return fail(stderr, exitUsage, "run: read prompts from stdin: %v", err)
-		}
+		lr := readLines(stdin)
+		defer lr.stop()
+		r.next = lr.next
 	}
-	r := &runner{cfg: cfg, sessionID: *sessionID, prompts: ps, argv: fs.Args(), stdout: stdout, stderr: stderr}
 	return r.run(ctx)
 }
 
-func readLines(r io.Reader) ([]string, error) {
-	var out []string
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" {
-			out = append(out, line)
+// nextPrompt returns the next prompt to send, false when there is none
+// left, or why it could not read one.
+type nextPrompt func(ctx context.Context) (string, bool, error)
+
+// flagPrompts yields the --prompt flags in order.
+func flagPrompts(ps []string) nextPrompt {
+	return func(context.Context) (string, bool, error) {
+		if len(ps) == 0 {
+			return "", false, nil
 		}
+		p := ps[0]
+		ps = ps[1:]
+		return p, true, nil
 	}
-	return out, sc.Err()
 }
+
+// lineReader yields the non-empty lines of stdin as they arrive, so each
+// prompt is sent as soon as its line is complete, not at EOF.
+type lineReader struct {
+	lines chan string
+	done  chan struct{}
+	err   error // set before lines is closed
+}
+
+// readLines starts reading r on its own goroutine. It ends at EOF, at a
+// read error or at stop; a read blocked on a stdin that never ends holds
+// it until the process exits, which follows run's return.
+func readLines(r io.Reader) *lineReader {
+	lr := &lineReader{lines: make(chan string), done: make(chan struct{})}
+	go func() {
+		defer close(lr.lines)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := strings.TrimSpace(sc.Text())
+			if line == "" {
+				continue
+			}
+			select {
+			case lr.lines <- line:
+			case <-lr.done:
+				return
+			}
+		}
+		lr.err = sc.Err()
+	}()
+	return lr
+}
+
+// next waits for the next line, EOF (false) or ctx.
+func (lr *lineReader) next(ctx context.Context) (string, bool, error) {
+	select {
+	case <-ctx.Done():
+		return "", false, ctx.Err()
+	case line, ok := <-lr.lines:
+		if !ok {
+			return "", false, lr.err
+		}
+		return line, true, nil
+	}
+}
+
+// stop ends the reader's wait to hand over a line. Call it once.
+func (lr *lineReader) stop() { close(lr.done) }
 
 // runner is one `tether-custodian run`.
 type runner struct {
 	cfg       *custodian.Config
 	sessionID string
-	prompts   []string
+	next      nextPrompt
 	argv      []string
 	stdout    io.Writer
 	stderr    io.Writer
@@ -149,7 +202,18 @@ func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custod
 	if err != nil {
 		return fail(r.stderr, exitFailed, "run: bind: %v", err)
 	}
-	for i, text := range r.prompts {
+	for i := 0; ; i++ {
+		text, ok, err := r.next(ctx)
+		if err != nil {
+			code := exitUsage // an unreadable stdin, as before anything ran
+			if ctx.Err() != nil {
+				code = exitFailed
+			}
+			return fail(r.stderr, code, "run: read prompt %d from stdin: %v", i+1, err)
+		}
+		if !ok {
+			return exitOK
+		}
 		resp, err := conn.Prompt(ctx, acp.PromptRequest{SessionId: sid, Prompt: []acp.ContentBlock{acp.TextBlock(text)}})
 		if err != nil {
 			return fail(r.stderr, exitFailed, "run: prompt %d: %v", i+1, err)
@@ -158,7 +222,6 @@ func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custod
 			return fail(r.stderr, exitFailed, "run: prompt %d ended with %s, not end_turn", i+1, resp.StopReason)
 		}
 	}
-	return exitOK
 }
 
 func (r *runner) bind(ctx context.Context, conn *custodian.Conn, b custodian.Binding) (acp.SessionId, error) {
