@@ -123,16 +123,22 @@ type LoaderConfig struct {
 
 // Loader reads and checks the admission file. It remembers the highest
 // generation it has accepted and refuses anything lower. It is safe for
-// concurrent use.
+// concurrent use; concurrent Loads run one at a time (see Load).
 type Loader struct {
 	cfg       LoaderConfig
 	dir, name string
+
+	// turn admits one Load at a time: read, checks and advance are one
+	// step, so a Load overtaken by a newer publish cannot compare what it
+	// read with a generation a later reader accepted.
+	turn chan struct{}
 
 	mu         sync.Mutex
 	lastGen    uint64
 	lastDigest string
 
-	loads atomic.Int64 // Load calls that reached the file, for tests
+	loads       atomic.Int64 // Load calls that reached the file, for tests
+	afterChecks func()       // tests: runs between the checks and advance
 }
 
 // Loaded is a snapshot that passed every check, with the file it came from.
@@ -165,7 +171,8 @@ func NewLoader(cfg LoaderConfig) (*Loader, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Path = filepath.Clean(cfg.Path)
-	return &Loader{cfg: cfg, dir: filepath.Dir(cfg.Path), name: filepath.Base(cfg.Path), lastGen: cfg.MinGeneration}, nil
+	return &Loader{cfg: cfg, dir: filepath.Dir(cfg.Path), name: filepath.Base(cfg.Path),
+		turn: make(chan struct{}, 1), lastGen: cfg.MinGeneration}, nil
 }
 
 // Path returns the file the loader reads.
@@ -186,9 +193,21 @@ func (l *Loader) fail(c Check, err error, format string, args ...any) *TrustErro
 // Load runs every check on the file as it is now and returns the snapshot.
 // On success the loader's last generation advances to the snapshot's.
 // Any failure is a *TrustError; there is no fallback to an earlier file.
+//
+// Concurrent Loads run one at a time, each reading the file as it is after
+// the previous one finished, so a Load that read generation N while
+// another read N+1 just published cannot report N as a rollback: only a
+// file that is lower than what an earlier, completed Load accepted is one.
+// ctx bounds the wait for the turn.
 func (l *Loader) Load(ctx context.Context) (*Loaded, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	select {
+	case l.turn <- struct{}{}:
+		defer func() { <-l.turn }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a concurrent load: %w", ctx.Err())
 	}
 	l.loads.Add(1)
 	data, info, err := l.read()
@@ -200,6 +219,9 @@ func (l *Loader) Load(ctx context.Context) (*Loaded, error) {
 		return nil, err
 	}
 	ld.stamp = info.stamp
+	if l.afterChecks != nil {
+		l.afterChecks()
+	}
 	if err := l.advance(ld); err != nil {
 		return nil, err
 	}

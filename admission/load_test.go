@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -241,5 +242,67 @@ func TestLoadHonoursContext(t *testing.T) {
 	cancel()
 	if _, err := l.Load(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled ctx: err = %v", err)
+	}
+}
+
+// TestLoadConcurrentNoFalseRollback: load A has read generation 1 when
+// generation 2 is published and load B starts. Were B to accept 2 while A
+// is in flight, A would then report its 1 as a rollback although the file
+// never went back. Loads take turns, so both succeed. (Without the turns B
+// finishes within the wait below and A fails with ErrRollback.)
+func TestLoadConcurrentNoFalseRollback(t *testing.T) {
+	dir, k, l := published(t, 1)
+	p := newTestPublisher(t, dir, k, clockAt(t0))
+	na := t0.Add(time.Hour)
+	aChecked, releaseA := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	l.afterChecks = func() {
+		if calls.Add(1) == 1 { // load A only; B must not wait here
+			close(aChecked)
+			<-releaseA
+		}
+	}
+	type result struct {
+		ld  *Loaded
+		err error
+	}
+	aDone, bDone := make(chan result, 1), make(chan result, 1)
+	go func() { ld, err := l.Load(context.Background()); aDone <- result{ld, err} }()
+	<-aChecked
+	mustPublish(t, p, inputWith(2, na, grantFor(tupleN(1), na)))
+	go func() { ld, err := l.Load(context.Background()); bDone <- result{ld, err} }()
+	var b result
+	select {
+	case b = <-bDone: // B overtook A: the race this test exists for
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(releaseA)
+	a := <-aDone
+	if b.ld == nil && b.err == nil {
+		b = <-bDone
+	}
+	if a.err != nil || a.ld.Snapshot.Generation != 1 {
+		t.Errorf("load A (read generation 1 before generation 2 was published): %+v, %v", a.ld, a.err)
+	}
+	if b.err != nil || b.ld.Snapshot.Generation != 2 {
+		t.Errorf("load B (after generation 2 was published): %+v, %v", b.ld, b.err)
+	}
+	if l.LastGeneration() != 2 {
+		t.Errorf("LastGeneration = %d, want 2", l.LastGeneration())
+	}
+}
+
+// TestLoadWaitHonoursContext: a Load waiting for its turn ends with ctx.
+func TestLoadWaitHonoursContext(t *testing.T) {
+	_, _, l := published(t, 1)
+	l.turn <- struct{}{} // another load holds the turn
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := l.Load(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Load while another holds the turn: err = %v, want the context deadline", err)
+	}
+	<-l.turn
+	if err := load(l); err != nil {
+		t.Fatalf("Load after the turn was released: %v", err)
 	}
 }
