@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,19 +32,26 @@ func TestHammerReaderVersusPublisher(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	seen := make([]map[uint64]bool, 2)
+	var latest [2]atomic.Uint64 // the last generation each reader saw
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		seen[0] = hammerLoader(ctx, t, newTestLoader(t, dir, k.Public(), clockAt(t0)))
+		seen[0] = hammerLoader(ctx, t, newTestLoader(t, dir, k.Public(), clockAt(t0)), &latest[0])
 	}()
 	go func() {
 		defer wg.Done()
-		seen[1] = hammerRefresher(ctx, t, dir, k)
+		seen[1] = hammerRefresher(ctx, t, dir, k, &latest[1])
 	}()
 	for gen := uint64(2); gen <= generations; gen++ {
 		publish(gen)
 	}
-	time.Sleep(10 * time.Millisecond) // let the readers see the last one
+	// Let each reader reach the last generation: an event, not a sleep
+	// (bounded for a loaded machine; a reader that stopped on an error
+	// has reported it).
+	deadline := time.Now().Add(30 * time.Second)
+	for (latest[0].Load() != generations || latest[1].Load() != generations) && time.Now().Before(deadline) && !t.Failed() {
+		time.Sleep(time.Millisecond)
+	}
 	cancel()
 	wg.Wait()
 	for i, name := range []string{"loader", "refresher"} {
@@ -55,7 +63,7 @@ func TestHammerReaderVersusPublisher(t *testing.T) {
 }
 
 // hammerLoader loads until ctx ends and returns the generations it saw.
-func hammerLoader(ctx context.Context, t *testing.T, l *Loader) map[uint64]bool {
+func hammerLoader(ctx context.Context, t *testing.T, l *Loader, latest *atomic.Uint64) map[uint64]bool {
 	seen := map[uint64]bool{}
 	var last uint64
 	for ctx.Err() == nil {
@@ -71,13 +79,14 @@ func hammerLoader(ctx context.Context, t *testing.T, l *Loader) map[uint64]bool 
 		}
 		last = s.Generation
 		seen[last] = true
+		latest.Store(last)
 	}
 	return seen
 }
 
 // hammerRefresher alternates Lookup and Current; each must be
 // self-consistent and never go back.
-func hammerRefresher(ctx context.Context, t *testing.T, dir string, k signing.PrivateKey) map[uint64]bool {
+func hammerRefresher(ctx context.Context, t *testing.T, dir string, k signing.PrivateKey, latest *atomic.Uint64) map[uint64]bool {
 	r, err := NewRefresher(context.Background(), newTestLoader(t, dir, k.Public(), clockAt(t0)), RefresherOptions{NoWatch: true})
 	if err != nil {
 		t.Error(err)
@@ -100,6 +109,7 @@ func hammerRefresher(ctx context.Context, t *testing.T, dir string, k signing.Pr
 		}
 		last = s.Generation
 		seen[gen], seen[last] = true, true
+		latest.Store(last)
 	}
 	return seen
 }
