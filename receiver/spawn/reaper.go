@@ -79,8 +79,9 @@ var _ [unsafe.Sizeof(sigchldInfo{}) - 128]byte
 // reapLoop peeks at the next exited child without reaping it (WNOWAIT),
 // then reaps it under the registry lock. For a registered child it first
 // sends SIGKILL to the child's process group, while the un-reaped zombie
-// still pins the pgid: nothing a command left behind in its group outlives
-// it. Unregistered children are orphans reparented to this subreaper.
+// still pins the pgid, and to its cgroup (Spec.Cgroup): nothing a command
+// left behind in its group, or in its cgroup after leaving the group,
+// outlives it. Unregistered children are orphans reparented to this subreaper.
 func reapLoop() {
 	for {
 		var info sigchldInfo
@@ -108,8 +109,9 @@ func reapOne(pid int) {
 	if err != nil || info.Pid == 0 {
 		return
 	}
-	if registered(pid) != nil {
+	if c := registered(pid); c != nil {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		_ = c.killCgroup() // descendants that left the group; a failure leaves them to the cgroup's owner
 	}
 	var ws syscall.WaitStatus
 	if _, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err != nil {

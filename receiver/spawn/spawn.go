@@ -74,6 +74,17 @@ type Spec struct {
 	// Landlock, when non-nil, is enforced on the child (and only on the
 	// spawning thread of the receiver).
 	Landlock *Ruleset
+	// Cgroup, when non-nil, is an open cgroup v2 directory (O_PATH is
+	// enough) the child is forked straight into (clone3 with
+	// CLONE_INTO_CGROUP: the child never runs outside it; in ModeHelper the
+	// helper is forked into it and the command inherits it). Start opens
+	// its cgroup.kill before the spawning thread is restricted, and every
+	// SIGKILL of the group (Kill, the reaper's kill when the leader exits)
+	// also writes "1" to it, so a descendant that left the process group
+	// with setsid or setpgid is killed too. The cgroup is the caller's: it
+	// creates it, keeps it for the child alone and removes it after the
+	// child is reaped. nil starts the child in the receiver's own cgroup.
+	Cgroup *os.File
 	// HelperPath is the receiver binary for ModeHelper ("" means
 	// /proc/self/exe).
 	HelperPath string
@@ -155,6 +166,7 @@ type Status struct {
 type Child struct {
 	pid    int
 	pidfd  *os.File // pollable pidfd for Reap; nil without pidfd support
+	cgkill *os.File // cgroup.kill of Spec.Cgroup, write-only; nil without a cgroup
 	done   chan struct{}
 	mu     sync.Mutex // guards status, reaped
 	reaped bool
@@ -175,13 +187,17 @@ func (c *Child) Status() Status {
 	return c.status
 }
 
-// Kill sends SIGKILL to the child's whole process group. After the child
-// is reaped it does nothing: its pgid may then belong to someone else.
+// Kill sends SIGKILL to the child's whole process group and, with a
+// Spec.Cgroup, to every process of that cgroup (cgroup.kill), including
+// descendants that left the group. After the child is reaped it does
+// nothing: its pgid may then belong to someone else, and the reaper has
+// already killed the cgroup.
 func (c *Child) Kill() error { return c.Signal(syscall.SIGKILL) }
 
 // Signal sends sig to the child's whole process group while the child is
 // not reaped (the zombie pins the pgid, so the signal cannot reach an
-// unrelated group). Signalling an exited group is not an error.
+// unrelated group); SIGKILL also kills the child's cgroup, if any.
+// Signalling an exited group is not an error.
 func (c *Child) Signal(sig syscall.Signal) error {
 	reg.mu.RLock() // the reaper reaps under the write lock
 	defer reg.mu.RUnlock()
@@ -191,8 +207,26 @@ func (c *Child) Signal(sig syscall.Signal) error {
 	if reaped {
 		return nil
 	}
+	var errGroup error
 	if err := syscall.Kill(-c.pid, sig); err != nil && err != syscall.ESRCH {
-		return fmt.Errorf("signal process group %d: %w", c.pid, err)
+		errGroup = fmt.Errorf("signal process group %d: %w", c.pid, err)
+	}
+	if sig != syscall.SIGKILL {
+		return errGroup
+	}
+	return errors.Join(errGroup, c.killCgroup())
+}
+
+// killCgroup writes "1" to the child's cgroup.kill: the kernel sends
+// SIGKILL to every process in the cgroup, and a fork racing with it is
+// killed too. The caller holds reg.mu (for reading or writing), so the
+// descriptor is not closed meanwhile.
+func (c *Child) killCgroup() error {
+	if c.cgkill == nil {
+		return nil
+	}
+	if _, err := c.cgkill.Write([]byte("1")); err != nil {
+		return fmt.Errorf("kill the cgroup of child %d (cgroup.kill): %w", c.pid, err)
 	}
 	return nil
 }
@@ -211,5 +245,8 @@ func (c *Child) finish(ws syscall.WaitStatus) {
 	close(c.done)
 	if c.pidfd != nil {
 		_ = c.pidfd.Close() // a Reap still waiting on it wakes up and finds Done closed
+	}
+	if c.cgkill != nil {
+		_ = c.cgkill.Close() // under reg.mu's write lock: no Signal is using it
 	}
 }

@@ -27,6 +27,11 @@ func Start(spec Spec) (*Child, error) {
 	}
 	startReaper()
 	c := &Child{done: make(chan struct{})}
+	// cgroup.kill is opened here, before any thread is restricted (Landlock
+	// would refuse the open on a prepared spawning thread).
+	if c.cgkill, err = openCgroupKill(spec.Cgroup); err != nil {
+		return nil, err
+	}
 	if spec.OnCallingThread {
 		// WARNING: thread-sensitive. The calling goroutine is locked to its
 		// OS thread here and never unlocked (the caller must not call
@@ -37,6 +42,7 @@ func Start(spec Spec) (*Child, error) {
 		//   go test -race -run 'TestChildMasks|TestNoLeak|TestPdeathsig|TestOnCallingThread' ./receiver/spawn/
 		runtime.LockOSThread()
 		if err := c.launch(&spec, devNull); err != nil {
+			c.closeCgroupKill()
 			return nil, err
 		}
 		return c, nil
@@ -60,9 +66,31 @@ func Start(spec Spec) (*Child, error) {
 		<-c.done // keep the thread, and so the parent-death signal, until the child is reaped
 	}()
 	if err := <-started; err != nil {
+		c.closeCgroupKill()
 		return nil, err
 	}
 	return c, nil
+}
+
+// openCgroupKill opens cgroup.kill of the child's cgroup for writing, or
+// returns nil without a cgroup.
+func openCgroupKill(cg *os.File) (*os.File, error) {
+	if cg == nil {
+		return nil, nil
+	}
+	fd, err := unix.Openat(int(cg.Fd()), "cgroup.kill", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: open cgroup.kill of the child's cgroup: %w", ErrStart, err)
+	}
+	return os.NewFile(uintptr(fd), "cgroup.kill"), nil
+}
+
+// closeCgroupKill closes cgroup.kill of a child that never started (a
+// started child closes it when it is reaped).
+func (c *Child) closeCgroupKill() {
+	if c.cgkill != nil {
+		_ = c.cgkill.Close()
+	}
 }
 
 // launch runs on the locked spawning thread: it prepares the thread (in
@@ -120,11 +148,15 @@ func (c *Child) launch(spec *Spec, devNull *os.File) error {
 
 // procAttr builds the fork attributes: stdin /dev/null, stdout and stderr
 // the output, a new session (and so a new process group), SIGKILL on the
-// death of this thread, and in ModeThread the grant's credentials. Env is
+// death of this thread, the child's cgroup if any, and in ModeThread the
+// grant's credentials. Env is
 // never nil, so nothing is inherited.
 func procAttr(spec *Spec, devNull *os.File) (*os.ProcAttr, error) {
 	env := append([]string{}, spec.Env...)
 	sys := &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.Cgroup != nil { // clone3 with CLONE_INTO_CGROUP: no instant outside the cgroup
+		sys.UseCgroupFD, sys.CgroupFD = true, int(spec.Cgroup.Fd())
+	}
 	if spec.Mode == ModeThread {
 		groups := append([]uint32{}, spec.Groups...)
 		sys.Credential = &syscall.Credential{Uid: spec.UID, Gid: spec.GID, Groups: groups}

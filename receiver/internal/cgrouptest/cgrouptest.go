@@ -1,0 +1,151 @@
+// Package cgrouptest gives root tests of the receiver a private cgroup v2
+// directory to contain children in. It is a test helper only.
+package cgrouptest
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/fixtures/testenv"
+)
+
+// Hint says how to give a machine what Parent needs.
+const Hint = "mount a writable cgroup2 file system (mount -t cgroup2 none /sys/fs/cgroup) on a kernel >= 5.14 (cgroup.kill)"
+
+// Parent returns a fresh directory in a writable cgroup2 mount (the pure
+// v2 /sys/fs/cgroup, or a hybrid system's /sys/fs/cgroup/unified), where
+// the test may create child cgroups. Cleanup kills every process left in
+// it, removes its children and then it, and fails the test if one cannot
+// be removed. It needs root; without a usable cgroup2 mount it fails the
+// test with a hint.
+func Parent(t testing.TB) string {
+	t.Helper()
+	testenv.Require(t, "root")
+	mount, err := Mount()
+	if err != nil {
+		t.Fatalf("cgroup2: %v; fix: %s", err, Hint)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	dir := filepath.Join(mount, "tether-test-"+hex.EncodeToString(b[:]))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("cgroup2: create %s: %v; fix: %s", dir, err, Hint)
+	}
+	t.Cleanup(func() {
+		if err := Remove(dir); err != nil {
+			t.Errorf("cgroup2 test parent: %v", err)
+		}
+	})
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+		t.Fatalf("cgroup2: %s has no cgroup.kill (%v); fix: %s", dir, err, Hint)
+	}
+	return dir
+}
+
+// Mount finds the first cgroup2 mount of this process that is writable,
+// from /proc/self/mountinfo.
+func Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, fsFields := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 6 || len(fsFields) < 1 || fsFields[0] != "cgroup2" {
+			continue
+		}
+		if opts := strings.Split(fields[5], ","); contains(opts, "ro") {
+			continue
+		}
+		return unescape(fields[4]), nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", errors.New("no writable cgroup2 mount in /proc/self/mountinfo")
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// Remove kills every process in the cgroup dir and its children, waits
+// (bounded) until they are gone and removes the children, then dir.
+func Remove(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("kill %s: %w", dir, err)
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := Remove(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || err == unix.ENOENT {
+			return nil
+		}
+		if err != unix.EBUSY || time.Now().After(deadline) {
+			return fmt.Errorf("remove %s: %w", dir, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Rel returns dir as /proc/<pid>/cgroup names it: relative to the cgroup2
+// mount, with a leading slash. It assumes the test runs in the root
+// cgroup namespace.
+func Rel(t testing.TB, dir string) string {
+	t.Helper()
+	mount, err := Mount()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(mount, dir)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		t.Fatalf("%s is not beneath the cgroup2 mount %s", dir, mount)
+	}
+	return "/" + rel
+}
