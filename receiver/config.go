@@ -23,6 +23,9 @@ type Config struct {
 	Admission AdmissionConfig `json:"admission"`
 	// Landlock must name its mode explicitly ("off" or "required").
 	Landlock LandlockConfig `json:"landlock"`
+	// Cgroup contains each command in its own cgroup ("off" when absent;
+	// docs/protocol.md recommends "required").
+	Cgroup CgroupConfig `json:"cgroup,omitempty"`
 	// Spawn is "thread" (default) or "helper".
 	Spawn string `json:"spawn,omitempty"`
 	// Limits are the receiver's own bounds (zero fields take defaults).
@@ -93,6 +96,9 @@ func (c Config) Validate() error {
 	case LandlockOff, LandlockRequired:
 	default:
 		return fmt.Errorf("%w: landlock.mode must be %q or %q, not %q", ErrConfig, LandlockOff, LandlockRequired, c.Landlock.Mode)
+	}
+	if err := c.Cgroup.validate(); err != nil {
+		return fmt.Errorf("%w: cgroup: %w", ErrConfig, err)
 	}
 	if _, err := c.spawnMode(); err != nil {
 		return err

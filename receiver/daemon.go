@@ -86,7 +86,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		d.serving.Add(1)
 		go d.serve(ctx, l)
 	}
-	log.Info("receiver: serving", "listen", d.addrs, "landlock", cfg.Landlock.Mode, "spawn", cfg.Spawn)
+	log.Info("receiver: serving", "listen", d.addrs, "landlock", cfg.Landlock.Mode, "cgroup", cfg.Cgroup.Mode, "spawn", cfg.Spawn)
 	return d, nil
 }
 
@@ -106,7 +106,7 @@ func (d *Daemon) build(ctx context.Context, cfg Config) error {
 	}
 	mode, _ := cfg.spawnMode()
 	if d.handler, err = NewHandler(Options{Grants: d.refresher, Limits: cfg.Limits, Landlock: cfg.Landlock,
-		SpawnMode: mode, Log: d.log}); err != nil {
+		Cgroup: cfg.Cgroup, SpawnMode: mode, Log: d.log}); err != nil {
 		return err
 	}
 	d.server, err = wire.NewServer(d.handler, wire.ServerConfig{MaxFrame: cfg.MaxFrame, Log: d.log})

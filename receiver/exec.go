@@ -171,21 +171,28 @@ var _ wire.AfterWriter = (*startedResult)(nil)
 // AfterWrite waits for the child to be reaped.
 func (r *startedResult) AfterWrite() { <-r.child.Done() }
 
-// startTerminal opens the root and the working directory, starts the
-// child and the goroutines that watch it.
+// startTerminal opens the root and the working directory, creates the
+// command's cgroup (cgroup mode required), starts the child and the
+// goroutines that watch it.
 func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecStartArgs, g admission.Grant,
 	now time.Time, onThisThread bool) (*terminal, error) {
 	root, err := h.openRoot(g)
 	if err != nil {
 		return nil, err
 	}
-	child, rd, err := h.spawnIn(root, plan, a.Cwd, g, onThisThread)
+	tc, err := h.newCgroup(id)
 	if err != nil {
 		root.Close()
 		return nil, err
 	}
+	child, rd, err := h.spawnIn(root, plan, a.Cwd, g, tc, onThisThread)
+	if err != nil {
+		h.removeCgroup(tc)
+		root.Close()
+		return nil, err
+	}
 	t := &terminal{id: id, tuple: tuple, child: child, out: newTailBuffer(int(plan.limit)), output: rd,
-		done: make(chan struct{}), now: h.now}
+		done: make(chan struct{}), now: h.now, cgroup: tc, removeCgroup: h.removeCgroup}
 	t.timer = time.AfterFunc(plan.deadline.Sub(now), t.kill)
 	copied := make(chan struct{})
 	go t.copyOutput(copied)
@@ -193,15 +200,16 @@ func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecSta
 	return t, nil
 }
 
-// spawnIn starts the child in cwd beneath root and returns it with the
-// read end of its output pipe.
+// spawnIn starts the child in cwd beneath root, in the cgroup tc if not
+// nil, and returns it with the read end of its output pipe.
 //
 // WARNING: with onThisThread the calling goroutine's thread is locked and,
 // in thread mode, restricted (Landlock included) from spawn.Start on: the
 // code that runs after it on this goroutine (here, in execStart and in the
 // wire server's answer) must not open files or need privileges. Tested as
 // root by go test -race -run 'TestOnCallingThread|TestIntegrationDaemon' ./receiver/...
-func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admission.Grant, onThisThread bool) (*spawn.Child, *os.File, error) {
+func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admission.Grant, tc *termCgroup,
+	onThisThread bool) (*spawn.Child, *os.File, error) {
 	dir, err := root.OpenDir(cwd)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cwd: %w", err)
@@ -218,7 +226,7 @@ func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admissi
 	}
 	child, err := spawn.Start(spawn.Spec{Mode: h.mode, HelperPath: h.helper, Path: plan.path, Search: plan.search, Argv: plan.argv,
 		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs,
-		OnCallingThread: onThisThread})
+		Cgroup: tc.file(), OnCallingThread: onThisThread})
 	wr.Close()
 	if err != nil {
 		rd.Close()
@@ -285,4 +293,29 @@ func outputPipe() (rd, wr *os.File, err error) {
 		return nil, nil, fmt.Errorf("output pipe: %w", err)
 	}
 	return os.NewFile(uintptr(p[0]), "output"), os.NewFile(uintptr(p[1]), "output-w"), nil
+}
+
+// newCgroup creates the cgroup of terminal id, or returns nil when cgroup
+// containment is off. A failure is the receiver's, so the peer sees
+// internal and the log names the check.
+func (h *Handler) newCgroup(id string) (*termCgroup, error) {
+	if h.cgroups == nil {
+		return nil, nil
+	}
+	tc, err := h.cgroups.create(id)
+	if err != nil { // never mapped by errno (a missing parent is no not_found of the peer's)
+		return nil, h.logInternal(wire.OpExecStart, err)
+	}
+	return tc, nil
+}
+
+// removeCgroup kills and removes a command's cgroup (nil: nothing) and
+// logs, naming it, a cgroup it could not remove.
+func (h *Handler) removeCgroup(tc *termCgroup) {
+	if tc == nil {
+		return
+	}
+	if err := h.cgroups.remove(tc); err != nil {
+		h.log.Error("receiver: command cgroup left behind", "cgroup", tc.path, "err", err)
+	}
 }

@@ -29,6 +29,10 @@ type Options struct {
 	Limits Limits
 	// Landlock confines children; the zero value (LandlockOff) does not.
 	Landlock LandlockConfig
+	// Cgroup contains each command in its own cgroup; the zero value
+	// (CgroupOff) does not. With CgroupRequired NewHandler checks and
+	// locks the parent, and fails naming the check that failed.
+	Cgroup CgroupConfig
 	// SpawnMode selects how children are restricted (spawn.ModeThread by
 	// default). HelperPath is the binary ModeHelper re-executes.
 	SpawnMode  spawn.Mode
@@ -50,6 +54,7 @@ type Handler struct {
 	grants   admission.GrantSource
 	limits   Limits
 	landlock *landlockRules // nil when Landlock is off
+	cgroups  *cgroups       // nil when cgroup containment is off
 	mode     spawn.Mode
 	helper   string
 	now      func() time.Time
@@ -94,6 +99,10 @@ func NewHandler(opts Options) (*Handler, error) {
 	if h.landlock, err = newLandlockRules(opts.Landlock); err != nil {
 		return nil, err
 	}
+	if h.cgroups, err = newCgroups(opts.Cgroup, h.log); err != nil {
+		h.landlock.close()
+		return nil, err
+	}
 	h.terms = newTerminals(lim.MaxTerminals)
 	every := opts.RecheckEvery
 	if every <= 0 {
@@ -103,8 +112,9 @@ func NewHandler(opts Options) (*Handler, error) {
 	return h, nil
 }
 
-// Close kills every child the handler started, waits until each is reaped
-// and its output drained, and refuses every later request with
+// Close kills every child the handler started, waits until each is reaped,
+// its output drained and its cgroup removed, releases the cgroup parent,
+// and refuses every later request with
 // unavailable. It is safe to call twice.
 func (h *Handler) Close() error {
 	h.closeOnce.Do(func() {
@@ -112,6 +122,7 @@ func (h *Handler) Close() error {
 		h.sweeper.Wait()
 		h.terms.closeAll()
 		h.landlock.close()
+		h.cgroups.close()
 	})
 	return nil
 }

@@ -24,6 +24,10 @@ type terminal struct {
 	out     *tailBuffer
 	timer   *time.Timer
 	output  *os.File // read end of the output pipe
+	// cgroup is the command's own cgroup (nil when containment is off);
+	// watch removes it with removeCgroup before the terminal is final.
+	cgroup       *termCgroup
+	removeCgroup func(*termCgroup)
 
 	mu sync.Mutex // guards exit
 
@@ -47,8 +51,9 @@ func newTerminalID() string {
 // process that left the group may hold the pipe).
 const outputGrace = 250 * time.Millisecond
 
-// watch waits for the child, drains its output, hashes the requested
-// files, then publishes the final state. It owns root and closes it. The
+// watch waits for the child, drains its output, kills and removes the
+// command's cgroup, hashes the requested files, then publishes the final
+// state. It owns root and closes it. The
 // descriptors are closed after the state is published (nothing uses them
 // any more by then), so the answer to a waiting exec_wait goes out first.
 func (t *terminal) watch(root *fsops.Root, hashPaths []string, copied <-chan struct{}) {
@@ -64,6 +69,9 @@ func (t *terminal) watch(root *fsops.Root, hashPaths []string, copied <-chan str
 		t.exit = wire.ExitStatus{ExitCode: &code}
 	}
 	t.mu.Unlock()
+	if t.cgroup != nil { // nothing the command started runs once the terminal is final
+		t.removeCgroup(t.cgroup)
+	}
 	if len(hashPaths) > 0 {
 		sums, err := root.Hash(hashPaths)
 		if err != nil {

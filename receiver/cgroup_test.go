@@ -1,0 +1,227 @@
+package receiver
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/receiver/internal/cgrouptest"
+	"github.com/tetherdev/tether/receiver/spawn"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// cgroupParent returns a private cgroup2 parent for one test (removed in
+// Cleanup); see cgrouptest.Parent.
+func cgroupParent(t *testing.T) string { return cgrouptest.Parent(t) }
+
+// escapeScript leaves a sleeper outside the command's process group
+// (setsid) and waits until it has left, then sleeps itself.
+const escapeScript = `setsid sh -c 'touch escaped; exec sleep 100' & while [ ! -e escaped ]; do :; done; echo escaped; exec sleep 100`
+
+// TestCgroupKillsEscapees attacks each way a command ends with a
+// descendant that called setsid: exec_kill, exec_release, the deadline, a
+// revocation and the leader's own exit. With cgroup containment required
+// nothing of the grant uid is left, and the command's cgroup is gone by
+// the time the terminal is final. Without cgroup.kill the escaped sleeper
+// runs on as the grant's user.
+func TestCgroupKillsEscapees(t *testing.T) {
+	testenv.Require(t, "root")
+	for _, how := range []string{"exec_kill", "exec_release", "deadline", "revocation", "leader_exits"} {
+		t.Run(how, func(t *testing.T) {
+			parent := cgroupParent(t)
+			f := newFixture(t, Options{Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: parent},
+				RecheckEvery: 50 * time.Millisecond})
+			script, deadline := escapeScript, f.clk.Now().Add(30*time.Second)
+			switch how {
+			case "leader_exits":
+				script = strings.TrimSuffix(script, "; exec sleep 100")
+			case "deadline":
+				deadline = f.clk.Now().Add(3 * time.Second)
+			}
+			res, err := f.callCtx(context.Background(), f.grant.Tuple.SHA256(), wire.OpExecStart,
+				wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", script}, Env: map[string]string{"PATH": "/usr/bin:/bin"}}, deadline)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := res.(*wire.ExecStartResult)
+			tm := f.h.terms.get(f.grant.Tuple.SHA256(), st.TerminalID)
+			if how != "leader_exits" { // that leader ends as soon as the sleeper escaped
+				assertInCgroup(t, st.PID, filepath.Join(parent, st.TerminalID))
+				waitEscapedFrom(t, st.PID)
+				waitOutput(t, tm, "escaped\n") // the leader saw the marker: the escape is complete
+			}
+			switch how {
+			case "exec_kill", "exec_release":
+				if _, err := f.call(f.grant, wire.Op(how), wire.TerminalArgs{TerminalID: st.TerminalID}); err != nil {
+					t.Fatal(err)
+				}
+			case "revocation":
+				f.publish(f.newGrant("other", allOps...))
+			}
+			select {
+			case <-tm.done:
+			case <-time.After(30 * time.Second): // a bound for a slow guest, not a wait
+				t.Fatalf("%s: the command did not end", how)
+			}
+			if out, _ := tm.out.Snapshot(); out != "escaped\n" { // printed after the sleeper's setsid
+				t.Fatalf("%s: output %q: the sleeper did not escape first", how, out)
+			}
+			if _, err := os.Stat(filepath.Join(parent, st.TerminalID)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("%s: the command's cgroup is still there once the terminal is final: %v", how, err)
+			}
+			assertNoGrantUID(t)
+		})
+	}
+}
+
+// assertInCgroup checks /proc/pid/cgroup names dir.
+func assertInCgroup(t *testing.T, pid int, dir string) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "0::" + cgrouptest.Rel(t, dir) + "\n"; !strings.Contains(string(b), want) {
+		t.Fatalf("command %d is in\n%s\nwant %q", pid, b, want)
+	}
+}
+
+// waitEscapedFrom waits until a process of the grant uid runs outside
+// the process group pgid.
+func waitEscapedFrom(t *testing.T, pgid int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
+	for time.Now().Before(deadline) {
+		for _, p := range procsOfUID(t, gUID) {
+			if pg, err := unix.Getpgid(p); err == nil && pg != pgid {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no process left the group: the test did not exercise an escape")
+}
+
+// waitOutput waits until the terminal's output is want.
+func waitOutput(t *testing.T, tm *terminal, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
+	for time.Now().Before(deadline) {
+		if out, _ := tm.out.Snapshot(); out == want {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	out, _ := tm.out.Snapshot()
+	t.Fatalf("output %q, want %q", out, want)
+}
+
+// assertNoGrantUID fails unless every process of the grant uid is gone
+// within 10 s: they were killed before the terminal became final, only
+// the reaping of the escaped ones (by the receiver, their subreaper) is
+// asynchronous.
+func assertNoGrantUID(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(procsOfUID(t, gUID)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ps := procsOfUID(t, gUID); len(ps) > 0 {
+		t.Fatalf("processes %v of the grant uid survived", ps)
+	}
+}
+
+// TestCgroupRequiredRefuses: with cgroup containment required the handler
+// refuses to start, naming the failed check, on a parent that is missing,
+// that is not on cgroup2 (a plain directory), or that another receiver
+// holds; a bad config is refused before that.
+func TestCgroupRequiredRefuses(t *testing.T) {
+	testenv.Require(t, "root")
+	parent := cgroupParent(t)
+	held, err := NewHandler(Options{Grants: lyingSource{}, Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: parent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	cases := map[string]struct {
+		parent, check string
+	}{
+		"missing":       {filepath.Join(t.TempDir(), "nope"), "check parent exists"},
+		"not cgroup2":   {t.TempDir(), "check cgroup2 file system"},
+		"held by other": {parent, "check parent is this receiver's alone"},
+	}
+	for name, c := range cases {
+		h, err := NewHandler(Options{Grants: lyingSource{}, Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: c.parent}})
+		if err == nil {
+			h.Close()
+			t.Fatalf("%s: a handler started on %s", name, c.parent)
+		}
+		if !errors.Is(err, ErrCgroup) || !strings.Contains(err.Error(), c.check) {
+			t.Errorf("%s: %v, want ErrCgroup naming %q", name, err, c.check)
+		}
+	}
+	for _, bad := range []CgroupConfig{{Mode: CgroupRequired}, {Mode: CgroupRequired, Parent: "rel/x"},
+		{Mode: CgroupRequired, Parent: "/sys/fs/cgroup/../x"}, {Mode: "best_effort", Parent: parent}} {
+		if _, err := NewHandler(Options{Grants: lyingSource{}, Cgroup: bad}); !errors.Is(err, ErrOptions) {
+			t.Errorf("cgroup %+v: %v, want ErrOptions", bad, err)
+		}
+	}
+}
+
+// TestCgroupStaleRemovedAtStart: a command cgroup a previous receiver left
+// (it was killed before it could remove it) with a process still in it
+// is killed and removed when a handler takes the parent.
+func TestCgroupStaleRemovedAtStart(t *testing.T) {
+	testenv.Require(t, "root")
+	waitNoUID(t, gUID)
+	parent := cgroupParent(t)
+	stale := filepath.Join(parent, "t-stale")
+	if err := os.Mkdir(stale, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cg, err := os.OpenFile(stale, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	dir, err := os.OpenFile("/", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	// Setsid then sleep: a process out of the leader's group, as an
+	// escaped descendant of a killed receiver's command would be.
+	c, err := spawn.Start(spawn.Spec{Path: "/bin/sh", Argv: []string{"sh", "-c", "setsid sleep 100 & exec sleep 100"},
+		Env: []string{"PATH=/usr/bin:/bin"}, Dir: dir, UID: gUID, GID: gGID, Output: null, Cgroup: cg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewHandler(Options{Grants: lyingSource{}, Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: parent}})
+	if err != nil {
+		c.Kill()
+		t.Fatal(err)
+	}
+	defer h.Close()
+	select {
+	case <-c.Done():
+	case <-time.After(30 * time.Second): // a bound for a slow guest, not a wait
+		c.Kill()
+		t.Fatal("the process in the stale cgroup was not killed")
+	}
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("stale command cgroup still there: %v", err)
+	}
+	assertNoGrantUID(t)
+}
