@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"github.com/tetherdev/tether/fixtures/pki"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/caps"
+	"github.com/tetherdev/tether/receiver/internal/cgrouptest"
 	"github.com/tetherdev/tether/receiver/transport"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -691,5 +693,43 @@ func TestPrebuiltHookRefuses(t *testing.T) {
 	}
 	if got, err := prebuilt(exe); err != nil || got != exe {
 		t.Fatalf("prebuilt(%q) = %q, %v", exe, got, err)
+	}
+}
+
+// TestIntegrationCgroupRequired runs the daemon with cgroup containment
+// required: a command's setsid escapee dies with the release and the
+// command's cgroup is gone; on a parent that is not cgroup2 the daemon
+// refuses to start, naming the check, and never listens.
+func TestIntegrationCgroupRequired(t *testing.T) {
+	testenv.Require(t, "root")
+	e := newEnv(t, "off", "thread")
+	e.cfg["cgroup"] = map[string]any{"mode": "required", "parent": e.base}
+	e.writeConfig()
+	out, err := exec.Command(binary(t), "--config", e.config).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitFailed || !strings.Contains(string(out), "check cgroup2 file system") {
+		t.Fatalf("daemon with a tmpfs/plain cgroup parent: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(e.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a daemon that refused created its socket")
+	}
+	parent := cgrouptest.Parent(t)
+	e.cfg["cgroup"] = map[string]any{"mode": "required", "parent": parent}
+	e.writeConfig()
+	e.start()
+	c := e.client()
+	out2, st := c.run("/bin/sh", "-c", `setsid sh -c 'touch escaped; exec sleep 100' & while [ ! -e escaped ]; do :; done; echo escaped`)
+	if out2 != "escaped\n" || st.ExitCode == nil || *st.ExitCode != 0 {
+		t.Fatalf("escape command: %q %+v", out2, st)
+	}
+	deadline := time.Now().Add(10 * time.Second) // killed before exec_wait answered; only the reap is asynchronous
+	for len(procsOfUID(t, gUID)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ps := procsOfUID(t, gUID); len(ps) > 0 {
+		t.Fatalf("the escaped sleeper survived: %v", ps)
+	}
+	if ents, err := os.ReadDir(parent); err != nil || slices.ContainsFunc(ents, func(d os.DirEntry) bool { return d.IsDir() }) {
+		t.Fatalf("command cgroups left in %s: %v %v", parent, ents, err)
 	}
 }
