@@ -52,13 +52,13 @@ var hostPrograms = []struct{ name, hint string }{
 var guestModules = append([]string{"vsock"}, guest.ModulesVirtioSerial...)
 
 // guestEnv is the whole environment of a test binary in the guest (plus
-// the prebuilt variables below). The root requirement is demanded, so a
-// test that would skip for want of root fails instead. The guest has no Go
+// the prebuilt variables below). The root and cgroup2 requirements are
+// demanded, so a test that would skip for want of them fails instead. The guest has no Go
 // toolchain: nothing is compiled there.
 var guestEnv = []string{
 	"PATH=/usr/sbin:/usr/bin:/sbin:/bin",
 	"HOME=/root", "TMPDIR=/tmp", "GOTRACEBACK=all",
-	"TETHER_TEST_REQUIRE=root",
+	"TETHER_TEST_REQUIRE=root,cgroup2",
 }
 
 // prebuiltEnv maps a main package whose tests run its own binary to the

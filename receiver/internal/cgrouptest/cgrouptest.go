@@ -3,14 +3,12 @@
 package cgrouptest
 
 import (
-	"bufio"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,11 +25,11 @@ const Hint = "mount a writable cgroup2 file system (mount -t cgroup2 none /sys/f
 // v2 /sys/fs/cgroup, or a hybrid system's /sys/fs/cgroup/unified), where
 // the test may create child cgroups. Cleanup kills every process left in
 // it, removes its children and then it, and fails the test if one cannot
-// be removed. It needs root; without a usable cgroup2 mount it fails the
-// test with a hint.
+// be removed. It needs root and a usable cgroup2 mount (the testenv gate:
+// skipped with a hint, or failed when TETHER_TEST_REQUIRE names them).
 func Parent(t testing.TB) string {
 	t.Helper()
-	testenv.Require(t, "root")
+	testenv.Require(t, "root", "cgroup2")
 	mount, err := Mount()
 	if err != nil {
 		t.Fatalf("cgroup2: %v; fix: %s", err, Hint)
@@ -53,56 +51,8 @@ func Parent(t testing.TB) string {
 	return dir
 }
 
-// Mount finds the first cgroup2 mount of this process that is writable,
-// from /proc/self/mountinfo.
-func Mount() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, fsFields := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 6 || len(fsFields) < 1 || fsFields[0] != "cgroup2" {
-			continue
-		}
-		if opts := strings.Split(fields[5], ","); contains(opts, "ro") {
-			continue
-		}
-		return unescape(fields[4]), nil
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", errors.New("no writable cgroup2 mount in /proc/self/mountinfo")
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// Mount finds the first writable cgroup2 mount of this process.
+func Mount() (string, error) { return testenv.Cgroup2Mount() }
 
 // Remove kills every process in the cgroup dir and its children, waits
 // (bounded) until they are gone and removes the children, then dir.
