@@ -511,9 +511,14 @@ func BenchmarkStatRoundTrip(b *testing.B) {
 // and their ratio (the target is ≤ 1.3).
 func BenchmarkExecRatio(b *testing.B) {
 	testenv.Require(b, "root")
-	for _, mode := range []string{"thread", "helper"} {
+	for _, mode := range []string{"thread", "helper", "thread-cgroup"} {
 		b.Run(mode, func(b *testing.B) {
-			e := newEnv(b, "off", mode)
+			spawnMode, withCgroup := strings.CutSuffix(mode, "-cgroup")
+			e := newEnv(b, "off", spawnMode)
+			if withCgroup { // each command in its own cgroup, created, drained and removed
+				e.cfg["cgroup"] = map[string]any{"mode": "required", "parent": cgrouptest.Parent(b)}
+				e.writeConfig()
+			}
 			e.start()
 			c := e.client()
 			var direct, recv time.Duration
