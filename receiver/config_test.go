@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -76,6 +77,12 @@ func FuzzDecodeConfig(f *testing.F) {
 		}
 		if c.Landlock.Mode != LandlockOff && c.Landlock.Mode != LandlockRequired {
 			t.Fatalf("accepted landlock mode %q", c.Landlock.Mode)
+		}
+		if c.Cgroup.Mode != "" && c.Cgroup.Mode != CgroupOff && c.Cgroup.Mode != CgroupRequired {
+			t.Fatalf("accepted cgroup mode %q", c.Cgroup.Mode)
+		}
+		if c.Cgroup.Mode == CgroupRequired && (!filepath.IsAbs(c.Cgroup.Parent) || filepath.Clean(c.Cgroup.Parent) != c.Cgroup.Parent) {
+			t.Fatalf("accepted cgroup parent %q", c.Cgroup.Parent)
 		}
 	})
 }
