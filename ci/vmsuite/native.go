@@ -32,7 +32,7 @@ const (
 // dropped there fails the suite until it is declared again here.
 var nativeSubtests = []string{"five_tools", "child_confined", "verified_exec_receipt", "rejected_first_admission", "tuple_substitution",
 	"foreign_and_operator_refused", "receiver_without_kill", "reduced_worker", "reconnect", "lease_renewal",
-	"exact_cancellation", "expired_grant_fences", "unbound_session_keeps_its_backend"}
+	"exact_cancellation", "setsid_escapee_contained", "expired_grant_fences", "unbound_session_keeps_its_backend"}
 
 // chainBinaries are built once and used by the suite through $TETHER_BIN.
 var chainBinaries = []string{bins.Receiver, bins.HostAgent, bins.Plugin, bins.Custodian}

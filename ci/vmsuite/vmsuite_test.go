@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -284,5 +285,28 @@ func TestNotInGuestIsPinned(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d exclusions, want 1", n)
+	}
+}
+
+// TestNativeSubtestsMatchThePipeline: suite (b) declares exactly the
+// subtests fixtures/e2e's RunPipeline runs, so a new one is demanded in
+// the VM too (not merely executed there) and a dropped one fails here.
+func TestNativeSubtestsMatchThePipeline(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join(moduleRoot(t), "fixtures", "e2e", "pipeline.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(src)
+	start := strings.Index(body, "func RunPipeline(")
+	end := strings.Index(body[start:], "t.Run(tc.name")
+	if start < 0 || end < 0 {
+		t.Fatal("RunPipeline's case list not found in fixtures/e2e/pipeline.go")
+	}
+	var cases []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*\{"([a-z0-9_]+)", `).FindAllStringSubmatch(body[start:start+end], -1) {
+		cases = append(cases, m[1])
+	}
+	if !slices.Equal(cases, nativeSubtests) {
+		t.Fatalf("RunPipeline runs %q\nsuite (b) declares %q", cases, nativeSubtests)
 	}
 }
