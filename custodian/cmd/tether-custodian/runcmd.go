@@ -214,13 +214,58 @@ func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custod
 		if !ok {
 			return exitOK
 		}
-		resp, err := conn.Prompt(ctx, acp.PromptRequest{SessionId: sid, Prompt: []acp.ContentBlock{acp.TextBlock(text)}})
+		resp, err := r.prompt(ctx, conn, acp.PromptRequest{SessionId: sid, Prompt: []acp.ContentBlock{acp.TextBlock(text)}})
 		if err != nil {
 			return fail(r.stderr, exitFailed, "run: prompt %d: %v", i+1, err)
+		}
+		if resp.StopReason == acp.StopReasonCancelled && ctx.Err() != nil {
+			return fail(r.stderr, exitFailed, "run: prompt %d cancelled on interrupt (session/cancel sent; the agent ended the turn)", i+1)
 		}
 		if resp.StopReason != acp.StopReasonEndTurn {
 			return fail(r.stderr, exitFailed, "run: prompt %d ended with %s, not end_turn", i+1, resp.StopReason)
 		}
+	}
+}
+
+// cancelGrace bounds how long an interrupted run waits for the agent to
+// end a cancelled turn (its commands killed and released through the
+// custodian) before it gives up on the answer.
+const cancelGrace = 10 * time.Second
+
+// prompt sends one prompt and returns its answer. When ctx ends (SIGINT or
+// SIGTERM) while the turn runs, it cancels the turn the ACP way
+// (session/cancel), so the agent stops its tools and ends the turn with
+// stop reason cancelled, and waits at most cancelGrace for that answer;
+// only then does it abandon the request.
+func (r *runner) prompt(ctx context.Context, conn *custodian.Conn, req acp.PromptRequest) (acp.PromptResponse, error) {
+	pctx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	type answer struct {
+		resp acp.PromptResponse
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		resp, err := conn.Prompt(pctx, req)
+		done <- answer{resp, err}
+	}()
+	select {
+	case a := <-done:
+		return a.resp, a.err
+	case <-ctx.Done():
+	}
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
+	defer cancel()
+	if err := conn.Agent().Cancel(grace, acp.CancelNotification{SessionId: req.SessionId}); err != nil {
+		fmt.Fprintf(r.stderr, "run: send session/cancel: %v\n", err)
+	}
+	select {
+	case a := <-done:
+		return a.resp, a.err
+	case <-grace.Done():
+		abandon()
+		a := <-done
+		return a.resp, fmt.Errorf("interrupted; the agent did not end the cancelled turn within %v: %w", cancelGrace, errors.Join(a.err, grace.Err()))
 	}
 }
 
