@@ -107,6 +107,9 @@ func (cg *cgroups) check() error {
 		return fmt.Errorf("%w: check cgroup2 file system: %s is on file system type 0x%x, not cgroup2 (0x%x)",
 			ErrCgroup, cg.parent, fs.Type, unix.CGROUP2_SUPER_MAGIC)
 	}
+	if err := checkRootsAlone(cg.dir, cg.parent); err != nil {
+		return err
+	}
 	if err := unix.Flock(int(cg.dir.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return fmt.Errorf("%w: check parent is this receiver's alone: lock %s: %w (another receiver uses it)", ErrCgroup, cg.parent, err)
 	}
@@ -123,6 +126,82 @@ func (cg *cgroups) check() error {
 	}
 	if errKill != nil {
 		return fmt.Errorf("%w: check cgroup.kill (kernel >= 5.14): %s/cgroup.kill: %w", ErrCgroup, filepath.Join(cg.parent, probe), errKill)
+	}
+	return nil
+}
+
+// errNotRootsAlone is wrapped when a cgroup directory or control file
+// on the way from the parent to the cgroup2 mount root belongs to
+// someone other than root or is writable by group or others: whoever can
+// write there can move a command's process out of its cgroup (into an
+// ancestor's cgroup.procs), where cgroup.kill no longer reaches it.
+var errNotRootsAlone = errors.New("not owned by uid 0 alone")
+
+// checkRootsAlone walks from the opened parent up to the cgroup2 mount
+// root (the last directory before ".." leaves the file system, or "/")
+// and requires each directory, its cgroup.procs and its cgroup.threads
+// to be owned by uid 0 and not group- or other-writable. Every step is
+// opened through the descriptor below it (O_PATH, no path lookup from /).
+// dir stays open; the descriptors it opens are closed.
+func checkRootsAlone(dir *os.File, parent string) error {
+	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("%w: check parent is root's alone: open %s: %w", ErrCgroup, parent, err)
+	}
+	name := parent
+	for {
+		st, err := checkOneRootsAlone(fd, name)
+		if err != nil {
+			unix.Close(fd)
+			return err
+		}
+		up, err := unix.Openat(fd, "..", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("%w: check parent is root's alone: open %s/..: %w", ErrCgroup, name, err)
+		}
+		var ust unix.Stat_t
+		if err := unix.Fstat(up, &ust); err != nil {
+			unix.Close(up)
+			return fmt.Errorf("%w: check parent is root's alone: stat %s/..: %w", ErrCgroup, name, err)
+		}
+		if ust.Dev != st.Dev || ust.Ino == st.Ino { // name is the mount root
+			unix.Close(up)
+			return nil
+		}
+		fd, name = up, filepath.Dir(name)
+	}
+}
+
+// checkOneRootsAlone checks the cgroup directory fd (named name in
+// messages), its cgroup.procs and cgroup.threads, and returns the
+// directory's stat.
+func checkOneRootsAlone(fd int, name string) (unix.Stat_t, error) {
+	var dst unix.Stat_t
+	if err := unix.Fstat(fd, &dst); err != nil {
+		return dst, fmt.Errorf("%w: check parent is root's alone: stat %s: %w", ErrCgroup, name, err)
+	}
+	if err := rootsAlone(name, &dst); err != nil {
+		return dst, err
+	}
+	for _, f := range []string{"cgroup.procs", "cgroup.threads"} {
+		var st unix.Stat_t
+		if err := unix.Fstatat(fd, f, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return dst, fmt.Errorf("%w: check parent is root's alone: stat %s/%s: %w", ErrCgroup, name, f, err)
+		}
+		if err := rootsAlone(name+"/"+f, &st); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+// rootsAlone refuses st unless it is owned by uid 0 and not writable by
+// group or others.
+func rootsAlone(name string, st *unix.Stat_t) error {
+	if st.Uid != 0 || st.Mode&0o022 != 0 {
+		return fmt.Errorf("%w: check parent is root's alone: %s has owner uid %d, mode %#o: %w",
+			ErrCgroup, name, st.Uid, st.Mode&0o7777, errNotRootsAlone)
 	}
 	return nil
 }

@@ -175,6 +175,62 @@ func TestCgroupRequiredRefuses(t *testing.T) {
 	}
 }
 
+// TestCgroupParentNotRootsAlone attacks the ownership check: a parent,
+// an ancestor up to the cgroup2 mount root, or their cgroup.procs or
+// cgroup.threads that the grant uid owns (or anyone but root may write)
+// would let a command move a setsid escapee out of its cgroup, beyond
+// cgroup.kill. The handler refuses to start, naming the check.
+func TestCgroupParentNotRootsAlone(t *testing.T) {
+	testenv.Require(t, "root")
+	chown := func(p string) error { return os.Chown(p, gUID, gGID) }
+	cases := map[string]struct {
+		file   string // beneath the cgroup, "" for the cgroup itself
+		up     bool   // attack the parent's parent instead
+		change func(string) error
+	}{
+		"parent chowned":         {change: chown},
+		"parent procs chowned":   {file: "cgroup.procs", change: chown},
+		"parent threads chowned": {file: "cgroup.threads", change: chown},
+		"parent group-writable":  {change: func(p string) error { return os.Chmod(p, 0o775) }},
+		"parent procs o+w":       {file: "cgroup.procs", change: func(p string) error { return os.Chmod(p, 0o646) }},
+		"ancestor chowned":       {up: true, change: chown},
+		"ancestor procs chowned": {up: true, file: "cgroup.procs", change: chown},
+		"ancestor threads g+w":   {up: true, file: "cgroup.threads", change: func(p string) error { return os.Chmod(p, 0o664) }},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			outer := cgroupParent(t)
+			parent := filepath.Join(outer, "receiver")
+			if err := os.Mkdir(parent, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			ok, err := NewHandler(Options{Grants: lyingSource{}, Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: parent}})
+			if err != nil {
+				t.Fatalf("before the change: %v", err)
+			}
+			ok.Close()
+			target := parent
+			if c.up {
+				target = outer
+			}
+			if err := c.change(filepath.Join(target, c.file)); err != nil {
+				t.Fatal(err)
+			}
+			h, err := NewHandler(Options{Grants: lyingSource{}, Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: parent}})
+			if err == nil {
+				h.Close()
+				t.Fatalf("a handler started on %s with %s changed", parent, filepath.Join(target, c.file))
+			}
+			if !errors.Is(err, ErrCgroup) || !errors.Is(err, errNotRootsAlone) || !strings.Contains(err.Error(), "check parent is root's alone") {
+				t.Fatalf("%v, want ErrCgroup naming the check", err)
+			}
+			if !strings.Contains(err.Error(), filepath.Join(target, c.file)) {
+				t.Fatalf("%v does not name %s", err, filepath.Join(target, c.file))
+			}
+		})
+	}
+}
+
 // TestCgroupStaleRemovedAtStart: a command cgroup a previous receiver left
 // (it was killed before it could remove it) with a process still in it
 // is killed and removed when a handler takes the parent.
