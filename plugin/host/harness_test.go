@@ -30,6 +30,9 @@ import (
 const helperArg = "tether-plugin-helper"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == hostHelperArg {
+		os.Exit(hostHelper())
+	}
 	if len(os.Args) > 1 && os.Args[1] == helperArg {
 		cfg := impl.Config{}
 		var args []string // the rest are tether-plugin's own arguments

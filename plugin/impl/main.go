@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
@@ -75,8 +76,31 @@ func Main(ctx context.Context, args []string, stderr io.Writer, cfg Config) int 
 		return 1
 	}
 	runtime.GOMAXPROCS(*procs)
+	go watchParent(ctx, stderr, time.Second)
 	serve(ctx, stderr, cfg.Versions)
 	return 0
+}
+
+// watchParent ends the plugin when its host went away without closing it
+// (the host was killed): the plugin is then reparented, and nothing it
+// serves has a caller any more. It polls the parent pid, because a
+// parent-death signal would follow the host's forking thread, not the
+// host process.
+func watchParent(ctx context.Context, stderr io.Writer, every time.Duration) {
+	ppid := os.Getppid()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if os.Getppid() != ppid {
+				fmt.Fprintf(stderr, "tether-plugin: host process %d is gone; exiting\n", ppid)
+				os.Exit(1)
+			}
+		}
+	}
 }
 
 // ErrVersionMismatch: host and plugin share no protocol version.
