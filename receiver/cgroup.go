@@ -113,9 +113,7 @@ func (cg *cgroups) check() error {
 	if err := unix.Flock(int(cg.dir.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return fmt.Errorf("%w: check parent is this receiver's alone: lock %s: %w (another receiver uses it)", ErrCgroup, cg.parent, err)
 	}
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	probe := "probe-" + hex.EncodeToString(b[:])
+	probe := newProbeName()
 	if err := unix.Mkdirat(int(cg.dir.Fd()), probe, 0o755); err != nil {
 		return fmt.Errorf("%w: check a child cgroup can be created: mkdir %s: %w", ErrCgroup, filepath.Join(cg.parent, probe), err)
 	}
@@ -206,28 +204,88 @@ func rootsAlone(name string, st *unix.Stat_t) error {
 	return nil
 }
 
-// removeStale kills and removes the command cgroups ("t-...") a previous
-// receiver left in the parent; each is logged.
+// removeStale kills and removes the command cgroups (isTerminalCgroup)
+// and start-up probes (isProbeCgroup) a previous receiver left in the
+// parent; nothing else in it is touched. The parent is listed through
+// the locked descriptor, not its path. Each is logged; one that cannot be
+// removed stays, logged by path.
 func (cg *cgroups) removeStale() {
-	ents, err := os.ReadDir(cg.parent)
+	names, err := cg.children()
 	if err != nil {
 		cg.log.Error("receiver: cannot list the cgroup parent for stale command cgroups", "parent", cg.parent, "err", err)
 		return
 	}
-	for _, e := range ents {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), "t-") {
+	for _, name := range names {
+		if !isTerminalCgroup(name) && !isProbeCgroup(name) {
 			continue
 		}
-		tc, err := cg.open(e.Name())
+		tc, err := cg.open(name)
 		if err == nil {
 			cg.log.Warn("receiver: killing a command cgroup left by a previous receiver", "cgroup", tc.path)
 			cg.live.Add(1)
 			err = cg.remove(tc)
 		}
 		if err != nil {
-			cg.log.Error("receiver: stale command cgroup not removed", "cgroup", filepath.Join(cg.parent, e.Name()), "err", err)
+			cg.log.Error("receiver: stale command cgroup not removed", "cgroup", filepath.Join(cg.parent, name), "err", err)
 		}
 	}
+}
+
+// children lists the names of the parent's subdirectories through a
+// fresh descriptor of the locked directory (cg.dir keeps its offset).
+func (cg *cgroups) children() ([]string, error) {
+	fd, err := unix.Openat(int(cg.dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	d := os.NewFile(uintptr(fd), cg.parent)
+	defer d.Close()
+	ents, err := d.ReadDir(-1)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// isTerminalCgroup reports whether name has the form of a command cgroup:
+// newTerminalID's "t-" and 32 lowercase hex digits.
+func isTerminalCgroup(name string) bool {
+	rest, ok := strings.CutPrefix(name, "t-")
+	return ok && isLowerHex(rest, 32)
+}
+
+// isProbeCgroup reports whether name has the form of a start-up probe:
+// newProbeName's "probe-" and 16 lowercase hex digits.
+func isProbeCgroup(name string) bool {
+	rest, ok := strings.CutPrefix(name, "probe-")
+	return ok && isLowerHex(rest, 16)
+}
+
+// isLowerHex reports whether s is exactly n digits of 0-9a-f.
+func isLowerHex(s string, n int) bool {
+	if len(s) != n {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// newProbeName returns the name of a start-up probe cgroup: 64 random
+// bits in hex.
+func newProbeName() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "probe-" + hex.EncodeToString(b[:])
 }
 
 // termCgroup is one command's cgroup.

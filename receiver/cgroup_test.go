@@ -232,15 +232,23 @@ func TestCgroupParentNotRootsAlone(t *testing.T) {
 }
 
 // TestCgroupStaleRemovedAtStart: a command cgroup a previous receiver left
-// (it was killed before it could remove it) with a process still in it
-// is killed and removed when a handler takes the parent.
+// (it was killed before it could remove it) with a process still in it,
+// and a left start-up probe, are killed and removed when a handler takes
+// the parent; cgroups of other names (someone else's, or near misses of
+// the terminal id format) are left alone.
 func TestCgroupStaleRemovedAtStart(t *testing.T) {
 	testenv.Require(t, "root")
 	waitNoUID(t, gUID)
 	parent := cgroupParent(t)
-	stale := filepath.Join(parent, "t-stale")
-	if err := os.Mkdir(stale, 0o755); err != nil {
-		t.Fatal(err)
+	stale := filepath.Join(parent, newTerminalID())
+	probe := filepath.Join(parent, newProbeName())
+	hex32 := strings.Repeat("0123456789abcdef", 2)
+	others := []string{"t-foo.service", "t-" + strings.ToUpper(hex32), "t-" + hex32 + "0", "t-" + hex32[:31],
+		"probe-xyz", "probe-" + hex32, "probe-0123456789ABCDEF", "x-" + hex32}
+	for _, d := range append([]string{filepath.Base(stale), filepath.Base(probe)}, others...) {
+		if err := os.Mkdir(filepath.Join(parent, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cg, err := os.OpenFile(stale, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -276,8 +284,15 @@ func TestCgroupStaleRemovedAtStart(t *testing.T) {
 		c.Kill()
 		t.Fatal("the process in the stale cgroup was not killed")
 	}
-	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("stale command cgroup still there: %v", err)
+	for _, d := range []string{stale, probe} {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("stale cgroup %s still there: %v", filepath.Base(d), err)
+		}
+	}
+	for _, d := range others {
+		if _, err := os.Stat(filepath.Join(parent, d)); err != nil {
+			t.Errorf("cgroup %s that is not a command's was touched: %v", d, err)
+		}
 	}
 	assertNoGrantUID(t)
 }
