@@ -70,7 +70,14 @@ type cgroups struct {
 	dir    *os.File // the parent, O_RDONLY: holds the exclusive flock
 	log    *slog.Logger
 	live   sync.WaitGroup // command cgroups not yet removed
+
+	mu     sync.Mutex // orders create's live.Add against close
+	closed bool       // set by close: create refuses
 }
+
+// errCgroupsClosed is wrapped by create once close has begun: the parent
+// is about to be released, no command cgroup may be made in it.
+var errCgroupsClosed = errors.New("the receiver is closing its cgroup parent")
 
 // newCgroups checks the parent and takes it: a directory on a cgroup2
 // file system, locked by no other receiver, in which a probe cgroup has
@@ -297,18 +304,35 @@ type termCgroup struct {
 
 // create makes the command's cgroup <parent>/<id> (0755, root's: the
 // command's uid can neither write its files nor create cgroups in it)
-// and opens it. remove must follow.
+// and opens it. remove must follow. Once close has begun it refuses
+// (errCgroupsClosed) and creates nothing; a create counted before close
+// is waited for by close.
 func (cg *cgroups) create(id string) (*termCgroup, error) {
+	if err := cg.hold(); err != nil {
+		return nil, fmt.Errorf("%w: create the command's cgroup %s: %w", ErrCgroup, filepath.Join(cg.parent, id), err)
+	}
 	if err := unix.Mkdirat(int(cg.dir.Fd()), id, 0o755); err != nil {
+		cg.live.Done()
 		return nil, fmt.Errorf("%w: create the command's cgroup %s: %w", ErrCgroup, filepath.Join(cg.parent, id), err)
 	}
 	tc, err := cg.open(id)
 	if err != nil {
 		_ = unix.Unlinkat(int(cg.dir.Fd()), id, unix.AT_REMOVEDIR)
+		cg.live.Done()
 		return nil, err
 	}
-	cg.live.Add(1)
 	return tc, nil
+}
+
+// hold counts one more live command cgroup unless close has begun.
+func (cg *cgroups) hold() error {
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if cg.closed {
+		return errCgroupsClosed
+	}
+	cg.live.Add(1)
+	return nil
 }
 
 // file returns the cgroup's directory for spawn.Spec.Cgroup; nil for a
@@ -348,12 +372,16 @@ func (cg *cgroups) remove(tc *termCgroup) error {
 	return nil
 }
 
-// close waits until every command cgroup is removed, then releases the
-// parent and its lock. Safe on nil.
+// close makes every later create refuse, waits until every command
+// cgroup is removed, then releases the parent and its lock. Safe on nil;
+// call it once.
 func (cg *cgroups) close() {
 	if cg == nil {
 		return
 	}
+	cg.mu.Lock()
+	cg.closed = true
+	cg.mu.Unlock()
 	cg.live.Wait()
 	cg.dir.Close()
 }

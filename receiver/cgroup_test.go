@@ -3,6 +3,7 @@ package receiver
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -295,4 +296,63 @@ func TestCgroupStaleRemovedAtStart(t *testing.T) {
 		}
 	}
 	assertNoGrantUID(t)
+}
+
+// TestCgroupCreateRefusedOnceClosing: a command cgroup asked for while the
+// parent is being closed (close waits for a live command's cgroup) is
+// refused and nothing is made in the parent; close returns once the live
+// one is removed. Without the closed flag the late create is counted
+// after close began waiting, or made beneath a closed descriptor.
+func TestCgroupCreateRefusedOnceClosing(t *testing.T) {
+	testenv.Require(t, "root")
+	parent := cgroupParent(t)
+	cg, err := newCgroups(CgroupConfig{Mode: CgroupRequired, Parent: parent}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := cg.create(newTerminalID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { cg.close(); close(closed) }()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) { // a bound, not a wait
+		cg.mu.Lock()
+		c := cg.closed
+		cg.mu.Unlock()
+		if c {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("close never began")
+		}
+	}
+	late := newTerminalID()
+	if tc, err := cg.create(late); !errors.Is(err, ErrCgroup) || !errors.Is(err, errCgroupsClosed) {
+		if err == nil {
+			cg.remove(tc)
+		}
+		t.Fatalf("create while closing: %v, want ErrCgroup wrapping errCgroupsClosed", err)
+	}
+	select {
+	case <-closed:
+		t.Fatal("close returned while a command cgroup was still live")
+	default:
+	}
+	if err := cg.remove(live); err != nil {
+		t.Fatal(err)
+	}
+	<-closed
+	if _, err := cg.create(newTerminalID()); !errors.Is(err, errCgroupsClosed) {
+		t.Fatalf("create after close: %v, want errCgroupsClosed", err)
+	}
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			t.Errorf("%s was left in the parent", e.Name())
+		}
+	}
 }

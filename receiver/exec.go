@@ -303,6 +303,9 @@ func (h *Handler) newCgroup(id string) (*termCgroup, error) {
 		return nil, nil
 	}
 	tc, err := h.cgroups.create(id)
+	if errors.Is(err, errCgroupsClosed) {
+		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+	}
 	if err != nil { // never mapped by errno (a missing parent is no not_found of the peer's)
 		return nil, h.logInternal(wire.OpExecStart, err)
 	}
