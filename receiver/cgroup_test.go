@@ -28,13 +28,13 @@ const escapeScript = `setsid sh -c 'touch escaped; exec sleep 100' & while [ ! -
 
 // TestCgroupKillsEscapees attacks each way a command ends with a
 // descendant that called setsid: exec_kill, exec_release, the deadline, a
-// revocation and the leader's own exit. With cgroup containment required
+// revocation, the leader's own exit and the handler's Close. With cgroup containment required
 // nothing of the grant uid is left, and the command's cgroup is gone by
 // the time the terminal is final. Without cgroup.kill the escaped sleeper
 // runs on as the grant's user.
 func TestCgroupKillsEscapees(t *testing.T) {
 	testenv.Require(t, "root")
-	for _, how := range []string{"exec_kill", "exec_release", "deadline", "revocation", "leader_exits"} {
+	for _, how := range []string{"exec_kill", "exec_release", "deadline", "revocation", "leader_exits", "handler_close"} {
 		t.Run(how, func(t *testing.T) {
 			parent := cgroupParent(t)
 			f := newFixture(t, Options{Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: parent},
@@ -65,6 +65,13 @@ func TestCgroupKillsEscapees(t *testing.T) {
 				}
 			case "revocation":
 				f.publish(f.newGrant("other", allOps...))
+			case "handler_close": // the daemon's shutdown: Close returns once every cgroup is removed
+				f.h.Close()
+				select {
+				case <-tm.done:
+				default:
+					t.Fatal("handler_close: Close returned before the terminal was final")
+				}
 			}
 			select {
 			case <-tm.done:
