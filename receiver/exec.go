@@ -252,15 +252,25 @@ func (h *Handler) terminalOp(ctx context.Context, req *wire.Request, a *wire.Ter
 		t.kill()
 		return &wire.Empty{}, nil
 	case wire.OpExecRelease:
-		t.kill()
-		h.terms.remove(t.id)
-		select { // the group is dead; wait for the reap unless the request ends first
-		case <-t.done:
-		case <-ctx.Done():
-		}
-		return &wire.Empty{}, nil
+		return h.release(ctx, t)
 	}
 	return nil, wire.Errorf(wire.CodeInvalid, "op %s is not a terminal op", req.Op)
+}
+
+// release kills the group, forgets the terminal and waits until it is
+// final (reaped, output drained, cgroup removed). Success means nothing
+// the command started still runs; a request that ends first is answered
+// timeout, though the command is killed and forgotten all the same.
+func (h *Handler) release(ctx context.Context, t *terminal) (*wire.Empty, error) {
+	t.kill()
+	h.terms.remove(t.id)
+	select {
+	case <-t.done:
+		return &wire.Empty{}, nil
+	case <-ctx.Done():
+		return nil, wire.Errorf(wire.CodeTimeout,
+			"request ended before the released command was final; it is killed and forgotten, and may still be draining")
+	}
 }
 
 func (h *Handler) wait(ctx context.Context, t *terminal) (*wire.ExecWaitResult, error) {

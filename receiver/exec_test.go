@@ -483,3 +483,38 @@ func TestOutputFinalWhenPipeOutlivesGroup(t *testing.T) {
 		t.Fatalf("output changed after the terminal was final: %q then %q", first.Output, again.Output)
 	}
 }
+
+// TestReleaseAnswersTimeoutUntilFinal: exec_release answers success only
+// once the terminal is final. Here the leader's output pipe is held by a
+// setsid escapee (containment off), so the terminal is final only after
+// the output grace; a release whose request ends before that answers
+// timeout, and the terminal is forgotten and still becomes final.
+func TestReleaseAnswersTimeoutUntilFinal(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	t.Cleanup(func() { // the escaped sleeper is the grant uid's; end it for later tests
+		for _, p := range procsOfUID(t, gUID) {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	})
+	script := `setsid sh -c 'touch escaped; exec sleep 30' & while [ ! -e escaped ]; do :; done; echo done; exec sleep 100`
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", script},
+		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	tm := f.h.terms.get(f.grant.Tuple.SHA256(), id)
+	waitOutput(t, tm, "done\n")
+	ctx, cancel := context.WithTimeout(context.Background(), outputGrace/5)
+	defer cancel()
+	_, err := f.callCtx(ctx, f.grant.Tuple.SHA256(), wire.OpExecRelease, wire.TerminalArgs{TerminalID: id},
+		f.clk.Now().Add(30*time.Second))
+	if code(err) != wire.CodeTimeout {
+		t.Fatalf("release before the terminal is final: %v, want timeout", err)
+	}
+	if f.h.terms.get(f.grant.Tuple.SHA256(), id) != nil {
+		t.Fatal("the terminal is still known after release")
+	}
+	select {
+	case <-tm.done:
+	case <-time.After(30 * time.Second): // a bound for a slow guest, not a wait
+		t.Fatal("the released terminal never became final")
+	}
+}

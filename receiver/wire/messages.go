@@ -22,7 +22,7 @@ const (
 	OpExecOutput  Op = "exec_output"  // TerminalArgs -> ExecOutputResult
 	OpExecWait    Op = "exec_wait"    // TerminalArgs -> ExecWaitResult (blocks until exit or deadline)
 	OpExecKill    Op = "exec_kill"    // TerminalArgs -> Empty (signals the whole process group)
-	OpExecRelease Op = "exec_release" // TerminalArgs -> Empty (kills the group if still running)
+	OpExecRelease Op = "exec_release" // TerminalArgs -> Empty once final (kills the group if still running; timeout if the request ends first)
 )
 
 // Ops lists every member of the closed op set.
