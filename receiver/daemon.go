@@ -24,7 +24,9 @@ const ShutdownGrace = 10 * time.Second
 // (caps.Check, naming each missing one), drops every other capability
 // from every thread (caps.Narrow), then starts serving cfg until ctx ends
 // and shuts down. It changes the whole process; in-process users that
-// must not do that call Start.
+// must not do that call Start. Descriptors the process holds without
+// close-on-exec reach every command: the caller marks inherited ones
+// close-on-exec first (tether-receiver does, before it opens anything).
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := caps.Check(); err != nil {
 		return fmt.Errorf("start-up check: %w", err)

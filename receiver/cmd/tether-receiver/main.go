@@ -69,9 +69,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// runDaemon checks the capabilities before anything else, then loads the
-// config and runs.
+// runDaemon marks inherited descriptors close-on-exec and checks the
+// capabilities before anything else, then loads the config and runs.
 func runDaemon(ctx context.Context, path string, log *slog.Logger) error {
+	if err := markInheritedCloexec(); err != nil {
+		return fmt.Errorf("start-up check: %w", err)
+	}
 	if err := caps.Check(); err != nil {
 		return fmt.Errorf("start-up check: %w", err)
 	}

@@ -115,6 +115,7 @@ type env struct {
 	grant  admission.Grant
 	pub    *admission.Publisher
 	dial   func(context.Context) (io.ReadWriteCloser, error) // how clients reach the daemon
+	extra  []*os.File                                        // inherited by the daemon as fds 3...
 }
 
 func newEnv(t testing.TB, landlock, spawnMode string) *env {
@@ -188,6 +189,7 @@ func (e *env) start(prefix ...string) *daemon {
 	args := append(append([]string{}, prefix...), binary(e.t), "--config", e.config)
 	d := &daemon{cmd: exec.Command(args[0], args[1:]...), stderr: &bytes.Buffer{}, done: make(chan error, 1)}
 	d.cmd.Stderr = d.stderr
+	d.cmd.ExtraFiles = e.extra
 	if err := d.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -736,5 +738,39 @@ func TestIntegrationCgroupRequired(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(parent); err != nil || slices.ContainsFunc(ents, func(d os.DirEntry) bool { return d.IsDir() }) {
 		t.Fatalf("command cgroups left in %s: %v %v", parent, ents, err)
+	}
+}
+
+// TestIntegrationInheritedFdsNotPassedOn: descriptors the daemon inherits
+// without close-on-exec (here a pipe and a file, as a launching shell or
+// supervisor leaves them) never reach a command, in either spawn mode: a
+// command's /proc/self/fd lists exactly 0, 1, 2 and the descriptor ls
+// itself opens to list it.
+func TestIntegrationInheritedFdsNotPassedOn(t *testing.T) {
+	testenv.Require(t, "root")
+	for _, mode := range []struct{ landlock, spawn string }{{"required", "thread"}, {"off", "helper"}} {
+		t.Run(mode.landlock+"-"+mode.spawn, func(t *testing.T) {
+			e := newEnv(t, mode.landlock, mode.spawn)
+			rd, wr, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rd.Close()
+			defer wr.Close()
+			f, err := os.Open(e.config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			e.extra = []*os.File{wr, rd, f} // fds 3, 4 and 5 of the daemon, none close-on-exec
+			e.start()
+			out, st := e.client().run("/bin/ls", "-1", "/proc/self/fd")
+			if st.ExitCode == nil || *st.ExitCode != 0 {
+				t.Fatalf("ls: %+v\n%s", st, out)
+			}
+			if want := "0\n1\n2\n3\n"; out != want {
+				t.Fatalf("the command's descriptors:\n%swant\n%s(3 is ls's own listing)", out, want)
+			}
+		})
 	}
 }
