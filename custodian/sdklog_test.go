@@ -85,6 +85,9 @@ func TestSDKLogsGoThroughTheCustodianLogger(t *testing.T) {
 		if r.Level != slog.LevelError || !hasAttr(r, "component", "acp-go-sdk") {
 			t.Fatalf("logger at %s: SDK error arrived at %s, attrs %v; want ERROR from component acp-go-sdk", level, r.Level, attrsOf(r))
 		}
+		if level == slog.LevelDebug { // logged as the SDK's reader ends, which may come after Done
+			waitFor(t, func() bool { _, ok := rec.find("connection closed"); return ok })
+		}
 		closed, ok := rec.find("connection closed")
 		switch {
 		case level == slog.LevelDebug && (!ok || closed.Level != slog.LevelDebug):
