@@ -36,11 +36,11 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
 		Setup: func(env *testscript.Env) error {
-			env.Values[scriptTKey{}] = env.T()
+			testenv.ScriptSetup(env)
 			return nil
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"require":      cmdRequire,
+			"require":      testenv.ScriptRequire,
 			"sign-payload": cmdSignPayload,
 			"tamper":       cmdTamper,
 			"pad":          cmdPad,
@@ -48,41 +48,6 @@ func TestScripts(t *testing.T) {
 		},
 	})
 }
-
-// scriptTKey is the Env.Values key under which Setup keeps the script's T,
-// so that "require" can skip the script.
-type scriptTKey struct{}
-
-// require REQUIREMENT... gates the rest of a script exactly as
-// testenv.Require gates a Go test: when a requirement is not met the script
-// is skipped with the how-to-fix hint, unless TETHER_TEST_REQUIRE names the
-// requirement, in which case the script fails. An unknown name fails.
-func cmdRequire(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) == 0 {
-		ts.Fatalf("usage: require REQUIREMENT...")
-	}
-	t, ok := ts.Value(scriptTKey{}).(testscript.T)
-	if !ok {
-		ts.Fatalf("require: the script's T is missing (Params.Setup did not store it)")
-	}
-	testenv.Require(scriptTB{ts: ts, t: t}, args...)
-}
-
-// scriptTB is the testing.TB testenv.Require sees inside a script: Fatalf
-// fails the script, Skipf skips it. testenv.Require calls only Helper,
-// Fatalf and Skipf; any other method panics on the nil embedded TB, so a
-// change there cannot pass silently.
-type scriptTB struct {
-	testing.TB
-	ts *testscript.TestScript
-	t  testscript.T
-}
-
-func (s scriptTB) Helper() {}
-
-func (s scriptTB) Fatalf(format string, args ...any) { s.ts.Fatalf(format, args...) }
-
-func (s scriptTB) Skipf(format string, args ...any) { s.t.Skip(fmt.Sprintf(format, args...)) }
 
 // sign-payload KEY PAYLOAD OUT signs an arbitrary payload as an admission
 // envelope, bypassing the publisher's validation (as a buggy writer or a
