@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/tetherdev/tether/fixtures/cgroup2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +53,7 @@ func Parent(t testing.TB) string {
 }
 
 // Mount finds the first writable cgroup2 mount of this process.
-func Mount() (string, error) { return testenv.Cgroup2Mount() }
+func Mount() (string, error) { return cgroup2.Mount() }
 
 // Remove kills every process in the cgroup dir and its children, waits
 // (bounded) until they are gone and removes the children, then dir.
