@@ -174,6 +174,21 @@ func ensurePrivateDir(dir string) error {
 	return CheckPrivateDir(dir)
 }
 
+// stamp validates in, refuses an ended ctx, and sets in's DispatchedAt
+// and RetainUntil (the later of now and the lease, plus the retention).
+func (s *Store) stamp(ctx context.Context, in *Intent) error {
+	if err := in.validate(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("begin op key %s: %w", in.OpKey, err)
+	}
+	now := s.opts.Now().UTC()
+	in.DispatchedAt = now
+	in.RetainUntil = laterOf(now, in.LeaseNotAfter).Add(s.opts.Retention)
+	return nil
+}
+
 // Begin records that the request described by in is about to be
 // dispatched, and returns once that record is durable (one fdatasync,
 // shared with concurrent callers). Exactly one of the results is set:
@@ -185,15 +200,9 @@ func ensurePrivateDir(dir string) error {
 //
 // Begin sets in's DispatchedAt and RetainUntil.
 func (s *Store) Begin(ctx context.Context, in Intent) (*Ticket, *Receipt, error) {
-	if err := in.validate(); err != nil {
+	if err := s.stamp(ctx, &in); err != nil {
 		return nil, nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("begin op key %s: %w", in.OpKey, err)
-	}
-	now := s.opts.Now().UTC()
-	in.DispatchedAt = now
-	in.RetainUntil = laterOf(now, in.LeaseNotAfter).Add(s.opts.Retention)
 	t, replay, err := s.reserve(&in)
 	if t == nil {
 		return nil, replay, err
@@ -220,15 +229,9 @@ func (s *Store) Begin(ctx context.Context, in Intent) (*Ticket, *Receipt, error)
 // the receipt, or a *ConflictError for another digest or a duplicate in
 // flight.
 func (s *Store) BeginIdempotent(ctx context.Context, in Intent) (*Ticket, *Receipt, error) {
-	if err := in.validate(); err != nil {
+	if err := s.stamp(ctx, &in); err != nil {
 		return nil, nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("begin op key %s: %w", in.OpKey, err)
-	}
-	now := s.opts.Now().UTC()
-	in.DispatchedAt = now
-	in.RetainUntil = laterOf(now, in.LeaseNotAfter).Add(s.opts.Retention)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t, replay, err := s.reserveLocked(&in)
