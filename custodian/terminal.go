@@ -79,12 +79,12 @@ func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
-	var limit int64
+	var limit *int64
 	if p.OutputByteLimit != nil {
 		if *p.OutputByteLimit < 0 {
 			return nil, nil, cl.invalid("outputByteLimit is negative")
 		}
-		limit = int64(*p.OutputByteLimit)
+		limit = new(int64(*p.OutputByteLimit))
 	}
 	return &wire.ExecStartArgs{Argv: append([]string{p.Command}, p.Args...), Cwd: cwd, Env: env,
 		OutputLimit: limit, HashAfterExit: paths}, v.Files, nil
