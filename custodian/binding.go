@@ -65,7 +65,13 @@ type binding struct {
 	epoch     uint64
 	grantGen  uint64
 	terminals map[string]*terminal
+	released  []string // ids of released terminals still in terminals, oldest first
 }
+
+// maxReleasedKept bounds the released terminals a binding remembers so that
+// a repeated terminal/release or terminal/kill is answered without error;
+// an older one is forgotten (not_found, nothing forwarded).
+const maxReleasedKept = 1024
 
 // terminal is a child started through this binding.
 type terminal struct {
@@ -77,6 +83,53 @@ type terminal struct {
 	mu       sync.Mutex
 	exit     *wire.ExitStatus // the exit the custodian observed; nil until then
 	recorded bool             // the create receipt holds its final outcome
+
+	// rel orders this session's releases of the terminal: one is sent at a
+	// time, a repeated one after a success sends nothing (relDone,
+	// released).
+	rel relState
+}
+
+// relState is where a terminal's release is: relDone is non-nil while one
+// is in flight and closed when it has its answer; released is set once a
+// release succeeded (the receiver has forgotten the terminal).
+type relState struct {
+	mu       sync.Mutex
+	relDone  chan struct{}
+	released bool
+}
+
+// beginRelease claims the release of t for the caller (first) unless t is
+// released already; otherwise it returns the channel of the release in
+// flight, to wait on before asking again.
+func (t *terminal) beginRelease() (first, released bool, inFlight <-chan struct{}) {
+	t.rel.mu.Lock()
+	defer t.rel.mu.Unlock()
+	switch {
+	case t.rel.released:
+		return false, true, nil
+	case t.rel.relDone != nil:
+		return false, false, t.rel.relDone
+	}
+	t.rel.relDone = make(chan struct{})
+	return true, false, nil
+}
+
+// endRelease settles the release the caller claimed; after a failure the
+// next release is sent again.
+func (t *terminal) endRelease(ok bool) {
+	t.rel.mu.Lock()
+	defer t.rel.mu.Unlock()
+	t.rel.released = ok
+	close(t.rel.relDone)
+	t.rel.relDone = nil
+}
+
+// releaseState reports whether t is released or a release is in flight.
+func (t *terminal) releaseState() (released, inFlight bool) {
+	t.rel.mu.Lock()
+	defer t.rel.mu.Unlock()
+	return t.rel.released, t.rel.relDone != nil
 }
 
 func newBinding(sessionID string, b Binding) *binding {
@@ -164,8 +217,15 @@ func (b *binding) terminal(id string) (*terminal, bool) {
 	return t, ok
 }
 
-func (b *binding) dropTerminal(id string) {
+// markReleased keeps a released terminal known, so a repeated release or
+// kill is answered without error, forgetting the oldest beyond
+// maxReleasedKept.
+func (b *binding) markReleased(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.terminals, id)
+	b.released = append(b.released, id)
+	if len(b.released) > maxReleasedKept {
+		delete(b.terminals, b.released[0])
+		b.released = b.released[1:]
+	}
 }

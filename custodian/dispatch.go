@@ -94,7 +94,16 @@ type keyed struct {
 	// digestArgs, if set, stands for args in the request digest (a write's
 	// content is covered by its SHA-256, not encoded again).
 	digestArgs any
+	// notSent, if set, answers the request without sending it (a release
+	// or kill of a terminal already released): the receipt holds this
+	// note and the settled answer, the audit result record says
+	// codeNotSent, and no dispatch record is written.
+	notSent string
 }
+
+// codeNotSent is the audit result code of a keyed request answered
+// without sending it (keyed.notSent).
+const codeNotSent = "not_sent"
 
 // keyed runs a request at most once per op key: the dispatch is made
 // durable (one fdatasync) before the receiver sees it, unless the request
@@ -143,6 +152,9 @@ func (cl *call) intent(digest string) opstore.Intent {
 
 // dispatch sends a claimed keyed request and records its receipt.
 func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, k keyed) (json.RawMessage, error) {
+	if k.notSent != "" {
+		return cl.settle(t, k)
+	}
 	conn, err := cl.conn()
 	if err != nil {
 		cl.finish(t, &opstore.Receipt{Outcome: opstore.Failed, Error: resultError(err), Note: "not sent"})
@@ -173,6 +185,12 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 		cl.finish(t, &opstore.Receipt{Outcome: outcome, Error: &opstore.ResultError{Code: string(code), Message: msg}})
 		return nil, acpmeta.NewError(code, "%s", msg)
 	}
+	return cl.settle(t, k)
+}
+
+// settle records the receipt of a request answered without error and
+// returns its ACP result.
+func (cl *call) settle(t *opstore.Ticket, k keyed) (json.RawMessage, error) {
 	resp, r := k.settle()
 	raw, err := json.Marshal(resp)
 	if err != nil {
@@ -196,6 +214,9 @@ func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) {
 	}
 	if r.Exit != nil {
 		rec.ExitCode, rec.Signal = r.Exit.ExitCode, r.Exit.Signal
+	}
+	if r.Note == noteAlreadyReleased {
+		rec.Code = codeNotSent
 	}
 	cl.c.audit(rec)
 }

@@ -54,8 +54,28 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	return resp, err
 }
 
-// execArgs maps a terminal/create request onto exec_start args.
+// Shell is what runs a terminal/create command that has no args: ACP
+// agents send a whole shell line in command ("echo ran > ran.txt && id
+// -u"), so it runs as Shell -c COMMAND inside the computer, as the grant's
+// user, like any other command.
+const Shell = "/bin/sh"
+
+// argv is the command line of a terminal/create: command and args exec'd
+// as they are, or, with no args, the command as a shell line.
+func argv(command string, args []string) []string {
+	if len(args) == 0 {
+		return []string{Shell, "-c", command}
+	}
+	return append([]string{command}, args...)
+}
+
+// execArgs maps a terminal/create request onto exec_start args: no cwd is
+// the tuple's root; the env is merged by the receiver over the
+// computer's default environment (PATH, HOME, LANG).
 func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[string]string, error) {
+	if p.Command == "" {
+		return nil, nil, cl.invalid("command is empty")
+	}
 	cwd := "."
 	if p.Cwd != nil {
 		var err error
@@ -86,7 +106,7 @@ func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[
 		}
 		limit = new(int64(*p.OutputByteLimit))
 	}
-	return &wire.ExecStartArgs{Argv: append([]string{p.Command}, p.Args...), Cwd: cwd, Env: env,
+	return &wire.ExecStartArgs{Argv: argv(p.Command, p.Args), Cwd: cwd, Env: env,
 		OutputLimit: limit, HashAfterExit: paths}, v.Files, nil
 }
 
@@ -95,10 +115,24 @@ func (cl *call) invalid(format string, args ...any) error {
 	return acpmeta.NewError(wire.CodeInvalid, format, args...)
 }
 
-// terminalOf returns a terminal this binding started; a terminal of
-// another session, or of an earlier custodian process, is not_found and
-// nothing is forwarded.
+// terminalOf returns a terminal this binding started and has not
+// released; a terminal of another session, of an earlier custodian
+// process, or released, is not_found and nothing is forwarded.
 func (cl *call) terminalOf(id string) (*terminal, error) {
+	t, err := cl.knownTerminal(id)
+	if err != nil {
+		return nil, err
+	}
+	if released, _ := t.releaseState(); released {
+		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeNotFound)
+		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
+	}
+	return t, nil
+}
+
+// knownTerminal returns a terminal this binding started, released or not
+// (kill and release answer a released one without error).
+func (cl *call) knownTerminal(id string) (*terminal, error) {
 	t, ok := cl.b.terminal(id)
 	if !ok {
 		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeNotFound)
