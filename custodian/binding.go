@@ -35,6 +35,15 @@ type Binding struct {
 	LeaseNotAfter time.Time
 	Principal     string
 	Receiver      *Receiver
+	// Plain says the agent knows nothing of tether (docs/custodian.md
+	// "Plain agents"): the custodian attaches the session itself once the
+	// agent answered session/new or session/load, and again after a
+	// transport loss; it tags a callback that carries no
+	// `_meta["tether/op"]` itself (the binding's digest, a fresh op key,
+	// min(command budget, lease) as the deadline), recording
+	// tagged_by "custodian". A present but wrong tag still fences, and a
+	// callback naming another session is still refused.
+	Plain bool
 }
 
 // validate refuses a binding the custodian could not enforce.
@@ -154,6 +163,16 @@ func (b *binding) usable(now time.Time) (uint64, error) {
 			b.sessionID, b.LeaseNotAfter.UTC().Format(time.RFC3339))
 	}
 	return b.epoch, nil
+}
+
+// selfAttachable reports whether the custodian may attach a plain agent's
+// binding itself: it awaits its first attach, or was fenced by a transport
+// loss. A binding fenced because a callback named another tuple is not:
+// only an explicit `_tether/attach` lifts that fence.
+func (b *binding) selfAttachable() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == stateAwaitAttach || b.state == stateFenced && b.fenceCode == wire.CodeFateUnknown
 }
 
 // fence moves an attached binding to fenced; it reports whether the state

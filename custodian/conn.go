@@ -101,7 +101,21 @@ func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Bin
 		return resp, cerr
 	}
 	cn.auditBind(bnd)
-	return resp, nil
+	return resp, cn.attachPlain(ctx, bnd)
+}
+
+// attachPlain attaches a plain agent's freshly bound session before
+// anything else is sent to the agent (its first prompt); a tether agent
+// attaches by itself. A failure leaves the session awaiting attach and is
+// returned, naming the check.
+func (cn *Conn) attachPlain(ctx context.Context, b *binding) error {
+	if !b.Plain {
+		return nil
+	}
+	if err := cn.selfAttach(ctx, b); err != nil {
+		return fmt.Errorf("%w: the custodian's attach for plain session %s: %w", ErrBind, b.sessionID, err)
+	}
+	return nil
 }
 
 // LoadSession sends session/load carrying `_meta["tether/bind"]` for b. A
@@ -130,7 +144,7 @@ func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b B
 		return resp, err
 	}
 	cn.auditBind(bnd)
-	return resp, nil
+	return resp, cn.attachPlain(ctx, bnd)
 }
 
 // bindMeta validates b and adds its bind entry to meta.

@@ -19,13 +19,14 @@ type call struct {
 	epoch    uint64
 	method   string
 	op       acpmeta.Op
+	taggedBy string // TaggedByCustodian when the custodian minted op
 	deadline time.Time
 }
 
 // record returns an audit record describing this call.
 func (cl *call) record(kind audit.Kind) audit.Record {
 	return audit.Record{Kind: kind, SessionID: cl.b.sessionID, TupleSHA256: cl.b.digest,
-		Principal: cl.b.Principal, Method: cl.method, OpKey: cl.op.OpKey}
+		Principal: cl.b.Principal, Method: cl.method, OpKey: cl.op.OpKey, TaggedBy: cl.taggedBy}
 }
 
 // readOnly sends a request that changes nothing in the computer. It is not
@@ -131,7 +132,7 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	t, replay, err := begin(ctx, cl.intent(digest))
 	switch {
 	case errors.Is(err, opstore.ErrConflict):
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeOpKeyConflict)
+		cl.refuse(wire.CodeOpKeyConflict)
 		return nil, acpmeta.NewError(wire.CodeOpKeyConflict, "%v", err)
 	case err != nil:
 		return nil, acpmeta.NewError(wire.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
@@ -147,7 +148,7 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 func (cl *call) intent(digest string) opstore.Intent {
 	return opstore.Intent{OpKey: cl.op.OpKey, RequestSHA256: digest, Method: cl.method,
 		SessionID: cl.b.sessionID, TupleSHA256: cl.b.digest, Principal: cl.b.Principal,
-		LeaseNotAfter: cl.b.lease()}
+		LeaseNotAfter: cl.b.lease(), TaggedBy: cl.taggedBy}
 }
 
 // dispatch sends a claimed keyed request and records its receipt.

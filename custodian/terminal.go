@@ -111,7 +111,7 @@ func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[
 }
 
 func (cl *call) invalid(format string, args ...any) error {
-	cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeInvalid)
+	cl.refuse(wire.CodeInvalid)
 	return acpmeta.NewError(wire.CodeInvalid, format, args...)
 }
 
@@ -124,7 +124,7 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 		return nil, err
 	}
 	if released, _ := t.releaseState(); released {
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeNotFound)
+		cl.refuse(wire.CodeNotFound)
 		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
 	}
 	return t, nil
@@ -135,7 +135,7 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 func (cl *call) knownTerminal(id string) (*terminal, error) {
 	t, ok := cl.b.terminal(id)
 	if !ok {
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeNotFound)
+		cl.refuse(wire.CodeNotFound)
 		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
 	}
 	return t, nil

@@ -59,6 +59,7 @@ type Record struct {
 	Principal       string            `json:"principal,omitempty"`
 	Method          string            `json:"method,omitempty"`
 	OpKey           string            `json:"op_key,omitempty"`
+	TaggedBy        string            `json:"tagged_by,omitempty"` // "custodian": the op tag was minted for a plain agent
 	RequestSHA256   string            `json:"request_sha256,omitempty"`
 	Code            string            `json:"code,omitempty"`
 	Outcome         string            `json:"outcome,omitempty"`
