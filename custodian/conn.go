@@ -20,7 +20,8 @@ type ConnOptions struct {
 	OnUpdate func(ctx context.Context, n acp.SessionNotification) error
 	// Permission answers session/request_permission. Nil picks the first
 	// reject option offered (or cancels): the custodian grants nothing on
-	// its own.
+	// its own (PermissionPolicy builds one from a policy name). Every
+	// answer is recorded in the audit log.
 	Permission func(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error)
 }
 
@@ -226,17 +227,4 @@ func (h *client) SessionUpdate(ctx context.Context, n acp.SessionNotification) e
 		return nil
 	}
 	return h.conn.opts.OnUpdate(ctx, n)
-}
-
-// RequestPermission answers with ConnOptions.Permission, or rejects.
-func (h *client) RequestPermission(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
-	if h.conn.opts.Permission != nil {
-		return h.conn.opts.Permission(ctx, req)
-	}
-	for _, o := range req.Options {
-		if o.Kind == acp.PermissionOptionKindRejectOnce || o.Kind == acp.PermissionOptionKindRejectAlways {
-			return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(o.OptionId)}, nil
-		}
-	}
-	return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}, nil
 }
