@@ -32,21 +32,27 @@ type liveAgent struct {
 	agent *testAgent
 	conn  *Conn
 	seq   int
+	plain bool
 	mu    sync.Mutex
 }
 
-func newLiveAgent(t *testing.T) *liveAgent {
+func newLiveAgent(t *testing.T) *liveAgent { return newLiveAgentWith(t, false, 0) }
+
+// newLiveAgentWith binds a plain agent's session (plain: the agent never
+// attaches nor tags) or a tether agent's, with a command budget (0: the
+// default).
+func newLiveAgentWith(t *testing.T, plain bool, budget time.Duration) *liveAgent {
 	t.Helper()
 	rr := startReceiver(t)
 	skey, _, err := audit.GenerateKey("tether.test/custodian")
 	must(t, err)
-	la := &liveAgent{t: t, rr: rr, dir: filepath.Join(t.TempDir(), "state")}
-	la.c, err = New(Options{StateDir: la.dir, AuditKey: []byte(skey)})
+	la := &liveAgent{t: t, rr: rr, dir: filepath.Join(t.TempDir(), "state"), plain: plain}
+	la.c, err = New(Options{StateDir: la.dir, AuditKey: []byte(skey), CommandBudget: budget})
 	must(t, err)
 	recv := NewReceiver(rr.dialer(), Backoff{}, nil)
 	c2aR, c2aW := io.Pipe()
 	a2cR, a2cW := io.Pipe()
-	la.agent = &testAgent{sessionID: "sess-acp", attachOnNew: true}
+	la.agent = &testAgent{sessionID: "sess-acp", attachOnNew: !plain}
 	g := &testagent.Gate{R: c2aR, Ready: make(chan struct{})}
 	la.agent.conn = acp.NewAgentSideConnection(la.agent, a2cW, g)
 	close(g.Ready)
@@ -64,7 +70,7 @@ func newLiveAgent(t *testing.T) *liveAgent {
 	_, err = la.conn.Initialize(ctx)
 	must(t, err)
 	_, err = la.conn.NewSession(ctx, acp.NewSessionRequest{Cwd: rr.tuple.Root, McpServers: []acp.McpServer{}},
-		Binding{Tuple: rr.tuple, LeaseNotAfter: time.Now().Add(time.Hour), Principal: "alice", Receiver: recv})
+		Binding{Tuple: rr.tuple, LeaseNotAfter: time.Now().Add(time.Hour), Principal: "alice", Receiver: recv, Plain: plain})
 	must(t, err)
 	if la.agent.attachErr != nil {
 		t.Fatal(la.agent.attachErr)
@@ -72,8 +78,11 @@ func newLiveAgent(t *testing.T) *liveAgent {
 	return la
 }
 
-// op returns a fresh op tag.
+// op returns a fresh op tag (none for a plain agent).
 func (la *liveAgent) op() map[string]any {
+	if la.plain {
+		return nil
+	}
 	la.mu.Lock()
 	la.seq++
 	n := la.seq
@@ -280,4 +289,19 @@ func countDispatches(recs []audit.Record, method string) int {
 		}
 	}
 	return n
+}
+
+// TestIntegrationPlainWaitSeesTheDeadlineKill: a plain agent's create and
+// wait both get the command budget as their deadline; the wait still
+// answers the exit of the command its deadline killed (signal KILL), not
+// fate_unknown at the same instant.
+func TestIntegrationPlainWaitSeesTheDeadlineKill(t *testing.T) {
+	la := newLiveAgentWith(t, true, 2*time.Second)
+	id, err := la.create(acp.CreateTerminalRequest{Command: "sleep 100"})
+	must(t, err)
+	w := la.wait(id)
+	if w.ExitCode != nil || w.Signal == nil || *w.Signal != "KILL" {
+		t.Fatalf("wait = %+v, want the deadline's KILL", w)
+	}
+	must(t, la.release(id))
 }

@@ -86,6 +86,9 @@ const maxReleasedKept = 1024
 type terminal struct {
 	createKey string            // op key of the terminal/create receipt
 	expect    map[string]string // relative path -> expected SHA-256
+	// deadline is its terminal/create's deadline: the receiver kills the
+	// command at it at the latest.
+	deadline time.Time
 
 	// mu orders the recording of the exec's exit: whichever of
 	// wait_for_exit, output or release observes it first records it.
@@ -101,11 +104,15 @@ type terminal struct {
 
 // relState is where a terminal's release is: relDone is non-nil while one
 // is in flight and closed when it has its answer; released is set once a
-// release succeeded (the receiver has forgotten the terminal).
+// release succeeded (the receiver has forgotten the terminal). order is
+// held for reading by a kill while it is sent and for writing by a release
+// while it is sent, so a kill never reaches the receiver after the release
+// that made it forget the terminal.
 type relState struct {
 	mu       sync.Mutex
 	relDone  chan struct{}
 	released bool
+	order    sync.RWMutex
 }
 
 // beginRelease claims the release of t for the caller (first) unless t is

@@ -30,6 +30,8 @@ func (h *client) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (a
 	if err != nil {
 		return acp.KillTerminalResponse{}, err
 	}
+	t.rel.order.RLock() // a release claimed after this check waits until the kill is answered
+	defer t.rel.order.RUnlock()
 	notSent := ""
 	if released, inFlight := t.releaseState(); released || inFlight {
 		notSent = noteAlreadyReleased
@@ -66,7 +68,9 @@ func (h *client) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalReque
 		return decodeResponse[acp.ReleaseTerminalResponse](cl.keyed(ctx,
 			cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", noteAlreadyReleased)))
 	}
+	t.rel.order.Lock() // kills already past their check are answered first
 	raw, err := cl.keyed(ctx, cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", ""))
+	t.rel.order.Unlock()
 	if err == nil {
 		cl.b.markReleased(p.TerminalId)
 		cl.c.recordRelease(t)

@@ -45,7 +45,7 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	if err == nil {
 		// Also on a replay: the same digest means the same request (and the
 		// same files to verify), so the terminal is this session's.
-		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: cl.op.OpKey, expect: verify})
+		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: cl.op.OpKey, expect: verify, deadline: cl.deadline})
 	}
 	if err == nil && ctx.Err() != nil {
 		cl.kill(resp.TerminalId, "terminal/create cancelled by the agent")
@@ -155,6 +155,7 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 	if err != nil {
 		return acp.WaitForTerminalExitResponse{}, err
 	}
+	cl.waitPastCommandEnd(t)
 	var res wire.ExecWaitResult
 	err = cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, exitAnnotate(&res.Exit))
 	if err != nil {
@@ -195,6 +196,26 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 		cl.recordOutputExit(ctx, t, p.TerminalId, *res.Exit)
 	}
 	return out, nil
+}
+
+// exitGrace is how long after a command's own deadline a wait the
+// custodian tagged still waits: the receiver kills the command at its
+// deadline, then reaps it, drains its output and empties its cgroup (at
+// most 10 s) before the exit is final.
+const exitGrace = 15 * time.Second
+
+// waitPastCommandEnd lets a plain agent's wait_for_exit observe the end of
+// a command its own deadline kills. Both deadlines come from the same
+// command budget, so without this the wait would end at the very moment
+// the command is killed and answer fate_unknown instead of the exit. A
+// tether agent's wait keeps the deadline of its own tag.
+func (cl *call) waitPastCommandEnd(t *terminal) {
+	if cl.taggedBy != TaggedByCustodian || t.deadline.IsZero() {
+		return
+	}
+	if end := t.deadline.Add(exitGrace); end.After(cl.deadline) {
+		cl.deadline = end
+	}
 }
 
 func exitAnnotate(e *wire.ExitStatus) func(*audit.Record) {

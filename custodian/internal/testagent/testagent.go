@@ -60,19 +60,21 @@ type Agent struct {
 }
 
 // Main serves the agent on stdin/stdout until stdin closes. The session id
-// it answers is $TEST_AGENT_SESSION, default "sess-1".
+// it answers is $TEST_AGENT_SESSION, default "sess-1"; $TEST_AGENT_PLAIN
+// makes it a plain agent.
 func Main() {
-	a := Serve(os.Stdout, os.Stdin, os.Getenv("TEST_AGENT_SESSION"))
-	a.plain = os.Getenv("TEST_AGENT_PLAIN") != ""
+	a := serve(os.Stdout, os.Stdin, os.Getenv("TEST_AGENT_SESSION"), os.Getenv("TEST_AGENT_PLAIN") != "")
 	<-a.conn.Done()
 }
 
-// Serve runs the agent on the given streams.
-func Serve(w io.Writer, r io.Reader, sessionID string) *Agent {
+// Serve runs the agent (a tether agent) on the given streams.
+func Serve(w io.Writer, r io.Reader, sessionID string) *Agent { return serve(w, r, sessionID, false) }
+
+func serve(w io.Writer, r io.Reader, sessionID string, plain bool) *Agent {
 	if sessionID == "" {
 		sessionID = "sess-1"
 	}
-	a := &Agent{sessionID: sessionID, digest: map[string]string{}, root: map[string]string{}, extraMeta: map[string]string{}}
+	a := &Agent{sessionID: sessionID, plain: plain, digest: map[string]string{}, root: map[string]string{}, extraMeta: map[string]string{}}
 	g := &Gate{R: r, Ready: make(chan struct{})}
 	a.conn = acp.NewAgentSideConnection(a, w, g)
 	a.conn.SetLogger(slog.New(slog.DiscardHandler))
