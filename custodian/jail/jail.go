@@ -22,6 +22,7 @@ package jail
 
 import (
 	"errors"
+	"fmt"
 )
 
 // Network modes of Config.Network.
@@ -119,3 +120,17 @@ var (
 	// ErrUnsupported: not on Linux.
 	ErrUnsupported = errors.New("jail: only Linux is supported")
 )
+
+// Validate checks the config's shape without reading files (Build reads
+// and checks the paths).
+func (c Config) Validate() error {
+	switch c.Network {
+	case "", NetworkHost, NetworkNone:
+	default:
+		return fmt.Errorf("%w: jail.network %q: want %q or %q", ErrConfig, c.Network, NetworkHost, NetworkNone)
+	}
+	if (c.UID != nil && *c.UID == 0) || (c.GID != nil && *c.GID == 0) {
+		return fmt.Errorf("%w: jail.uid and jail.gid must not be 0: the agent never runs as root", ErrConfig)
+	}
+	return nil
+}

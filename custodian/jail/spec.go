@@ -1,6 +1,9 @@
 package jail
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -422,3 +425,18 @@ func within(dir, p string) bool {
 // related reports whether a and b are the same path or one contains the
 // other.
 func related(a, b string) bool { return within(a, b) || within(b, a) }
+
+// Digest is the hex SHA-256 of what the jail shows and allows (program,
+// argv, root, ids, network, bwrap, views, stubs, init), for the audit
+// log. The environment is left out: it may hold the agent's credentials.
+func (s *Spec) Digest() string {
+	data, _ := json.Marshal(struct {
+		Path, Root, Network, Bwrap, Helper string
+		Argv, Stubs                        []string
+		UID, GID                           uint32
+		Read, Exec                         []View
+		TmpSize                            int64
+	}{s.Path, s.Root, s.Network, s.Bwrap, s.Helper, s.Argv, s.Stubs, s.UID, s.GID, s.Read, s.Exec, s.TmpSize})
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
