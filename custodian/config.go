@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/custodian/jail"
 	"github.com/tetherdev/tether/receiver/transport"
 )
 
@@ -48,6 +49,10 @@ type Config struct {
 	// claude-code-acp's claudeCode.options). Keys beginning with
 	// "tether/" are refused.
 	SessionMeta map[string]any `json:"session_meta,omitempty"`
+	// Jail confines the agent process: allowlists that extend the
+	// defaults, the network, the agent's ids (docs/custodian.md "The
+	// agent jail").
+	Jail jail.Config `json:"jail,omitempty"`
 }
 
 // Agent kinds of Config.Agent.
@@ -132,6 +137,12 @@ func (c *Config) resolve(dir string) {
 	abs(&r.CAFile)
 	abs(&r.CertFile)
 	abs(&r.KeyFile)
+	for i := range c.Jail.Read {
+		abs(&c.Jail.Read[i])
+	}
+	for i := range c.Jail.Exec {
+		abs(&c.Jail.Exec[i])
+	}
 }
 
 // Validate names the first failed check.
@@ -164,6 +175,9 @@ func (c *Config) Validate() error {
 		if strings.HasPrefix(k, "tether/") {
 			return bad("session_meta key %q: the tether/ keys are the custodian's own", k)
 		}
+	}
+	if err := c.Jail.Validate(); err != nil {
+		return bad("%v", err)
 	}
 	return validateReceiver(c.Receiver)
 }
