@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -52,8 +53,15 @@ func TestIntegrationNodeAgent(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			rr := realrecv.Start(t)
 			dir := nodeRunDir(t, rr)
-			args := append([]string{"run", "--config", filepath.Join(dir, "c.json")}, mode.run...)
-			args = append(append(args, "--prompt", "scenario", "--"), append([]string{"node"}, mode.agent...)...)
+			node, err := exec.LookPath("node")
+			realrecv.Must(t, err)
+			node, err = filepath.EvalSymlinks(node)
+			realrecv.Must(t, err)
+			// The agent runs in the agent jail, as any agent does by default:
+			// it may read its install tree and execute node.
+			jailAgent(t)
+			args := append([]string{"run", "--config", filepath.Join(dir, "c.json"), "--jail-read", nodeDir, "--jail-exec", node}, mode.run...)
+			args = append(append(args, "--prompt", "scenario", "--"), append([]string{node}, mode.agent...)...)
 			var stdout, stderr bytes.Buffer
 			if code := run(context.Background(), args, nil, &stdout, &stderr); code != exitOK {
 				t.Fatalf("run exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
