@@ -116,6 +116,7 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h.terms = newTerminals(lim.MaxTerminals)
+	h.terms.bound(lim.MaxTerminalsPerTuple, lim.orphanGrace(), h.log)
 	every := opts.RecheckEvery
 	if every <= 0 {
 		every = DefaultRecheckEvery

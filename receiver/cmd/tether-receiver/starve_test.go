@@ -186,3 +186,29 @@ func TestIntegrationGarbageFloodLogBounded(t *testing.T) {
 		t.Fatalf("3000 garbage connections grew the log by %d bytes, want at most 8 KiB:\n%.3000s", grown, log)
 	}
 }
+
+// TestIntegrationOrphanKilledWhenCustodianDies: the custodian's connection
+// ends with a command running (as when it is SIGKILLed) and nothing
+// reattaches: the daemon kills the command after orphan_grace_s, long
+// before its deadline.
+func TestIntegrationOrphanKilledWhenCustodianDies(t *testing.T) {
+	testenv.Require(t, "root")
+	e := newEnv(t, "off", "thread")
+	e.cfg["limits"] = map[string]any{"orphan_grace_s": 1}
+	e.writeConfig()
+	e.start()
+	c := e.client()
+	var st wire.ExecStartResult
+	if err := c.call(wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/sleep", "600"}}, &st); err != nil {
+		t.Fatal(err)
+	}
+	c.c.Close() // the custodian is gone
+	deadline := time.Now().Add(15 * time.Second)
+	for len(liveProcsOfUID(t, gUID)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the grant's uid still run 15 s after the custodian's connection ended",
+				liveProcsOfUID(t, gUID))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
