@@ -241,7 +241,7 @@ func TestAuditHoldsDigestsNotContents(t *testing.T) {
 			t.Fatalf("audit log contains %q", leak)
 		}
 	}
-	for _, kind := range []string{`"kind":"bind"`, `"kind":"attach"`, `"kind":"dispatch"`, `"kind":"result"`, `"kind":"refusal"`} {
+	for _, kind := range []string{`"kind":"bind"`, `"kind":"attach"`, `"kind":"dispatch"`, `"kind":"result"`, `"kind":"refusals"`} {
 		if !strings.Contains(log, kind) {
 			t.Fatalf("audit log has no %s record:\n%s", kind, log)
 		}

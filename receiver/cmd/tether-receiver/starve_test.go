@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -204,10 +205,9 @@ func TestIntegrationOrphanKilledWhenCustodianDies(t *testing.T) {
 	}
 	c.c.Close() // the custodian is gone
 	deadline := time.Now().Add(15 * time.Second)
-	for len(liveProcsOfUID(t, gUID)) > 0 {
+	for slices.Contains(liveProcsOfUID(t, gUID), st.PID) {
 		if time.Now().After(deadline) {
-			t.Fatalf("processes %v of the grant's uid still run 15 s after the custodian's connection ended",
-				liveProcsOfUID(t, gUID))
+			t.Fatalf("command %d still runs 15 s after the custodian's connection ended", st.PID)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
