@@ -52,13 +52,24 @@ func (c *Custodian) newTally(sessionID, tuple, principal string) *refusalTally {
 }
 
 // add counts one refusal and returns the tally's total. The first refusal
-// since the last record arms the timer of the next one.
+// since the last record arms the timer of the next one; on an ended tally
+// (a call still in flight when its session ended) the record is written
+// at once.
 func (rt *refusalTally) add(code wire.Code, ev audit.RefusalEvent) int64 {
 	if ev.Time.IsZero() {
 		ev.Time = rt.c.now().UTC()
 	}
 	rt.mu.Lock()
-	defer rt.mu.Unlock()
+	total, ended := rt.countLocked(code, ev), rt.closed
+	rt.mu.Unlock()
+	if ended {
+		rt.flush()
+	}
+	return total
+}
+
+// countLocked counts ev under code; rt.mu is held.
+func (rt *refusalTally) countLocked(code wire.Code, ev audit.RefusalEvent) int64 {
 	rt.total++
 	n := rt.codes[string(code)]
 	if n == nil {
@@ -95,8 +106,7 @@ func (rt *refusalTally) flush() {
 }
 
 // end writes what is still counted and stops the tally (its session
-// ended). Later refusals are still counted and written by the next
-// checkpoint or Close.
+// ended).
 func (rt *refusalTally) end() {
 	rt.mu.Lock()
 	rt.closed = true
