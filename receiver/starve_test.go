@@ -2,13 +2,18 @@ package receiver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -197,5 +202,37 @@ func TestLimitsPerTupleAndGraceDefaults(t *testing.T) {
 		if _, err := bad.withDefaults(); !errors.Is(err, ErrLimits) {
 			t.Errorf("%+v: %v, want ErrLimits", bad, err)
 		}
+	}
+}
+
+// TestAttackLeasedFileAnswersBusy: a process in the computer holds a
+// write lease on a file (fcntl F_SETLEASE); an edit and a read of it are
+// answered busy, naming the lease, not path_escape, and nothing changes.
+func TestAttackLeasedFileAnswersBusy(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	path := filepath.Join(f.grant.Tuple.Root, "leased.txt")
+	if err := os.WriteFile(path, []byte("held\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lf, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	if _, err := unix.FcntlInt(lf.Fd(), unix.F_SETLEASE, unix.F_WRLCK); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte("held\n"))
+	_, err = f.call(f.grant, wire.OpWrite, wire.WriteArgs{Path: "leased.txt", Content: "new\n", ExpectSHA256: hex.EncodeToString(sum[:])})
+	if code(err) != wire.CodeBusy {
+		t.Fatalf("edit of a leased file: %v, want busy", err)
+	}
+	if _, err := f.call(f.grant, wire.OpRead, wire.ReadArgs{Path: "leased.txt"}); code(err) != wire.CodeBusy {
+		t.Fatalf("read of a leased file: %v, want busy", err)
+	}
+	unix.FcntlInt(lf.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
+	if got, _ := os.ReadFile(path); string(got) != "held\n" {
+		t.Fatalf("leased file changed to %q", got)
 	}
 }
