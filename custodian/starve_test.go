@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -345,5 +346,23 @@ func TestIntegrationCloseSessionReleasesTerminals(t *testing.T) {
 	must(t, err)
 	if r.Outcome != opstore.Failed || r.Note != noteReleasedUnobserved {
 		t.Fatalf("receipt after the session's end: %s %q", r.Outcome, r.Note)
+	}
+}
+
+// TestIntegrationTrailingSlashWritesNoFile: fs/write_text_file to a path
+// ending in a slash names a directory; it must not create a regular file
+// at the name before the slash.
+func TestIntegrationTrailingSlashWritesNoFile(t *testing.T) {
+	s := newRealSession(t)
+	must(t, os.Mkdir(s.rr.file("dir"), 0o755))
+	must(t, os.Chown(s.rr.file("dir"), grantUID, grantGID))
+	for i, p := range []string{"name/", "dir/name/", "dir/other/.", "dir/x//"} {
+		_, err := s.agent.conn.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: "sess-real",
+			Path: s.rr.tuple.Root + "/" + p, Content: "x", Meta: s.op("slash-" + itoa(i))})
+		wantCode(t, err, wire.CodeInvalid)
+		name := strings.TrimRight(strings.TrimSuffix(p, "/."), "/")
+		if _, err := os.Lstat(s.rr.file(name)); err == nil {
+			t.Fatalf("a write to %q created %s", p, name)
+		}
 	}
 }
