@@ -85,7 +85,7 @@ const maxReleasedKept = 1024
 
 // terminal is a child started through this binding.
 type terminal struct {
-	createKey string            // op key of the terminal/create receipt
+	createKey string            // store key of the terminal/create receipt (opstore.Key)
 	expect    map[string]string // relative path -> expected SHA-256
 	// deadline is its terminal/create's deadline: the receiver kills the
 	// command at it at the latest.

@@ -100,6 +100,6 @@ func (c *Custodian) completeLocked(t *terminal, fn func(*opstore.Receipt)) {
 	case errors.Is(err, opstore.ErrInvalid): // already final (e.g. interrupted)
 		t.recorded = true
 	default:
-		c.log.Error("complete exec receipt", "op_key", t.createKey, "err", err)
+		c.log.Error("complete exec receipt", "store_key", t.createKey, "err", err)
 	}
 }

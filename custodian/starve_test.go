@@ -15,6 +15,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
@@ -340,7 +341,7 @@ func TestIntegrationCloseSessionReleasesTerminals(t *testing.T) {
 	pid := s.sleeper(t, "s1")
 	must(t, s.conn.CloseSession(context.Background(), "sess-real"))
 	waitDead(t, 15*time.Second, pid)
-	raw, err := s.c.store.Get("s1")
+	raw, err := s.c.store.Get(opstore.Key(s.rr.tuple.SHA256(), "sess-real", "s1"))
 	must(t, err)
 	r, err := opstore.Unmarshal(raw)
 	must(t, err)
@@ -363,6 +364,63 @@ func TestIntegrationTrailingSlashWritesNoFile(t *testing.T) {
 		name := strings.TrimRight(strings.TrimSuffix(p, "/."), "/")
 		if _, err := os.Lstat(s.rr.file(name)); err == nil {
 			t.Fatalf("a write to %q created %s", p, name)
+		}
+	}
+}
+
+// key is the store key of op key k in the harness's session.
+func (h *harness) key(k string) string { return opstore.Key(h.tuple.SHA256(), h.agent.sessionID, k) }
+
+// otherSession binds a second agent connection on h's custodian and
+// receiver, as session id with tuple tu, and returns its agent.
+func (h *harness) otherSession(id string, tu admission.Tuple) *testAgent {
+	h.t.Helper()
+	c2aR, c2aW := io.Pipe()
+	a2cR, a2cW := io.Pipe()
+	a := &testAgent{sessionID: id, attachOnNew: true}
+	g := &testagent.Gate{R: c2aR, Ready: make(chan struct{})}
+	a.conn = acp.NewAgentSideConnection(a, a2cW, g)
+	close(g.Ready)
+	conn := h.c.Serve(c2aW, a2cR, ConnOptions{})
+	h.t.Cleanup(func() { c2aW.Close(); a2cW.Close(); conn.Close() })
+	ctx := context.Background()
+	if _, err := conn.Initialize(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	b := Binding{Tuple: tu, LeaseNotAfter: h.lease, Principal: tu.Owner, Receiver: h.recv}
+	if _, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: tu.Root, McpServers: []acp.McpServer{}}, b); err != nil || a.attachErr != nil {
+		h.t.Fatalf("second session: %v %v", err, a.attachErr)
+	}
+	return a
+}
+
+// TestAttackOpKeySquatAcrossSessions: session B sends, first, the op key
+// session A is about to use; A's write still runs (the key is scoped to
+// A's binding), and each session's retry is answered from its own receipt.
+func TestAttackOpKeySquatAcrossSessions(t *testing.T) {
+	h := newHarness(t)
+	h.scriptFiles()
+	h.bind()
+	tb := h.tuple
+	tb.Session = "s2"
+	b := h.otherSession("sess-B", tb)
+	ctx := context.Background()
+	opB := acpmeta.Op{TupleSHA256: tb.SHA256(), OpKey: "victim-key", Deadline: time.Now().Add(time.Minute)}.Meta()
+	if _, err := b.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: "sess-B", Path: tb.Root + "/b.txt",
+		Content: "squat", Meta: opB}); err != nil {
+		t.Fatal(err)
+	}
+	writes := h.fr.count(wire.OpWrite)
+	if _, err := h.agent.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a.txt",
+		Content: "mine", Meta: h.op("victim-key")}); err != nil {
+		t.Fatalf("A's write with a key B used first: %v", err) // before: op_key_conflict
+	}
+	if h.fr.count(wire.OpWrite) != writes+1 || h.fr.last().OpKey != "victim-key" {
+		t.Fatal("A's write did not reach the receiver")
+	}
+	for _, k := range []string{h.key("victim-key"), opstore.Key(tb.SHA256(), "sess-B", "victim-key")} {
+		if _, err := h.c.store.Get(k); err != nil {
+			t.Fatalf("receipt %s: %v", k, err)
 		}
 	}
 }

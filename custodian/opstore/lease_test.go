@@ -48,10 +48,10 @@ func TestKeepForLeaseOutlivesTheExtendedLease(t *testing.T) {
 	if err := s.Prune(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("other"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(Key(other.TupleSHA256, other.SessionID, "other")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another tuple's expired key: %v, want pruned", err)
 	}
-	if _, err := s.Get("kept"); err != nil {
+	if _, err := s.Get(testKey("kept")); err != nil {
 		t.Fatalf("key pruned inside the extended lease: %v", err)
 	}
 	if err := s.Close(); err != nil {
@@ -62,14 +62,14 @@ func TestKeepForLeaseOutlivesTheExtendedLease(t *testing.T) {
 	if err := s.Prune(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("kept"); err != nil {
+	if _, err := s.Get(testKey("kept")); err != nil {
 		t.Fatalf("key pruned at the extended lease + retention (after reopen): %v", err)
 	}
 	at(72*time.Hour + 24*time.Hour + time.Second)
 	if err := s.Prune(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("kept"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(testKey("kept")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("key past the extended lease + retention: %v, want pruned", err)
 	}
 }

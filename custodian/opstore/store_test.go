@@ -29,6 +29,9 @@ func intent(key, req string) Intent {
 		LeaseNotAfter: time.Now().Add(time.Hour)}
 }
 
+// testKey is the store key of an op key of intent's binding.
+func testKey(opKey string) string { return Key(digest("tuple"), "sess-1", opKey) }
+
 func openT(t *testing.T, dir string, opts Options) *Store {
 	t.Helper()
 	s, err := Open(dir, opts)
@@ -54,7 +57,7 @@ func TestSameKeySameDigestReplaysByteForByte(t *testing.T) {
 		t.Fatalf("first Begin = %v, %v, %v; want a ticket", tk, replay, err)
 	}
 	finishOK(t, tk, `{"_meta":{"x":1}}`)
-	before, err := s.Get("k1")
+	before, err := s.Get(testKey("k1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +76,7 @@ func TestSameKeySameDigestReplaysByteForByte(t *testing.T) {
 			t.Fatalf("replayed receipt differs:\n%s\n%s", again, before)
 		}
 	}
-	after, _ := s.Get("k1")
+	after, _ := s.Get(testKey("k1"))
 	if !bytes.Equal(after, before) {
 		t.Fatalf("stored receipt changed after commit:\n%s\n%s", after, before)
 	}
@@ -214,14 +217,14 @@ func TestRetentionFloorAndPrune(t *testing.T) {
 	mid := start.Add(71 * time.Hour) // past 24 h, still within lease + 24 h
 	now.Store(&mid)
 	time.Sleep(50 * time.Millisecond)
-	if _, err := s.Get("old"); err != nil {
+	if _, err := s.Get(testKey("old")); err != nil {
 		t.Fatalf("receipt pruned before lease end + retention: %v", err)
 	}
 	late := start.Add(73 * time.Hour)
 	now.Store(&late)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := s.Get("old"); errors.Is(err, ErrNotFound) {
+		if _, err := s.Get(testKey("old")); errors.Is(err, ErrNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -239,19 +242,19 @@ func TestPendingCompletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	code := 0
-	err := s.Complete(ctx, "exec", func(r *Receipt) {
+	err := s.Complete(ctx, testKey("exec"), func(r *Receipt) {
 		r.Outcome, r.Exit = Verified, &Exit{ExitCode: &code}
 		r.Response = json.RawMessage(`{"terminalId":"forged"}`)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, _ := s.Get("exec")
+	data, _ := s.Get(testKey("exec"))
 	r, _ := Unmarshal(data)
 	if r.Outcome != Verified || string(r.Response) != `{"terminalId":"t1"}` {
 		t.Fatalf("completed receipt = %s; want verified with the original response", data)
 	}
-	if err := s.Complete(ctx, "exec", func(r *Receipt) { r.Outcome = Failed }); !errors.Is(err, ErrInvalid) {
+	if err := s.Complete(ctx, testKey("exec"), func(r *Receipt) { r.Outcome = Failed }); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("completing a final receipt: %v, want ErrInvalid", err)
 	}
 }
@@ -299,7 +302,7 @@ func TestTaggedByKeptInReceipts(t *testing.T) {
 	}
 	s = openT(t, dir, Options{})
 	for key, outcome := range map[string]Outcome{"plain-1": Verified, "plain-2": Interrupted} {
-		raw, err := s.Get(key)
+		raw, err := s.Get(testKey(key))
 		if err != nil {
 			t.Fatal(err)
 		}
