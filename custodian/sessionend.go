@@ -46,15 +46,17 @@ func (cn *Conn) CloseSession(ctx context.Context, sessionID string) error {
 }
 
 // endAll ends every session of the connection (its ACP connection ended),
-// once.
+// all at once, once.
 func (cn *Conn) endAll() {
 	cn.endOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 		defer cancel()
+		var wg sync.WaitGroup
 		for _, b := range cn.table.all() {
 			cn.table.remove(b.sessionID, b)
-			cn.c.endBinding(ctx, b)
+			wg.Go(func() { cn.c.endBinding(ctx, b) })
 		}
+		wg.Wait()
 		cn.unbound.end()
 	})
 }

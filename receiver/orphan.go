@@ -95,6 +95,11 @@ func (ts *terminals) expire(t *terminal, timer *time.Timer) {
 // stopOrphansLocked ends the watchers and grace timers (closeAll); ts.mu
 // is held.
 func (ts *terminals) stopOrphansLocked() {
+	select {
+	case <-ts.stop:
+		return
+	default:
+	}
 	close(ts.stop)
 	for _, t := range ts.byID {
 		if t.orphan != nil {
