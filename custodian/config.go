@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/custodian/jail"
 	"github.com/tetherdev/tether/receiver/transport"
 )
 
@@ -39,6 +40,10 @@ type Config struct {
 	// Permission answers the agent's permission requests: "reject"
 	// (default) or "allow_once".
 	Permission string `json:"permission,omitempty"`
+	// Jail confines the agent process: allowlists that extend the
+	// defaults, the network, the agent's ids (docs/custodian.md "The
+	// agent jail").
+	Jail jail.Config `json:"jail,omitempty"`
 }
 
 // ReceiverConfig names the receiver endpoint in the same vocabulary as
@@ -117,6 +122,12 @@ func (c *Config) resolve(dir string) {
 	abs(&r.CAFile)
 	abs(&r.CertFile)
 	abs(&r.KeyFile)
+	for i := range c.Jail.Read {
+		abs(&c.Jail.Read[i])
+	}
+	for i := range c.Jail.Exec {
+		abs(&c.Jail.Exec[i])
+	}
 }
 
 // Validate names the first failed check.
@@ -142,6 +153,9 @@ func (c *Config) Validate() error {
 		return bad("permission %q: want reject or allow_once", c.Permission)
 	case c.Retention != 0 && time.Duration(c.Retention) < 24*time.Hour:
 		return bad("retention %s is below the minimum 24h", time.Duration(c.Retention))
+	}
+	if err := c.Jail.Validate(); err != nil {
+		return bad("%v", err)
 	}
 	return validateReceiver(c.Receiver)
 }

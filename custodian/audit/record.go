@@ -31,9 +31,10 @@ const (
 	KindCancel   Kind = "cancel"   // a cancel or kill was sent for a running child
 	KindFence    Kind = "fence"    // a binding was fenced until reattach
 	KindLease    Kind = "lease"    // a binding's lease was extended
+	KindAgent    Kind = "agent"    // the agent process was started: jailed, or unjailed by --no-jail
 )
 
-var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease}
+var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease, KindAgent}
 
 // Valid reports whether k is in the closed set.
 func (k Kind) Valid() bool {

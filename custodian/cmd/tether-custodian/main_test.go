@@ -17,10 +17,12 @@ import (
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/custodian/internal/realrecv"
+	"github.com/tetherdev/tether/custodian/jail"
 	"github.com/tetherdev/tether/custodian/opstore"
 )
 
 func TestMain(m *testing.M) {
+	jail.HelperMain() // the jail's init or shell stub (jail_test.go shows this binary as both)
 	testscript.Main(testMain{m}, map[string]func(){
 		"tether-custodian": func() {
 			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))

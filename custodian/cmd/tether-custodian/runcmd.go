@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -37,7 +36,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
 	var ps prompts
 	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line, each sent as it arrives)")
-	usageFor(fs, "run --config FILE [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]",
+	jf := addJailFlags(fs)
+	usageFor(fs, "run --config FILE [--session-id ID] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
 		"Spawns the ACP agent over stdio, initializes with the fs and terminal capabilities,\n"+
 			"binds a session to the config's tuple (session/new, or session/load with --session-id),\n"+
 			"sends the prompts and writes every session update to stdout as one JSON line, in order.\n"+
@@ -54,6 +54,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return fail(stderr, exitUsage, "run: %v", err)
 	}
 	r := &runner{cfg: cfg, sessionID: *sessionID, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: stderr}
+	r.jail, r.configPath = jf, *cfgPath
 	if len(ps) == 0 {
 		lr := readLines(stdin)
 		defer lr.stop()
@@ -136,6 +137,9 @@ type runner struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	outMu     sync.Mutex
+	// jail and configPath are set by cmdRun; jail.go starts the agent.
+	jail       *jailFlags
+	configPath string
 }
 
 func (r *runner) run(ctx context.Context) int {
@@ -169,17 +173,8 @@ func (r *runner) run(ctx context.Context) int {
 
 // withAgent spawns the agent, serves its connection and drives the session.
 func (r *runner) withAgent(ctx context.Context, c *custodian.Custodian, recv *custodian.Receiver) int {
-	cmd := exec.Command(r.argv[0], r.argv[1:]...)
-	cmd.Stderr = r.stderr
-	toAgent, err := cmd.StdinPipe()
+	toAgent, fromAgent, cmd, err := r.startAgent(c)
 	if err != nil {
-		return fail(r.stderr, exitRuntime, "run: %v", err)
-	}
-	fromAgent, err := cmd.StdoutPipe()
-	if err != nil {
-		return fail(r.stderr, exitRuntime, "run: %v", err)
-	}
-	if err := cmd.Start(); err != nil {
 		return fail(r.stderr, exitRuntime, "run: start agent: %v", err)
 	}
 	conn := c.Serve(toAgent, fromAgent, custodian.ConnOptions{OnUpdate: r.printUpdate, Permission: r.permission()})
@@ -310,14 +305,14 @@ func (r *runner) permission() func(context.Context, acp.RequestPermissionRequest
 
 // stopAgent waits for the agent after its stdin closed, killing it after
 // agentStopGrace.
-func stopAgent(cmd *exec.Cmd) error {
+func stopAgent(cmd agentProc) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		return err
 	case <-time.After(agentStopGrace):
-		cmd.Process.Kill()
+		cmd.Kill()
 		<-done
 		return errors.New("did not exit after its stdin closed; killed")
 	}
