@@ -163,15 +163,17 @@ func (o *Hold) end(why EndReason) {
 		if o.release != nil {
 			o.release(why)
 		}
+		o.why = why
+		ev := o.event("handover_end")
+		ev.Duration, ev.Reason = o.h.a.now().Sub(o.begun), why
+		o.h.a.cfg.Audit(ev)
+		// The fence lifts only once the end is recorded, so the agent's
+		// next action always follows the end record.
 		o.h.mu.Lock()
 		if o.h.cur == o {
 			o.h.cur = nil
 		}
 		o.h.mu.Unlock()
-		o.why = why
-		ev := o.event("handover_end")
-		ev.Duration, ev.Reason = o.h.a.now().Sub(o.begun), why
-		o.h.a.cfg.Audit(ev)
 		close(o.done)
 	})
 }

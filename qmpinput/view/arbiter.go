@@ -90,6 +90,8 @@ func (ar *arbiter) takeover(v *viewer) error {
 	}
 	ar.holder, ar.hold, ar.since, ar.expires = v, hold, ar.now(), ar.now().Add(ttl)
 	ar.mu.Unlock()
+	// Pages learn of the end once it is complete: recorded, agent unfenced.
+	go func() { <-hold.Done(); ar.changed() }()
 	if err := ar.aud.takeErr(); err != nil {
 		hold.End()
 		return fmt.Errorf("%w: %w (take over undone)", ErrAudit, err)
@@ -107,7 +109,6 @@ func (ar *arbiter) released(v *viewer) {
 		ar.holder, ar.hold, ar.since, ar.expires = nil, nil, time.Time{}, time.Time{}
 	}
 	ar.mu.Unlock()
-	ar.changed()
 }
 
 // end ends v's hold, if v holds input, for why.
