@@ -21,9 +21,6 @@ func TestVisualPathSharesNoChainCode(t *testing.T) {
 		mod + "qmpinput/auditlog": true, mod + "qmpinput/view": true}
 	checked := 0
 	for _, pkg := range strings.Fields(string(out)) {
-		if strings.HasPrefix(pkg, mod+"qmpinput/internal/viewguest") {
-			continue // test support: boots guests through fixtures/guest
-		}
 		deps, err := exec.Command("go", "list", "-deps", pkg).Output()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v", pkg, err)

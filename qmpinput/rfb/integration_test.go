@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/fixtures/guest/screenvm"
 	"github.com/tetherdev/tether/qmpinput"
-	"github.com/tetherdev/tether/qmpinput/internal/viewguest"
 )
 
 // Linux key codes and X keysyms the tests type.
@@ -23,18 +23,18 @@ func keyTap(keysym uint32) []Msg {
 
 // waitKeyUp collects guest events until the key's release and returns
 // everything seen since mark.
-func waitKeyUp(t *testing.T, ctx context.Context, vm *viewguest.VM, code int) []viewguest.Event {
+func waitKeyUp(t *testing.T, ctx context.Context, vm *screenvm.VM, code int) []screenvm.Event {
 	t.Helper()
-	if _, err := vm.Collect(ctx, func(e viewguest.Event) bool { return e == viewguest.Event{Type: viewguest.EvKey, Code: code} }); err != nil {
+	if _, err := vm.Collect(ctx, func(e screenvm.Event) bool { return e == screenvm.Event{Type: screenvm.EvKey, Code: code} }); err != nil {
 		t.Fatalf("key %d never reached the guest: %v", code, err)
 	}
 	return nil
 }
 
-func keysIn(evs []viewguest.Event) []viewguest.Event {
-	var out []viewguest.Event
+func keysIn(evs []screenvm.Event) []screenvm.Event {
+	var out []screenvm.Event
 	for _, e := range evs {
-		if e.Type == viewguest.EvKey {
+		if e.Type == screenvm.EvKey {
 			out = append(out, e)
 		}
 	}
@@ -63,7 +63,7 @@ func TestIntegrationProxyGatesInput(t *testing.T) {
 	}
 	waitKeyUp(t, ctx, vm, keyB)
 	got := vm.EventsSince(mark)
-	want := []viewguest.Event{{Type: 1, Code: keyB, Value: 1}, {Type: 1, Code: keyB, Value: 0}}
+	want := []screenvm.Event{{Type: 1, Code: keyB, Value: 1}, {Type: 1, Code: keyB, Value: 0}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("guest saw %v; want only the key typed with control %v (a, the click and the move were sent without it)", got, want)
 	}
@@ -76,16 +76,16 @@ func TestIntegrationProxyGatesInput(t *testing.T) {
 		if err := p.client.send(PointerEvent{Mask: 1, X: x, Y: y}, PointerEvent{X: x, Y: y}); err != nil {
 			t.Fatal(err)
 		}
-		evs, err := vm.Collect(ctx, func(e viewguest.Event) bool { return e == viewguest.Event{Type: 1, Code: viewguest.BtnLeft} })
+		evs, err := vm.Collect(ctx, func(e screenvm.Event) bool { return e == screenvm.Event{Type: 1, Code: screenvm.BtnLeft} })
 		if err != nil {
 			t.Fatal(err)
 		}
 		ax, ay := -1, -1
 		for _, e := range evs {
-			if e.Type == viewguest.EvAbs && e.Code == 0 {
+			if e.Type == screenvm.EvAbs && e.Code == 0 {
 				ax = e.Value
 			}
-			if e.Type == viewguest.EvAbs && e.Code == 1 {
+			if e.Type == screenvm.EvAbs && e.Code == 1 {
 				ay = e.Value
 			}
 		}
@@ -98,7 +98,7 @@ func TestIntegrationProxyGatesInput(t *testing.T) {
 		if err := p.client.send(KeyEvent{Down: true, Keysym: xkC}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := vm.Collect(ctx, func(e viewguest.Event) bool { return e == viewguest.Event{Type: 1, Code: keyC, Value: 1} }); err != nil {
+		if _, err := vm.Collect(ctx, func(e screenvm.Event) bool { return e == screenvm.Event{Type: 1, Code: keyC, Value: 1} }); err != nil {
 			t.Fatal(err)
 		}
 		gate.mu.Lock()

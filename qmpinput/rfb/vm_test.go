@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/fixtures/guest/screenvm"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/qmpinput"
-	"github.com/tetherdev/tether/qmpinput/internal/viewguest"
 )
 
 var shared struct {
 	once sync.Once
-	vm   *viewguest.VM
+	vm   *screenvm.VM
 	err  error
 }
 
@@ -29,13 +29,13 @@ func TestMain(m *testing.M) {
 }
 
 // sharedVM boots one 1280x800 view guest for the package's QEMU tests.
-func sharedVM(tb testing.TB) *viewguest.VM {
+func sharedVM(tb testing.TB) *screenvm.VM {
 	tb.Helper()
 	testenv.Require(tb, "qemu")
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		shared.vm, shared.err = viewguest.Boot(ctx, 1280, 800)
+		shared.vm, shared.err = screenvm.Boot(ctx, 1280, 800)
 	})
 	if shared.err != nil {
 		tb.Fatal(shared.err)
@@ -68,7 +68,7 @@ type proxied struct {
 
 // startProxy connects a test viewer through a Session to the guest's VNC
 // server over a pinned dial.
-func startProxy(t *testing.T, vm *viewguest.VM, gate Gate) *proxied {
+func startProxy(t *testing.T, vm *screenvm.VM, gate Gate) *proxied {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

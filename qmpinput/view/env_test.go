@@ -21,10 +21,10 @@ import (
 	"github.com/digitalocean/go-qemu/qmp"
 	"github.com/digitalocean/go-qemu/qmp/raw"
 
+	"github.com/tetherdev/tether/fixtures/guest/screenvm"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/qmpinput"
 	"github.com/tetherdev/tether/qmpinput/auditlog"
-	"github.com/tetherdev/tether/qmpinput/internal/viewguest"
 	"github.com/tetherdev/tether/qmpinput/rfb"
 	"github.com/tetherdev/tether/qmpinput/statedir"
 	"github.com/tetherdev/tether/qmpinput/token"
@@ -32,7 +32,7 @@ import (
 
 var shared struct {
 	once sync.Once
-	vm   *viewguest.VM
+	vm   *screenvm.VM
 	err  error
 }
 
@@ -45,13 +45,13 @@ func TestMain(m *testing.M) {
 }
 
 // sharedVM boots one 1280x800 view guest for the package.
-func sharedVM(tb testing.TB) *viewguest.VM {
+func sharedVM(tb testing.TB) *screenvm.VM {
 	tb.Helper()
 	testenv.Require(tb, "qemu")
 	shared.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		shared.vm, shared.err = viewguest.Boot(ctx, 1280, 800)
+		shared.vm, shared.err = screenvm.Boot(ctx, 1280, 800)
 	})
 	if shared.err != nil {
 		tb.Fatal(shared.err)
@@ -75,7 +75,7 @@ func (c *clock) add(d time.Duration) {
 // env is one live view on the shared guest: a real adapter on its QMP
 // socket, a state directory, and the server on a loopback port.
 type env struct {
-	vm      *viewguest.VM
+	vm      *screenvm.VM
 	adapter *qmpinput.Adapter
 	dir     *statedir.Dir
 	store   *token.Store
@@ -280,7 +280,7 @@ func readUntil(ctx context.Context, ws *websocket.Conn, match func(map[string]an
 
 // probeStatus asks QEMU's probe socket for the run state ("running",
 // "paused"), through go-qemu: the adapter's closed set has no query.
-func probeStatus(ctx context.Context, vm *viewguest.VM) (string, error) {
+func probeStatus(ctx context.Context, vm *screenvm.VM) (string, error) {
 	mon, err := newProbe(vm)
 	if err != nil {
 		return "", err
@@ -301,16 +301,16 @@ func (e *env) agentKeySentinel(tb testing.TB, ctx context.Context) {
 	if err := e.adapter.Key(ctx, "z"); err != nil {
 		tb.Fatalf("agent sentinel key: %v", err)
 	}
-	if _, err := e.vm.Collect(ctx, func(ev viewguest.Event) bool { return ev == viewguest.Event{Type: 1, Code: 44} }); err != nil {
+	if _, err := e.vm.Collect(ctx, func(ev screenvm.Event) bool { return ev == screenvm.Event{Type: 1, Code: 44} }); err != nil {
 		tb.Fatalf("agent sentinel never reached the guest: %v", err)
 	}
 }
 
 // eventsBefore returns the guest events since mark, without the final
 // sentinel key (z down and up).
-func eventsBefore(vm *viewguest.VM, mark int) []viewguest.Event {
+func eventsBefore(vm *screenvm.VM, mark int) []screenvm.Event {
 	evs := vm.EventsSince(mark)
-	var out []viewguest.Event
+	var out []screenvm.Event
 	for _, ev := range evs {
 		if ev.Type == 1 && ev.Code == 44 {
 			continue
@@ -322,7 +322,7 @@ func eventsBefore(vm *viewguest.VM, mark int) []viewguest.Event {
 
 var countLine = regexp.MustCompile(`^count (\d+)$`)
 
-func newProbe(vm *viewguest.VM) (*qmp.SocketMonitor, error) {
+func newProbe(vm *screenvm.VM) (*qmp.SocketMonitor, error) {
 	m, err := qmp.NewSocketMonitor("unix", vm.Probe, 10*time.Second)
 	if err != nil {
 		return nil, err

@@ -16,8 +16,8 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/tetherdev/tether/fixtures/guest/screenvm"
 	"github.com/tetherdev/tether/qmpinput"
-	"github.com/tetherdev/tether/qmpinput/internal/viewguest"
 	"github.com/tetherdev/tether/qmpinput/token"
 )
 
@@ -27,16 +27,16 @@ var keyCodes = map[rune]int{'h': 35, 'e': 18, 'l': 38, 'o': 24, 'i': 23, 'x': 45
 const keyEnter = 28
 
 // wantKeys is the exact evdev key sequence of typing s (down, up each).
-func wantKeys(s string) []viewguest.Event {
-	var out []viewguest.Event
+func wantKeys(s string) []screenvm.Event {
+	var out []screenvm.Event
 	for _, r := range s {
-		out = append(out, viewguest.Event{Type: 1, Code: keyCodes[r], Value: 1}, viewguest.Event{Type: 1, Code: keyCodes[r], Value: 0})
+		out = append(out, screenvm.Event{Type: 1, Code: keyCodes[r], Value: 1}, screenvm.Event{Type: 1, Code: keyCodes[r], Value: 0})
 	}
 	return out
 }
 
-func keysOnly(evs []viewguest.Event) []viewguest.Event {
-	var out []viewguest.Event
+func keysOnly(evs []screenvm.Event) []screenvm.Event {
+	var out []screenvm.Event
 	for _, e := range evs {
 		if e.Type == 1 {
 			out = append(out, e)
@@ -46,9 +46,9 @@ func keysOnly(evs []viewguest.Event) []viewguest.Event {
 }
 
 // waitKeyUp waits for the release of a key in the guest.
-func waitKeyUp(tb testing.TB, ctx context.Context, vm *viewguest.VM, code int) {
+func waitKeyUp(tb testing.TB, ctx context.Context, vm *screenvm.VM, code int) {
 	tb.Helper()
-	if _, err := vm.Collect(ctx, func(e viewguest.Event) bool { return e == viewguest.Event{Type: 1, Code: code} }); err != nil {
+	if _, err := vm.Collect(ctx, func(e screenvm.Event) bool { return e == screenvm.Event{Type: 1, Code: code} }); err != nil {
 		tb.Fatalf("key %d never reached the guest: %v", code, err)
 	}
 }
@@ -367,7 +367,7 @@ func TestBrowserPhone(t *testing.T) {
 		b.do(t, 20*time.Second, chromedp.SendKeys(chromedp.CSS("#text"), "hi"), chromedp.Click(chromedp.CSS(`[data-key="Enter"]`)))
 		waitKeyUp(t, ctx, e.vm, keyEnter)
 		got := keysOnly(e.vm.EventsSince(mark))
-		if want := []viewguest.Event{{Type: 1, Code: keyEnter, Value: 1}, {Type: 1, Code: keyEnter, Value: 0}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		if want := []screenvm.Event{{Type: 1, Code: keyEnter, Value: 1}, {Type: 1, Code: keyEnter, Value: 0}}; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("before Send the guest saw %v, want only the Enter button's key", got)
 		}
 		mark = e.vm.Mark()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/qmpinput"
+	"github.com/tetherdev/tether/qmpinput/rfb"
 	"github.com/tetherdev/tether/qmpinput/token"
 )
 
@@ -46,8 +47,12 @@ type Config struct {
 	MaxHold time.Duration
 	// Name is the desktop name the viewer shows (default "tether").
 	Name string
-	Now  func() time.Time
-	Logf func(format string, args ...any)
+	// RefreshEvery is each screen's refresh nudge period (see
+	// rfb.Session.RefreshEvery); zero means rfb.DefaultRefreshEvery,
+	// negative turns it off (for measurements only).
+	RefreshEvery time.Duration
+	Now          func() time.Time
+	Logf         func(format string, args ...any)
 }
 
 // Server serves one VM's live view. Close must be called: it closes
@@ -103,6 +108,9 @@ func setDefaults(c *Config) {
 	}
 	if c.Name == "" {
 		c.Name = "tether"
+	}
+	if c.RefreshEvery == 0 {
+		c.RefreshEvery = rfb.DefaultRefreshEvery
 	}
 	if c.Now == nil {
 		c.Now = time.Now

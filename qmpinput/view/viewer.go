@@ -292,6 +292,7 @@ func (s *Server) proxy(v *viewer, nc, qemu net.Conn) error {
 		return err
 	}
 	rs := rfb.NewSession(nc, qemu, gate{s.ar, v})
+	rs.RefreshEvery = max(s.cfg.RefreshEvery, 0)
 	v.mu.Lock()
 	v.sess = rs
 	v.mu.Unlock()

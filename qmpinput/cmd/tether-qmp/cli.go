@@ -243,6 +243,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var af adapterFlags
 	af.register(fs)
 	script := fs.String("script", "", "the script file, or - for standard input (required)")
+	via := fs.String("via", "", "run the script through a live view's agent socket (tether-qmp view --agent) instead of --socket")
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -257,6 +258,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		defer f.Close()
 		r = f
+	}
+	if *via != "" {
+		return runVia(ctx, *via, af.socket, r, stdout, stderr)
 	}
 	actions, err := qmpinput.ParseScript(r)
 	if err != nil {

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -39,6 +42,7 @@ func cmdView(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cert := fs.String("tls-cert", "", "TLS certificate (PEM); required for a non-loopback --listen")
 	key := fs.String("tls-key", "", "TLS private key (PEM)")
 	maxHold := fs.Duration("max-hold", view.DefaultMaxHold, "longest take over (at most 1h); a hold never outlives its token")
+	agent := fs.String("agent", "", "unix socket (created 0600) where the agent runs scripts with 'tether-qmp run --via'; the view holds the only QMP connection, so the agent must come through it to be fenced")
 	var origins listFlag
 	fs.Var(&origins, "origin", "origin browsers use (scheme://host:port), repeatable; required for unix:/path or behind a proxy")
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
@@ -49,14 +53,14 @@ func cmdView(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return serveView(ctx, viewOpts{af: &af, vnc: *vnc, state: *state, listen: *listen, cert: *cert, key: *key,
-		maxHold: *maxHold, origins: origins}, stdout, stderr)
+		maxHold: *maxHold, origins: origins, agent: *agent}, stdout, stderr)
 }
 
 type viewOpts struct {
-	af                            *adapterFlags
-	vnc, state, listen, cert, key string
-	maxHold                       time.Duration
-	origins                       []string
+	af                                   *adapterFlags
+	vnc, state, listen, cert, key, agent string
+	maxHold                              time.Duration
+	origins                              []string
 }
 
 func serveView(ctx context.Context, o viewOpts, stdout, stderr io.Writer) int {
@@ -95,7 +99,13 @@ func serveView(ctx context.Context, o viewOpts, stdout, stderr io.Writer) int {
 	if err := writeViewFile(dir, o.origins[0]); err != nil {
 		return fail(stdout, exitFailed, err)
 	}
-	if code := emit(stdout, stderr, map[string]any{"ok": true, "origin": o.origins[0], "listen": l.Addr().String()}); code != exitOK {
+	stopAgent, err := startAgent(ctx, o, a)
+	if err != nil {
+		srv.Close()
+		return fail(stdout, exitFailed, err)
+	}
+	defer stopAgent()
+	if code := emit(stdout, stderr, map[string]any{"ok": true, "origin": o.origins[0], "listen": l.Addr().String(), "agent": o.agent}); code != exitOK {
 		return code
 	}
 	if err := srv.Serve(ctx, l); err != nil {
@@ -103,6 +113,32 @@ func serveView(ctx context.Context, o viewOpts, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// startAgent serves the agent socket, if asked, until the returned
+// function is called.
+func startAgent(ctx context.Context, o viewOpts, a *qmpinput.Adapter) (func(), error) {
+	if o.agent == "" {
+		return func() {}, nil
+	}
+	if !filepath.IsAbs(o.agent) {
+		return nil, fmt.Errorf("%w: --agent %q is not an absolute path", qmpinput.ErrConfig, o.agent)
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: o.agent, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(o.agent, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		view.ServeAgent(actx, l, a, uint32(os.Geteuid()), o.af.timeout)
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 func openWithAudit(ctx context.Context, af *adapterFlags, audit func(qmpinput.AuditEvent)) (*qmpinput.Adapter, error) {
