@@ -68,6 +68,23 @@ func (a *Adapter) Resume(ctx context.Context, actor string) error {
 	return nil
 }
 
+// AdoptPause records that the VM is already paused (a previous adapter's
+// Pause, as its audit log shows) without sending anything: agent input is
+// fenced and Resume sends cont. It fails with ErrPaused if this adapter
+// already knows of a pause.
+func (a *Adapter) AdoptPause(actor string, since time.Time) error {
+	if err := checkActor(actor); err != nil {
+		return err
+	}
+	a.pauseMu.Lock()
+	defer a.pauseMu.Unlock()
+	if p := a.paused.Load(); p != nil {
+		return fmt.Errorf("%w (by %s)", ErrPaused, p.actor)
+	}
+	a.paused.Store(&pauseState{actor: actor, since: since})
+	return nil
+}
+
 // Paused reports whether Pause froze the VM, by whom and since when.
 func (a *Adapter) Paused() (actor string, since time.Time, ok bool) {
 	if p := a.paused.Load(); p != nil {

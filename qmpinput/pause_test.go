@@ -103,3 +103,32 @@ func TestHoldReleaseRunsBeforeUnfence(t *testing.T) {
 		}
 	}
 }
+
+// TestAdoptPause: an adopted pause fences the agent without a stop, and
+// Resume sends cont.
+func TestAdoptPause(t *testing.T) {
+	f := newFakeQMP(t)
+	a := openFake(t, f, func(c *Config) { c.Audit = func(AuditEvent) {} })
+	ctx := ctx5(t)
+	if err := a.AdoptPause("alice (earlier view)", time.Now().Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Key(ctx, "a"); !errors.Is(err, ErrFenced) {
+		t.Fatalf("agent key under an adopted pause: %v", err)
+	}
+	if err := a.AdoptPause("bob", time.Now()); !errors.Is(err, ErrPaused) {
+		t.Fatalf("second adopt: %v", err)
+	}
+	if err := a.Resume(ctx, "carol"); err != nil {
+		t.Fatal(err)
+	}
+	var sent []string
+	for _, c := range f.commands() {
+		if c.Execute == "stop" || c.Execute == "cont" {
+			sent = append(sent, c.Execute)
+		}
+	}
+	if len(sent) != 1 || sent[0] != "cont" {
+		t.Fatalf("QEMU got %v, want only cont", sent)
+	}
+}

@@ -35,6 +35,7 @@ type arbiter struct {
 	maxHold time.Duration
 	now     func() time.Time
 	changed func() // broadcast the state; called without mu
+	logf    func(format string, args ...any)
 
 	mu      sync.RWMutex
 	holder  *viewer
@@ -77,6 +78,7 @@ func (ar *arbiter) takeover(v *viewer) error {
 		return fmt.Errorf("%w: the token has expired", token.ErrExpired)
 	}
 	ar.aud.bind(v.actor, string(v.role), v.tokenID)
+	ar.staleAuditErr()
 	ar.mu.Lock()
 	if ar.holder != nil {
 		who := ar.holder.actor
@@ -94,10 +96,19 @@ func (ar *arbiter) takeover(v *viewer) error {
 	go func() { <-hold.Done(); ar.changed() }()
 	if err := ar.aud.takeErr(); err != nil {
 		hold.End()
+		ar.staleAuditErr() // the end record of the undone hold
 		return fmt.Errorf("%w: %w (take over undone)", ErrAudit, err)
 	}
 	ar.changed()
 	return nil
+}
+
+// staleAuditErr logs and clears an append failure left by an earlier
+// record (a hold's end), so it is not taken for the next operation's.
+func (ar *arbiter) staleAuditErr() {
+	if err := ar.aud.takeErr(); err != nil {
+		ar.logf("audit record not written: %v", err)
+	}
 }
 
 // released runs inside the hold's end, before the agent is unfenced: the
@@ -137,11 +148,12 @@ func (ar *arbiter) pause(ctx context.Context, v *viewer) error {
 		return fmt.Errorf("%w: pause needs a control token", ErrForbidden)
 	}
 	ar.aud.bind(v.actor, string(v.role), v.tokenID)
+	ar.staleAuditErr()
 	err := ar.adapter.Pause(ctx, v.actor)
 	if err == nil {
 		if aerr := ar.aud.takeErr(); aerr != nil {
 			ar.adapter.Resume(ctx, v.actor)
-			ar.aud.takeErr()
+			ar.staleAuditErr() // the resume record of the undone pause
 			err = fmt.Errorf("%w: %w (pause undone)", ErrAudit, aerr)
 		}
 	}
@@ -156,6 +168,7 @@ func (ar *arbiter) resume(ctx context.Context, v *viewer) error {
 	}
 	ar.aud.bind(v.actor, string(v.role), v.tokenID)
 	err := ar.adapter.Resume(ctx, v.actor)
+	ar.staleAuditErr() // a resume is never undone: the VM runs, the failure is logged
 	ar.changed()
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -106,4 +108,69 @@ func TestHoldNeverOutlivesItsToken(t *testing.T) {
 	if d := time.Until(exp); d > 2*time.Second {
 		t.Fatalf("hold expires in %v, beyond its 2 s token", d)
 	}
+}
+
+// TestUnrecordedTakeoverIsUndone: when the begin record cannot be
+// written (the log ends in a damaged line, so no append may extend it),
+// the take over is undone and the agent is not left fenced; the same for
+// a pause.
+func TestUnrecordedTakeoverIsUndone(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws := controlViewer(t, ctx, e, "frank")
+	f, err := os.OpenFile(filepath.Join(e.state, "audit.jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte(`{"seq":1,"partial`))
+	f.Close()
+	for _, name := range []string{"takeover", "pause"} {
+		op(ctx, ws, name)
+		if m, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["type"] == "error" }); err != nil || m["code"] != "audit" {
+			t.Fatalf("%s with a broken log: %v %v", name, m, err)
+		}
+	}
+	if err := e.adapter.Key(ctx, "z"); err != nil {
+		t.Fatalf("the agent is fenced after an unrecorded take over: %v", err)
+	}
+	if _, _, paused := e.adapter.Paused(); paused {
+		t.Fatal("the VM stayed paused after an unrecorded pause")
+	}
+	if st, _ := probeStatus(ctx, e.vm); st != "running" {
+		t.Fatalf("QEMU reports %q after the pause was undone", st)
+	}
+}
+
+// TestRestorePause: a view started on a state whose audit log ends in a
+// pause (a previous view left the VM frozen) fences the agent, shows the
+// pause, and its Resume sends cont.
+func TestRestorePause(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ws := controlViewer(t, ctx, e, "gina")
+	op(ctx, ws, "pause")
+	if _, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["paused"] == true }); err != nil {
+		t.Fatal(err)
+	}
+	// A second adapter on the same VM stands for the restarted view.
+	e.srv.Close()
+	e.adapter.Close()
+	a, err := qmpinput.Open(ctx, qmpinput.Config{Socket: e.vm.QMP, Display: qmpinput.Display{Device: "video0"}, Audit: func(qmpinput.AuditEvent) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	restored, err := RestorePause(e.dir, a)
+	if err != nil || !restored {
+		t.Fatalf("restore: %v %v", restored, err)
+	}
+	if err := a.Key(ctx, "z"); !errors.Is(err, qmpinput.ErrFenced) {
+		t.Fatalf("agent after the restart: %v", err)
+	}
+	if err := a.Resume(ctx, "gina"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "QEMU to run", func() bool { st, _ := probeStatus(ctx, e.vm); return st == "running" })
 }

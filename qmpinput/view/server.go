@@ -96,7 +96,7 @@ func New(cfg Config) (*Server, error) {
 		u, _ := url.Parse(n)
 		s.origins[n], s.hosts[u.Host] = true, true
 	}
-	s.ar = &arbiter{adapter: cfg.Adapter, aud: cfg.Auditor, maxHold: cfg.MaxHold, now: cfg.Now, changed: s.broadcast}
+	s.ar = &arbiter{adapter: cfg.Adapter, aud: cfg.Auditor, maxHold: cfg.MaxHold, now: cfg.Now, changed: s.broadcast, logf: cfg.Logf}
 	s.wg.Add(1)
 	go s.sweep()
 	return s, nil

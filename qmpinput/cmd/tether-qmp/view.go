@@ -90,6 +90,11 @@ func serveView(ctx context.Context, o viewOpts, stdout, stderr io.Writer) int {
 		return fail(stdout, exitFailed, err)
 	}
 	defer a.Close()
+	if paused, err := view.RestorePause(dir, a); err != nil {
+		return fail(stdout, exitFailed, err)
+	} else if paused {
+		fmt.Fprintln(stderr, "view: the audit log says the VM was left paused; agent input stays fenced until Resume")
+	}
 	srv, err := view.New(view.Config{Adapter: a, VNC: o.vnc, VNCOwner: ownerOf(o.af), Tokens: token.Open(dir, nil),
 		Auditor: aud, Origins: o.origins, MaxHold: o.maxHold,
 		Logf: func(f string, args ...any) { fmt.Fprintf(stderr, "view: "+f+"\n", args...) }})
