@@ -67,36 +67,8 @@ func TestBrowserTakeoverTypesAndHandsBack(t *testing.T) {
 	tok, secret := e.mint(t, token.RoleControl, time.Hour, "alice")
 	b.open(t, e.link(secret))
 
-	t.Run("link and cookie", func(t *testing.T) {
-		if href := eval[string](t, b, "location.href"); strings.Contains(href, "#") || strings.Contains(href, secret[17:]) {
-			t.Fatalf("the address bar still holds the link: %s", href)
-		}
-		if jsCookies := eval[string](t, b, "document.cookie"); jsCookies != "" {
-			t.Fatalf("page script sees cookies %q", jsCookies)
-		}
-		var found bool
-		for _, c := range b.cookies(t, e.origin) {
-			if c.Name == CookieName {
-				found = true
-				if !c.Secure || !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict || c.Path != "/" {
-					t.Fatalf("cookie %+v, want Secure, HttpOnly, SameSite=Strict, Path=/", c)
-				}
-			}
-		}
-		if !found {
-			t.Fatal("no session cookie")
-		}
-	})
-	t.Run("the screen follows the guest", func(t *testing.T) {
-		if w := eval[int](t, b, `document.querySelector("#screen canvas").width`); w != e.vm.Width {
-			t.Fatalf("canvas width %d, want the guest's %d", w, e.vm.Width)
-		}
-		before := canvasHash(t, b, 0, 32, e.vm.Width, 16)
-		if _, err := e.vm.Draw(ctx); err != nil {
-			t.Fatal(err)
-		}
-		b.poll(t, "the drawn row on the canvas", fmt.Sprintf(`(%s) !== %q`, hashExpr(0, 32, e.vm.Width, 16), before), 30*time.Second)
-	})
+	t.Run("link and cookie", func(t *testing.T) { checkLinkAndCookie(t, e, b, secret) })
+	t.Run("the screen follows the guest", func(t *testing.T) { checkScreenFollows(t, ctx, e, b) })
 
 	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
 	b.poll(t, "the hold", `tetherView.state.holder_is_you === true`, 30*time.Second)
@@ -111,17 +83,7 @@ func TestBrowserTakeoverTypesAndHandsBack(t *testing.T) {
 			t.Fatalf("agent type: %v, want ErrFenced", err)
 		}
 	})
-	t.Run("typed keys reach the guest exactly", func(t *testing.T) {
-		mark := e.vm.Mark()
-		screenBefore := canvasHash(t, b, 0, 0, e.vm.Width, e.vm.Height)
-		b.do(t, 20*time.Second, chromedp.KeyEvent("hello"))
-		waitKeyUp(t, ctx, e.vm, keyCodes['o'])
-		got := keysOnly(e.vm.EventsSince(mark))
-		if fmt.Sprint(got) != fmt.Sprint(wantKeys("hello")) {
-			t.Fatalf("guest saw keys %v, want %v", got, wantKeys("hello"))
-		}
-		b.poll(t, "the echoed text on the canvas", fmt.Sprintf(`(%s) !== %q`, hashExpr(0, 0, e.vm.Width, e.vm.Height), screenBefore), 30*time.Second)
-	})
+	t.Run("typed keys reach the guest exactly", func(t *testing.T) { checkTypedKeys(t, ctx, e, b) })
 	screenshot(t, b, "qmpinput-live-view.png")
 
 	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#handback")))
@@ -135,24 +97,7 @@ func TestBrowserTakeoverTypesAndHandsBack(t *testing.T) {
 		}
 		e.agentKeySentinel(t, ctx)
 	})
-	t.Run("audit has begin and end, no content", func(t *testing.T) {
-		var kinds []string
-		for _, r := range e.records(t) {
-			if strings.HasPrefix(r.Kind, "handover") {
-				kinds = append(kinds, r.Kind+":"+r.Reason)
-				if r.Actor != tok.Actor() || r.Role != "control" || r.Token != tok.ID {
-					t.Fatalf("record %+v does not name alice's control token", r)
-				}
-			}
-		}
-		if fmt.Sprint(kinds) != "[handover_begin: handover_end:explicit]" {
-			t.Fatalf("handover records %v", kinds)
-		}
-		raw, _ := os.ReadFile(filepath.Join(e.state, "audit.jsonl"))
-		if strings.Contains(string(raw), "hello") {
-			t.Fatal("the audit log holds typed text")
-		}
-	})
+	t.Run("audit has begin and end, no content", func(t *testing.T) { checkHandoverAudit(t, e, tok) })
 }
 
 // hashExpr is canvasHash's expression, for polling.
@@ -398,4 +343,67 @@ func TestBrowserPhone(t *testing.T) {
 		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#fit")))
 		b.poll(t, "fit", `document.querySelector("#screen canvas").getBoundingClientRect().width <= 390 && document.documentElement.scrollWidth <= 390`, 30*time.Second)
 	})
+}
+
+func checkLinkAndCookie(t *testing.T, e *env, b *browser, secret string) {
+	if href := eval[string](t, b, "location.href"); strings.Contains(href, "#") || strings.Contains(href, secret[17:]) {
+		t.Fatalf("the address bar still holds the link: %s", href)
+	}
+	if jsCookies := eval[string](t, b, "document.cookie"); jsCookies != "" {
+		t.Fatalf("page script sees cookies %q", jsCookies)
+	}
+	var found bool
+	for _, c := range b.cookies(t, e.origin) {
+		if c.Name == CookieName {
+			found = true
+			if !c.Secure || !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict || c.Path != "/" {
+				t.Fatalf("cookie %+v, want Secure, HttpOnly, SameSite=Strict, Path=/", c)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no session cookie")
+	}
+}
+
+func checkScreenFollows(t *testing.T, ctx context.Context, e *env, b *browser) {
+	if w := eval[int](t, b, `document.querySelector("#screen canvas").width`); w != e.vm.Width {
+		t.Fatalf("canvas width %d, want the guest's %d", w, e.vm.Width)
+	}
+	before := canvasHash(t, b, 0, 32, e.vm.Width, 16)
+	if _, err := e.vm.Draw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.poll(t, "the drawn row on the canvas", fmt.Sprintf(`(%s) !== %q`, hashExpr(0, 32, e.vm.Width, 16), before), 30*time.Second)
+}
+
+func checkTypedKeys(t *testing.T, ctx context.Context, e *env, b *browser) {
+	mark := e.vm.Mark()
+	screenBefore := canvasHash(t, b, 0, 0, e.vm.Width, e.vm.Height)
+	b.do(t, 20*time.Second, chromedp.KeyEvent("hello"))
+	waitKeyUp(t, ctx, e.vm, keyCodes['o'])
+	got := keysOnly(e.vm.EventsSince(mark))
+	if fmt.Sprint(got) != fmt.Sprint(wantKeys("hello")) {
+		t.Fatalf("guest saw keys %v, want %v", got, wantKeys("hello"))
+	}
+	b.poll(t, "the echoed text on the canvas", fmt.Sprintf(`(%s) !== %q`, hashExpr(0, 0, e.vm.Width, e.vm.Height), screenBefore), 30*time.Second)
+}
+
+func checkHandoverAudit(t *testing.T, e *env, tok token.Token) {
+	var kinds []string
+	for _, r := range e.records(t) {
+		if strings.HasPrefix(r.Kind, "handover") {
+			kinds = append(kinds, r.Kind+":"+r.Reason)
+			if r.Actor != tok.Actor() || r.Role != "control" || r.Token != tok.ID {
+				t.Fatalf("record %+v does not name alice's control token", r)
+			}
+		}
+	}
+	if fmt.Sprint(kinds) != "[handover_begin: handover_end:explicit]" {
+		t.Fatalf("handover records %v", kinds)
+	}
+	raw, _ := os.ReadFile(filepath.Join(e.state, "audit.jsonl"))
+	if strings.Contains(string(raw), "hello") {
+		t.Fatal("the audit log holds typed text")
+	}
 }

@@ -35,120 +35,142 @@ func TestRefusals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, good := e.mint(t, token.RoleControl, time.Hour, "alice")
+	for _, c := range []struct {
+		name string
+		fn   func(*testing.T, context.Context, *env, string)
+	}{
+		{"no token", refuseNoToken},
+		{"wrong token", refuseWrongToken},
+		{"foreign origin", refuseForeignOrigin},
+		{"used link", refuseUsedLink},
+		{"foreign host", refuseForeignHost},
+		{"expired token", refuseExpiredToken},
+		{"revoked token", refuseRevokedToken},
+		{"view role cannot take over or pause", refuseViewRole},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.fn(t, ctx, e, good) })
+	}
+}
 
-	t.Run("no token", func(t *testing.T) {
-		c := e.client(e.origin)
-		for _, p := range []string{"/ws/control", "/ws/rfb?viewer=x"} {
-			ws, resp, err := c.dial(ctx, p)
-			refusedWS(t, p, ws, resp, err)
+func refuseNoToken(t *testing.T, ctx context.Context, e *env, good string) {
+	c := e.client(e.origin)
+	for _, p := range []string{"/ws/control", "/ws/rfb?viewer=x"} {
+		ws, resp, err := c.dial(ctx, p)
+		refusedWS(t, p, ws, resp, err)
+	}
+}
+
+func refuseWrongToken(t *testing.T, ctx context.Context, e *env, good string) {
+	c := e.client(e.origin)
+	forged := good[:17] + strings.Repeat("A", 43)
+	if st, code := c.exchange(forged); st != http.StatusForbidden || code != "token_unknown" {
+		t.Fatalf("forged secret: %d %s", st, code)
+	}
+	if st, code := c.exchange("not-a-token"); st != http.StatusForbidden || code != "token_malformed" {
+		t.Fatalf("malformed: %d %s", st, code)
+	}
+	ws, resp, err := c.dial(ctx, "/ws/control")
+	refusedWS(t, "after a refused exchange", ws, resp, err)
+}
+
+func refuseForeignOrigin(t *testing.T, ctx context.Context, e *env, good string) {
+	evil := e.client("http://127.0.0.1:1")
+	if st, code := evil.exchange(good); st != http.StatusForbidden || code != "origin" {
+		t.Fatalf("exchange from a foreign origin: %d %s", st, code)
+	}
+	// The foreign page could not use the link: it is still unused.
+	c := e.client(e.origin)
+	if st, _ := c.exchange(good); st != http.StatusOK {
+		t.Fatalf("the link was used up by a refused request: %d", st)
+	}
+	// A valid cookie sent from a foreign origin (same site: another
+	// port on loopback) opens nothing.
+	c.origin = "http://127.0.0.1:1"
+	ws, resp, err := c.dial(ctx, "/ws/control")
+	refusedWS(t, "valid cookie, foreign origin", ws, resp, err)
+	c.origin = ""
+	ws, resp, err = c.dial(ctx, "/ws/control")
+	refusedWS(t, "valid cookie, no origin", ws, resp, err)
+}
+
+func refuseUsedLink(t *testing.T, ctx context.Context, e *env, good string) {
+	if st, code := e.client(e.origin).exchange(good); st != http.StatusForbidden || code != "token_used" {
+		t.Fatalf("second exchange: %d %s", st, code)
+	}
+}
+
+func refuseForeignHost(t *testing.T, ctx context.Context, e *env, good string) {
+	req, _ := http.NewRequest(http.MethodGet, e.origin+"/", nil)
+	req.Host = "evil.example:80"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("rebinding host: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+func refuseExpiredToken(t *testing.T, ctx context.Context, e *env, good string) {
+	_, s := e.mint(t, token.RoleView, time.Minute, "")
+	c := e.client(e.origin)
+	if st, _ := c.exchange(s); st != http.StatusOK {
+		t.Fatalf("exchange: %d", st)
+	}
+	ws, _, err := c.control(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.add(2 * time.Minute)
+	defer e.clock.add(-2 * time.Minute)
+	if _, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["type"] == "closed" }); err != nil {
+		t.Fatalf("the open viewer of an expired token was not closed: %v", err)
+	}
+	ws2, resp, err := c.dial(ctx, "/ws/control")
+	refusedWS(t, "expired token", ws2, resp, err)
+	_, s2 := e.mint(t, token.RoleView, time.Minute, "")
+	e.clock.add(time.Minute)
+	if st, code := e.client(e.origin).exchange(s2); st != http.StatusForbidden || code != "token_expired" {
+		t.Fatalf("expired link: %d %s", st, code)
+	}
+	e.clock.add(-time.Minute)
+}
+
+func refuseRevokedToken(t *testing.T, ctx context.Context, e *env, good string) {
+	tok, s := e.mint(t, token.RoleView, time.Hour, "")
+	c := e.client(e.origin)
+	if st, _ := c.exchange(s); st != http.StatusOK {
+		t.Fatal(st)
+	}
+	if _, err := e.store.Revoke(tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	ws, resp, err := c.dial(ctx, "/ws/control")
+	refusedWS(t, "revoked token", ws, resp, err)
+	tok2, s2 := e.mint(t, token.RoleView, time.Hour, "")
+	e.store.Revoke(tok2.ID)
+	if st, code := e.client(e.origin).exchange(s2); st != http.StatusForbidden || code != "token_revoked" {
+		t.Fatalf("revoked link: %d %s", st, code)
+	}
+}
+
+func refuseViewRole(t *testing.T, ctx context.Context, e *env, good string) {
+	_, s := e.mint(t, token.RoleView, time.Hour, "")
+	c := e.client(e.origin)
+	c.exchange(s)
+	ws, h, err := c.control(ctx)
+	if err != nil || h.Role != token.RoleView {
+		t.Fatalf("%+v %v", h, err)
+	}
+	defer ws.CloseNow()
+	for _, name := range []string{"takeover", "pause", "resume"} {
+		op(ctx, ws, name)
+		m, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["type"] == "error" })
+		if err != nil || m["code"] != "forbidden" {
+			t.Fatalf("%s by a viewer: %v %v", name, m, err)
 		}
-	})
-	t.Run("wrong token", func(t *testing.T) {
-		c := e.client(e.origin)
-		forged := good[:17] + strings.Repeat("A", 43)
-		if st, code := c.exchange(forged); st != http.StatusForbidden || code != "token_unknown" {
-			t.Fatalf("forged secret: %d %s", st, code)
-		}
-		if st, code := c.exchange("not-a-token"); st != http.StatusForbidden || code != "token_malformed" {
-			t.Fatalf("malformed: %d %s", st, code)
-		}
-		ws, resp, err := c.dial(ctx, "/ws/control")
-		refusedWS(t, "after a refused exchange", ws, resp, err)
-	})
-	t.Run("foreign origin", func(t *testing.T) {
-		evil := e.client("http://127.0.0.1:1")
-		if st, code := evil.exchange(good); st != http.StatusForbidden || code != "origin" {
-			t.Fatalf("exchange from a foreign origin: %d %s", st, code)
-		}
-		// The foreign page could not use the link: it is still unused.
-		c := e.client(e.origin)
-		if st, _ := c.exchange(good); st != http.StatusOK {
-			t.Fatalf("the link was used up by a refused request: %d", st)
-		}
-		// A valid cookie sent from a foreign origin (same site: another
-		// port on loopback) opens nothing.
-		c.origin = "http://127.0.0.1:1"
-		ws, resp, err := c.dial(ctx, "/ws/control")
-		refusedWS(t, "valid cookie, foreign origin", ws, resp, err)
-		c.origin = ""
-		ws, resp, err = c.dial(ctx, "/ws/control")
-		refusedWS(t, "valid cookie, no origin", ws, resp, err)
-	})
-	t.Run("used link", func(t *testing.T) {
-		if st, code := e.client(e.origin).exchange(good); st != http.StatusForbidden || code != "token_used" {
-			t.Fatalf("second exchange: %d %s", st, code)
-		}
-	})
-	t.Run("foreign host", func(t *testing.T) {
-		req, _ := http.NewRequest(http.MethodGet, e.origin+"/", nil)
-		req.Host = "evil.example:80"
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil || resp.StatusCode != http.StatusForbidden {
-			t.Fatalf("rebinding host: %v %v", resp, err)
-		}
-		resp.Body.Close()
-	})
-	t.Run("expired token", func(t *testing.T) {
-		_, s := e.mint(t, token.RoleView, time.Minute, "")
-		c := e.client(e.origin)
-		if st, _ := c.exchange(s); st != http.StatusOK {
-			t.Fatalf("exchange: %d", st)
-		}
-		ws, _, err := c.control(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.clock.add(2 * time.Minute)
-		defer e.clock.add(-2 * time.Minute)
-		if _, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["type"] == "closed" }); err != nil {
-			t.Fatalf("the open viewer of an expired token was not closed: %v", err)
-		}
-		ws2, resp, err := c.dial(ctx, "/ws/control")
-		refusedWS(t, "expired token", ws2, resp, err)
-		_, s2 := e.mint(t, token.RoleView, time.Minute, "")
-		e.clock.add(time.Minute)
-		if st, code := e.client(e.origin).exchange(s2); st != http.StatusForbidden || code != "token_expired" {
-			t.Fatalf("expired link: %d %s", st, code)
-		}
-		e.clock.add(-time.Minute)
-	})
-	t.Run("revoked token", func(t *testing.T) {
-		tok, s := e.mint(t, token.RoleView, time.Hour, "")
-		c := e.client(e.origin)
-		if st, _ := c.exchange(s); st != http.StatusOK {
-			t.Fatal(st)
-		}
-		if _, err := e.store.Revoke(tok.ID); err != nil {
-			t.Fatal(err)
-		}
-		ws, resp, err := c.dial(ctx, "/ws/control")
-		refusedWS(t, "revoked token", ws, resp, err)
-		tok2, s2 := e.mint(t, token.RoleView, time.Hour, "")
-		e.store.Revoke(tok2.ID)
-		if st, code := e.client(e.origin).exchange(s2); st != http.StatusForbidden || code != "token_revoked" {
-			t.Fatalf("revoked link: %d %s", st, code)
-		}
-	})
-	t.Run("view role cannot take over or pause", func(t *testing.T) {
-		_, s := e.mint(t, token.RoleView, time.Hour, "")
-		c := e.client(e.origin)
-		c.exchange(s)
-		ws, h, err := c.control(ctx)
-		if err != nil || h.Role != token.RoleView {
-			t.Fatalf("%+v %v", h, err)
-		}
-		defer ws.CloseNow()
-		for _, name := range []string{"takeover", "pause", "resume"} {
-			op(ctx, ws, name)
-			m, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["type"] == "error" })
-			if err != nil || m["code"] != "forbidden" {
-				t.Fatalf("%s by a viewer: %v %v", name, m, err)
-			}
-		}
-		if _, _, paused := e.adapter.Paused(); paused {
-			t.Fatal("a view token paused the VM")
-		}
-	})
+	}
+	if _, _, paused := e.adapter.Paused(); paused {
+		t.Fatal("a view token paused the VM")
+	}
 }
 
 // TestMalformedRFBClosesOnlyThatViewer: a viewer that sends an unknown
