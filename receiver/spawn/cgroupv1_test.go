@@ -19,9 +19,15 @@ import (
 // v1Pair makes a fresh cgroup in this process's pids hierarchy with
 // pids.max limit and returns it with the open tasks files spawn needs:
 // the new cgroup's and this process's own.
-func v1Pair(t *testing.T, limit int) (string, CgroupV1) {
+func v1Pair(t testing.TB, limit int) (string, CgroupV1) {
+	return v1PairOf(t, cgroupv1.Pids, strconv.Itoa(limit))
+}
+
+// v1PairOf is v1Pair in the hierarchy of controller, with its limit file
+// set to limit.
+func v1PairOf(t testing.TB, controller, limit string) (string, CgroupV1) {
 	t.Helper()
-	own, err := cgroupv1.Dir(cgroupv1.Pids)
+	own, err := cgroupv1.Dir(controller)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +43,7 @@ func v1Pair(t *testing.T, limit int) (string, CgroupV1) {
 			time.Sleep(20 * time.Millisecond) // killed children still exiting
 		}
 	})
-	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(limit)), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, cgroupv1.LimitFile[controller]), []byte(limit), 0); err != nil {
 		t.Fatal(err)
 	}
 	open := func(p string) *os.File {
@@ -124,4 +130,38 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// BenchmarkCgroupV1Join interleaves a plain start of /bin/true with one
+// that joins a pids and a memory cgroup v1 (four writes of the spawning
+// thread's tasks files) and reports each and the difference per start:
+// what the limits of a hybrid host cost an exec.
+func BenchmarkCgroupV1Join(b *testing.B) {
+	testenv.Require(b, "root", "cgroup-v1")
+	dir, _ := workDir(b)
+	_, pids := v1PairOf(b, cgroupv1.Pids, "1000")
+	_, mem := v1PairOf(b, cgroupv1.Memory, strconv.Itoa(1<<30))
+	_, w, _ := os.Pipe()
+	defer w.Close()
+	spec := Spec{Mode: ModeThread, Path: "/bin/true", Argv: []string{"true"}, Env: []string{}, Dir: dir, Output: w, UID: uid, GID: gid}
+	joined := spec
+	joined.CgroupsV1 = []CgroupV1{pids, mem}
+	var plain, join time.Duration
+	for b.Loop() {
+		for _, s := range []struct {
+			spec Spec
+			sum  *time.Duration
+		}{{spec, &plain}, {joined, &join}} {
+			t0 := time.Now()
+			c, err := Start(s.spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			<-c.Done()
+			*s.sum += time.Since(t0)
+		}
+	}
+	b.ReportMetric(float64(plain.Nanoseconds())/float64(b.N), "plain-ns/op")
+	b.ReportMetric(float64(join.Nanoseconds())/float64(b.N), "v1-join-ns/op")
+	b.ReportMetric(float64((join-plain).Nanoseconds())/float64(b.N), "v1-cost-ns/op")
 }
