@@ -57,7 +57,25 @@ type Grant struct {
 	Ops      []Op      `json:"ops"`
 	Limits   Limits    `json:"limits"`
 	NotAfter time.Time `json:"not_after"`
+	// Env is merged over the receiver's default environment for the
+	// grant's commands (a request's own env is merged over it); nil adds
+	// nothing. A list of name/value pairs, as ACP writes an environment
+	// (every key of the admission file is snake_case, so names cannot be
+	// keys). The receiver refuses loader variables at exec time.
+	Env []EnvVar `json:"env,omitempty"`
 }
+
+// EnvVar is one environment variable of a grant.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// MaxGrantEnv bounds a grant's env entries; MaxGrantEnvValue one value.
+const (
+	MaxGrantEnv      = 64
+	MaxGrantEnvValue = 4096
+)
 
 // Allows reports whether g lists op.
 func (g Grant) Allows(op Op) bool {

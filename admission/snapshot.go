@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -57,6 +58,28 @@ func (g Grant) Validate() error {
 	}
 	if g.NotAfter.IsZero() {
 		return fmt.Errorf("%w: not_after is required", ErrInvalidGrant)
+	}
+	return validateEnv(g.Env)
+}
+
+// validateEnv checks a grant's env: at most MaxGrantEnv entries, each name
+// not empty, free of '=' and NUL and named once, each value free of NUL
+// and at most MaxGrantEnvValue bytes.
+func validateEnv(env []EnvVar) error {
+	if len(env) > MaxGrantEnv {
+		return fmt.Errorf("%w: env has %d entries, at most %d", ErrInvalidGrant, len(env), MaxGrantEnv)
+	}
+	seen := make(map[string]bool, len(env))
+	for _, e := range env {
+		switch {
+		case e.Name == "" || strings.ContainsAny(e.Name, "=\x00"):
+			return fmt.Errorf("%w: env name %q is empty or contains '=' or NUL", ErrInvalidGrant, e.Name)
+		case seen[e.Name]:
+			return fmt.Errorf("%w: env names %s twice", ErrInvalidGrant, e.Name)
+		case strings.IndexByte(e.Value, 0) >= 0 || len(e.Value) > MaxGrantEnvValue:
+			return fmt.Errorf("%w: env %s: value contains NUL or exceeds %d bytes", ErrInvalidGrant, e.Name, MaxGrantEnvValue)
+		}
+		seen[e.Name] = true
 	}
 	return nil
 }

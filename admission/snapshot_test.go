@@ -173,3 +173,26 @@ func TestStrictJSONDepth(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantEnv: a grant's env is a list of name/value pairs; a name given
+// twice, with '=' or empty, a value with NUL, or a map are refused.
+func TestGrantEnv(t *testing.T) {
+	with := func(env string) string {
+		return strings.Replace(issueInput, `"uid": 60001`, `"env": `+env+`, "uid": 60001`, 1)
+	}
+	s, err := DecodeSnapshot([]byte(with(`[{"name": "HOME", "value": "/w"}, {"name": "LANG", "value": "C.UTF-8"}]`)))
+	if err != nil || len(s.Grants[0].Env) != 2 || s.Grants[0].Env[0] != (EnvVar{"HOME", "/w"}) {
+		t.Fatalf("DecodeSnapshot = %+v, %v", s, err)
+	}
+	for name, env := range map[string]string{
+		"twice":      `[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]`,
+		"equals":     `[{"name": "A=B", "value": "1"}]`,
+		"empty name": `[{"name": "", "value": "1"}]`,
+		"NUL value":  `[{"name": "A", "value": "a\u0000b"}]`,
+		"a map":      `{"a": "1"}`,
+	} {
+		if _, err := DecodeSnapshot([]byte(with(env))); !errors.Is(err, ErrInvalidSnapshot) {
+			t.Errorf("%s: err = %v, want ErrInvalidSnapshot", name, err)
+		}
+	}
+}

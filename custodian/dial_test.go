@@ -219,3 +219,20 @@ func TestConfigRefusesPlaintextAndUnflaggedUnix(t *testing.T) {
 		t.Errorf("principal other than the owner accepted: %v", err)
 	}
 }
+
+// TestConfigAgentPermissionSessionMeta: agent is tether or plain,
+// permission reject, allow_once or allow_always, and session_meta may not
+// carry the custodian's own tether/ keys.
+func TestConfigAgentPermissionSessionMeta(t *testing.T) {
+	base := `{"tuple":{"owner":"alice","allocation":"a1","session":"s1","workspace":"w1","sandbox":"sb1","generation":1,"executor":"e1","site":"local","root":"/srv/w1"},
+"lease_not_after":"2030-01-01T00:00:00Z","principal":"alice","state_dir":"state","audit_key_file":"audit.key","receiver":{"kind":"unix","path":"r.sock","host_only":true}%s}`
+	c, err := ParseConfig([]byte(sprintf(base, `,"agent":"plain","permission":"allow_always","session_meta":{"claudeCode":{"options":{}}}`)), "/etc/tether")
+	if err != nil || c.Agent != AgentPlain || c.Permission != PermissionAllowAlways || c.SessionMeta["claudeCode"] == nil {
+		t.Fatalf("ParseConfig = %+v, %v", c, err)
+	}
+	for _, bad := range []string{`,"agent":"clever"`, `,"permission":"allow"`, `,"session_meta":{"tether/bind":{}}`, `,"session_meta":{"tether/op":1}`, `,"session_meta":[]`} {
+		if _, err := ParseConfig([]byte(sprintf(base, bad)), "/etc/tether"); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: err = %v, want ErrConfig", bad, err)
+		}
+	}
+}

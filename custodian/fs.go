@@ -52,7 +52,7 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	}
 	exp, _, err := acpmeta.ExpectFromMeta(p.Meta)
 	if err != nil {
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeInvalid)
+		cl.refuse(wire.CodeInvalid)
 		return acp.WriteTextFileResponse{}, acpmeta.NewError(wire.CodeInvalid, "%v", err)
 	}
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
@@ -97,7 +97,7 @@ func (cl *call) path(p string) (string, error) {
 	rel, err := relPath(cl.b.Tuple.Root, p)
 	if err != nil {
 		code, _ := acpmeta.CodeOf(err)
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, code)
+		cl.refuse(code)
 	}
 	return rel, err
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ type Options struct {
 	// up again; a command whose grant is gone, expired or no longer allows
 	// exec is killed. 0 means DefaultRecheckEvery.
 	RecheckEvery time.Duration
+	// ChildEnv is the default environment of every command (a grant's env
+	// and a request's env are merged over it, HOME defaulting to the grant
+	// root); nil means DefaultChildEnv, an empty map none.
+	ChildEnv map[string]string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log receives failures the peer sees only as a code; nil discards.
@@ -57,6 +62,7 @@ type Handler struct {
 	cgroups  *cgroups       // nil when cgroup containment is off
 	cgv1     *cgroupsV1     // nil without cgroup v1 hierarchies
 	enforced enforcement    // where the computer's limits are read
+	childEnv map[string]string
 	mode     spawn.Mode
 	helper   string
 	now      func() time.Time
@@ -97,6 +103,12 @@ func NewHandler(opts Options) (*Handler, error) {
 	}
 	if h.mode != spawn.ModeThread && h.mode != spawn.ModeHelper {
 		return nil, fmt.Errorf("%w: unknown spawn mode %d", ErrOptions, h.mode)
+	}
+	if h.childEnv = maps.Clone(opts.ChildEnv); h.childEnv == nil {
+		h.childEnv = maps.Clone(DefaultChildEnv)
+	}
+	if err := validateChildEnv(h.childEnv); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if h.landlock, err = newLandlockRules(opts.Landlock); err != nil {
 		return nil, err

@@ -327,7 +327,7 @@ func dispatchedReceipt(in *Intent) *Receipt {
 	return &Receipt{OpKey: in.OpKey, RequestSHA256: in.RequestSHA256, Method: in.Method,
 		SessionID: in.SessionID, TupleSHA256: in.TupleSHA256, Principal: in.Principal,
 		LeaseNotAfter: in.LeaseNotAfter, DispatchedAt: in.DispatchedAt,
-		RetainUntil: in.RetainUntil, Outcome: Dispatched}
+		RetainUntil: in.RetainUntil, Outcome: Dispatched, TaggedBy: in.TaggedBy}
 }
 
 func laterOf(a, b time.Time) time.Time {

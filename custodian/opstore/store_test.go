@@ -272,3 +272,40 @@ func TestPrivateDirRefused(t *testing.T) {
 		t.Fatalf("symlinked state dir: %v, want ErrInvalid", err)
 	}
 }
+
+// TestTaggedByKeptInReceipts: a key the custodian minted for a plain agent
+// says so in its receipt, finished or found interrupted after a restart.
+func TestTaggedByKeptInReceipts(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in := intent("plain-1", "write a")
+	in.TaggedBy = "custodian"
+	tk, _, err := s.Begin(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finishOK(t, tk, `{}`)
+	lost := intent("plain-2", "write b")
+	lost.TaggedBy = "custodian"
+	if _, _, err := s.Begin(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir, Options{})
+	for key, outcome := range map[string]Outcome{"plain-1": Verified, "plain-2": Interrupted} {
+		raw, err := s.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Unmarshal(raw)
+		if err != nil || r.TaggedBy != "custodian" || r.Outcome != outcome {
+			t.Fatalf("%s: receipt %+v, %v; want tagged_by custodian, %s", key, r, err, outcome)
+		}
+	}
+}

@@ -53,6 +53,7 @@ func stamp(r *Receipt, in *Intent) {
 	r.OpKey, r.RequestSHA256, r.Method = in.OpKey, in.RequestSHA256, in.Method
 	r.SessionID, r.TupleSHA256, r.Principal = in.SessionID, in.TupleSHA256, in.Principal
 	r.LeaseNotAfter, r.DispatchedAt, r.RetainUntil = in.LeaseNotAfter, in.DispatchedAt, in.RetainUntil
+	r.TaggedBy = in.TaggedBy
 }
 
 // Complete moves a Pending receipt (an exec whose exit was not yet

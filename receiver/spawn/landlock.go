@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -84,7 +86,14 @@ type Rule struct {
 // Close releases it; a Ruleset may be used by many concurrent Starts.
 type Ruleset struct {
 	fd int
+	// exec holds the identities of the rules that grant EXECUTE, so a PATH
+	// lookup can skip what the child could not execute (beneathExec). It
+	// is written by NewRuleset only and read-only afterwards.
+	exec []fileID
 }
+
+// fileID is a file's identity as Landlock sees it: an inode of a device.
+type fileID struct{ dev, ino uint64 }
 
 // rulesetAttr is struct landlock_ruleset_attr as of ABI 6.
 type rulesetAttr struct {
@@ -158,7 +167,35 @@ func (rs *Ruleset) add(r Rule) error {
 	if e != 0 {
 		return fmt.Errorf("%w: add rule for %s: %w", ErrLandlock, r.File.Name(), e)
 	}
+	if access&unix.LANDLOCK_ACCESS_FS_EXECUTE != 0 {
+		rs.exec = append(rs.exec, fileID{st.Dev, st.Ino})
+	}
 	return nil
+}
+
+// beneathExec reports whether the file at path p, symlinks resolved, is at
+// or beneath a rule that grants EXECUTE, walking up to the root as
+// Landlock does. It answers for the calling thread's view of the file
+// system (the PATH lookup runs it with the child's identity); the kernel
+// still decides at exec time, so a file swapped in between is refused
+// there, never allowed by this answer.
+func (rs *Ruleset) beneathExec(p string) bool {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return false
+	}
+	for d := real; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if unix.Stat(d, &st) != nil {
+			return false
+		}
+		if slices.Contains(rs.exec, fileID{st.Dev, st.Ino}) {
+			return true
+		}
+		if d == "/" || d == "." {
+			return false
+		}
+	}
 }
 
 // Close releases the ruleset. It is safe to call twice.
