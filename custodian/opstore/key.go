@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -24,6 +25,9 @@ func Key(tupleSHA256, sessionID, opKey string) string {
 	sum := sha256.Sum256([]byte(tupleSHA256 + "\n" + sessionID))
 	return hex.EncodeToString(sum[:]) + "/" + opKey
 }
+
+// opKeyOf returns the op key of store key k.
+func opKeyOf(k string) string { return k[strings.LastIndexByte(k, '/')+1:] }
 
 // key is the store key of the intent.
 func (in *Intent) key() string { return Key(in.TupleSHA256, in.SessionID, in.OpKey) }

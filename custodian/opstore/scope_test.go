@@ -9,11 +9,24 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// TestAttackOpKeySquatAcrossSessions: session B uses the op key session A
-// is about to use, in flight and then answered; A's request with that key
-// still runs (its own ticket), and B's receipt answers only B's replay.
+// testKey is the store key of an op key of intent()'s binding.
+func testKey(opKey string) string { return Key(digest("tuple"), "sess-1", opKey) }
+
+// TestAttackOpKeySquatAcrossSessions: the scoped-key contract on the bbolt
+// store (TestIntegrationEtcdContract runs it on etcd).
 func TestAttackOpKeySquatAcrossSessions(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
+	contractScopedKeys(t, bboltBackend(t, Options{}))
+}
+
+// contractScopedKeys: session B uses the op key session A is about to
+// use, in flight and then answered; A's request with that key still runs
+// (its own ticket), each session's retry is answered from its own receipt,
+// and a conflict stays within a session.
+func contractScopedKeys(t *testing.T, b backend) {
+	s := b.keys
+	if es, ok := s.(*EtcdStore); ok {
+		claimT(t, es, "sess-B")
+	}
 	ctx := context.Background()
 	squat := intent("victim-key", "B's request")
 	squat.SessionID, squat.TupleSHA256 = "sess-B", digest("tuple of B")
