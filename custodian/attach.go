@@ -89,9 +89,8 @@ func (cn *Conn) attachBinding(ctx context.Context, b *binding, taggedBy string) 
 	if err == nil {
 		err = checkGrant(res, c.now())
 	}
-	if err != nil {
-		rec.Code = string(codeOrInternal(err))
-		c.audit(rec)
+	if err != nil { // counted like every refusal: a plain agent's callbacks retry it while the link is down
+		cn.refused(b, codeOrInternal(err), audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
 		return acpmeta.AttachResponse{}, refusal(err)
 	}
 	b.attached(epoch, res.GrantGeneration)

@@ -24,7 +24,7 @@ type Kind string
 // The audited events.
 const (
 	KindBind     Kind = "bind"     // a session was bound to a tuple
-	KindAttach   Kind = "attach"   // an attach was confirmed or refused by the receiver
+	KindAttach   Kind = "attach"   // an attach was confirmed by the receiver (a refused one is counted in refusals)
 	KindRefusal  Kind = "refusal"  // one refusal (logs written before refusals were aggregated)
 	KindDispatch Kind = "dispatch" // a request was sent to the receiver
 	KindResult   Kind = "result"   // the receiver's answer (or its loss)
