@@ -100,10 +100,15 @@ func (c *Custodian) releaseAtEnd(ctx context.Context, b *binding, id string, t *
 	t.rel.order.Lock()
 	err := c.sendEndRelease(ctx, b, id)
 	t.rel.order.Unlock()
-	if err == nil {
+	switch code, _ := codeMessage(err); {
+	case err == nil:
 		b.markReleased(id)
 		c.recordRelease(t)
-	} else {
+	case code == wire.CodeNotFound: // gone already: its exit is unknown here
+		b.markReleased(id)
+		c.recordUnknownAtEnd(t)
+		err = nil
+	default:
 		c.log.Warn("release at session end failed; the receiver's orphan grace or the command's deadline ends it",
 			"session", b.sessionID, "terminal", id, "err", err)
 	}
@@ -111,8 +116,7 @@ func (c *Custodian) releaseAtEnd(ctx context.Context, b *binding, id string, t *
 }
 
 // sendEndRelease sends exec_release for terminal id between a dispatch
-// and a result record. A terminal the receiver no longer knows counts as
-// released.
+// and a result record.
 func (c *Custodian) sendEndRelease(ctx context.Context, b *binding, id string) error {
 	conn, _, err := b.Receiver.current(ctx, false)
 	if err != nil {
@@ -125,9 +129,6 @@ func (c *Custodian) sendEndRelease(ctx context.Context, b *binding, id string) e
 	}
 	dl, _ := ctx.Deadline()
 	err = conn.Call(ctx, wire.OpExecRelease, b.digest, rec.OpKey, dl, &wire.TerminalArgs{TerminalID: id}, nil)
-	if code, _ := codeMessage(err); err != nil && code == wire.CodeNotFound {
-		err = nil
-	}
 	rec.Kind, rec.Outcome = audit.KindResult, "session_end"
 	if err != nil {
 		code, _ := codeMessage(err)
