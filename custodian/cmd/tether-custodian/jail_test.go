@@ -143,8 +143,9 @@ func TestIntegrationRunJailRefusesHiddenPaths(t *testing.T) {
 // TestIntegrationRunEndsAnAgentThatIgnoresEOF: an agent that keeps running
 // after its stdin closed (as claude-code-acp does) is asked to end with
 // SIGTERM after agentEOFGrace, jailed (SIGTERM reaches the agent inside
-// the jail, not only bwrap) and with --no-jail, so the run ends well
-// before the kill grace and the agent ends cleanly, without an error.
+// the jail, not only bwrap, whose death would SIGKILL it) and with
+// --no-jail: the agent's own SIGTERM handler runs, it is not killed, and
+// the run ends without an error.
 func TestIntegrationRunEndsAnAgentThatIgnoresEOF(t *testing.T) {
 	testenv.Require(t, "root", "bwrap")
 	rr := realrecv.Start(t)
@@ -161,8 +162,8 @@ func TestIntegrationRunEndsAnAgentThatIgnoresEOF(t *testing.T) {
 		if code != exitOK || !strings.Contains(stderr.String(), "test-agent: ended on SIGTERM") {
 			t.Fatalf("run %v: exit %d after %v; want 0 and the agent ended by SIGTERM\nstderr:\n%s", mode, code, took, &stderr)
 		}
-		if took >= agentEOFGrace+agentStopGrace || strings.Contains(stderr.String(), "killed") {
-			t.Errorf("run %v took %v: the agent was killed, not asked to end (stderr:\n%s)", mode, took, &stderr)
+		if strings.Contains(stderr.String(), "killed") {
+			t.Errorf("run %v: the agent was killed, not asked to end (stderr:\n%s)", mode, &stderr)
 		}
 		t.Logf("run %v: %v", mode, took)
 	}
