@@ -132,7 +132,30 @@ func (s *Spec) fillDefaults(c Config) error {
 	if s.ScratchParent == "" {
 		s.ScratchParent = os.TempDir()
 	}
-	return nil
+	return checkScratch(s.ScratchParent)
+}
+
+// checkScratch refuses a scratch parent the agent's uid could not reach:
+// bubblewrap, running as that uid, binds HOME and /tmp from beneath it,
+// and would fail with a bare "Permission denied". A private TMPDIR (a
+// 0700 directory) is the usual cause.
+func checkScratch(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("%w: scratch directory %q (TMPDIR) is not absolute", ErrConfig, dir)
+	}
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("%w: scratch directory %s (TMPDIR): %w", ErrConfig, dir, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: scratch directory %s (TMPDIR) is out of the agent's reach: %s is mode %v, not traversable by others; "+
+				"set TMPDIR to a directory every user can traverse, such as /tmp", ErrConfig, dir, d, fi.Mode().Perm())
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }
 
 // fixedPaths are the jail's own mount points; the tuple root may be none

@@ -72,6 +72,13 @@ func TestBuildRefuses(t *testing.T) {
 		{"uid 0", func(o *Options) { o.Config.UID = &uid0 }, ErrConfig},
 		{"unknown network", func(o *Options) { o.Config.Network = "bridge" }, ErrConfig},
 		{"relative bwrap", func(o *Options) { o.Config.Bwrap = "bwrap" }, ErrConfig},
+		{"private scratch directory", func(o *Options) {
+			private := filepath.Join(f.dir, "private-tmp")
+			mustDo(t, os.Mkdir(private, 0o700))
+			o.ScratchParent = filepath.Join(private, "tmp")
+			mustDo(t, os.Mkdir(o.ScratchParent, 0o777))
+		}, ErrConfig},
+		{"missing scratch directory", func(o *Options) { o.ScratchParent = filepath.Join(f.dir, "no-tmp") }, ErrConfig},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := f.options(Config{})
