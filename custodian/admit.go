@@ -23,7 +23,7 @@ func (h *client) admit(ctx context.Context, method, sessionID string, meta map[s
 	c := h.c
 	b := h.conn.table.get(sessionID)
 	if b == nil {
-		c.auditRefusal(sessionID, nil, method, "", wire.CodeNotAdmitted)
+		h.conn.auditRefusal(nil, method, "", wire.CodeNotAdmitted)
 		return nil, acpmeta.NewError(wire.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
 	}
 	op, taggedBy, err := h.tagOf(b, method, meta)
@@ -67,7 +67,7 @@ func (h *client) tagOf(b *binding, method string, meta map[string]any) (acpmeta.
 		return acpmeta.Op{}, "", h.mismatch(b, method, "%s: %v", acpmeta.KeyOp, err)
 	}
 	if err != nil {
-		h.c.auditRefusal(b.sessionID, b, method, "", wire.CodeInvalid)
+		h.conn.auditRefusal(b, method, "", wire.CodeInvalid)
 		return acpmeta.Op{}, "", acpmeta.NewError(wire.CodeInvalid, "%v", err)
 	}
 	if op.TupleSHA256 != b.digest {
@@ -84,18 +84,17 @@ func (cl *call) refused(err error) error {
 	return err
 }
 
-// refuse audits that cl was refused with code before anything was sent.
+// refuse counts that cl was refused with code before anything was sent
+// (refusals.go).
 func (cl *call) refuse(code wire.Code) {
-	r := cl.record(audit.KindRefusal)
-	r.Code = string(code)
-	cl.c.audit(r)
+	cl.c.refusedBound(cl.b, code, audit.RefusalEvent{Method: cl.method, OpKey: cl.op.OpKey, TaggedBy: cl.taggedBy})
 }
 
 // mismatch refuses a callback whose op tag does not name the binding's
 // tuple and fences the binding: the agent side disagrees about what this
 // session is bound to, so nothing more runs until it reattaches.
 func (h *client) mismatch(b *binding, method, format string, args ...any) error {
-	h.c.auditRefusal(b.sessionID, b, method, "", wire.CodeTupleMismatch)
+	h.conn.auditRefusal(b, method, "", wire.CodeTupleMismatch)
 	if b.fence(wire.CodeTupleMismatch, "a callback named another tuple") {
 		h.c.auditFence(b, wire.CodeTupleMismatch)
 	}
@@ -135,13 +134,10 @@ func (c *Custodian) deadline(now, requested, lease time.Time) (time.Time, error)
 	return d, nil
 }
 
-// auditRefusal records a callback refused before anything was sent.
-func (c *Custodian) auditRefusal(sessionID string, b *binding, method, opKey string, code wire.Code) {
-	r := audit.Record{Kind: audit.KindRefusal, SessionID: sessionID, Method: method, OpKey: opKey, Code: string(code)}
-	if b != nil {
-		r.TupleSHA256, r.Principal = b.digest, b.Principal
-	}
-	c.audit(r)
+// auditRefusal counts a callback refused before anything was sent: for
+// its session b, or, b nil, for the sessions not bound on cn.
+func (cn *Conn) auditRefusal(b *binding, method, opKey string, code wire.Code) {
+	cn.refused(b, code, audit.RefusalEvent{Method: method, OpKey: opKey})
 }
 
 // auditFence records that a binding was fenced.

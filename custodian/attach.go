@@ -25,7 +25,7 @@ func (h *client) HandleExtensionMethod(ctx context.Context, method string, param
 	}
 	req, err := parseAttach(params)
 	if err != nil {
-		h.c.auditRefusal(req.SessionID, nil, method, "", wire.CodeInvalid)
+		h.conn.auditRefusal(nil, method, "", wire.CodeInvalid)
 		return nil, err
 	}
 	return h.attach(ctx, req)
@@ -45,10 +45,9 @@ func parseAttach(params json.RawMessage) (acpmeta.AttachRequest, error) {
 // session's tuple and (re)activates the binding on the live connection:
 // this is the only way out of a fence.
 func (h *client) attach(ctx context.Context, req acpmeta.AttachRequest) (any, error) {
-	c := h.c
 	b := h.conn.table.forAttach(req.SessionID, req.TupleSHA256)
 	if b == nil {
-		c.auditRefusal(req.SessionID, nil, acpmeta.MethodAttach, "", wire.CodeNotAdmitted)
+		h.conn.auditRefusal(nil, acpmeta.MethodAttach, "", wire.CodeNotAdmitted)
 		return nil, acpmeta.NewError(wire.CodeNotAdmitted, "session %q has no bind on this connection", req.SessionID)
 	}
 	if req.TupleSHA256 != b.digest {
@@ -75,10 +74,14 @@ func (cn *Conn) attachBinding(ctx context.Context, b *binding, taggedBy string) 
 	}
 	rec := audit.Record{Kind: audit.KindAttach, SessionID: b.sessionID, TupleSHA256: b.digest,
 		Principal: b.Principal, Method: acpmeta.MethodAttach, TaggedBy: taggedBy}
+	if b.overBudget() {
+		cn.refused(b, wire.CodeFenced, audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
+		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeFenced,
+			"session %s passed its refusal budget and is fenced for good; start a new session", b.sessionID)
+	}
 	lease := b.lease()
 	if !c.now().Before(lease) {
-		rec.Kind, rec.Code = audit.KindRefusal, string(wire.CodeLeaseExpired)
-		c.audit(rec)
+		cn.refused(b, wire.CodeLeaseExpired, audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
 		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
 	}
 	res, epoch, err := c.askReceiver(ctx, b)
@@ -86,14 +89,14 @@ func (cn *Conn) attachBinding(ctx context.Context, b *binding, taggedBy string) 
 	if err == nil {
 		err = checkGrant(res, c.now())
 	}
-	if err != nil {
-		rec.Code = string(codeOrInternal(err))
-		c.audit(rec)
+	if err != nil { // counted like every refusal: a plain agent's callbacks retry it while the link is down
+		cn.refused(b, codeOrInternal(err), audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
 		return acpmeta.AttachResponse{}, refusal(err)
 	}
 	b.attached(epoch, res.GrantGeneration)
 	cn.watch(b.Receiver)
 	c.audit(rec)
+	c.claimTerminals(ctx, b, epoch)
 	return acpmeta.AttachResponse{LeaseNotAfter: lease.UTC(), GrantGeneration: res.GrantGeneration}, nil
 }
 

@@ -40,7 +40,7 @@ func TestAuditLossAfterCheckRefusesDispatch(t *testing.T) {
 			if method == "fs/read_text_file" {
 				return
 			}
-			raw, err := h.c.store.Get("w")
+			raw, err := h.c.store.Get(h.key("w"))
 			if err != nil {
 				t.Fatal(err)
 			}

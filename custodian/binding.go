@@ -74,7 +74,8 @@ type binding struct {
 	epoch     uint64
 	grantGen  uint64
 	terminals map[string]*terminal
-	released  []string // ids of released terminals still in terminals, oldest first
+	released  []string      // ids of released terminals still in terminals, oldest first
+	refusals  *refusalTally // made at the first refusal (refusals.go)
 }
 
 // maxReleasedKept bounds the released terminals a binding remembers so that
@@ -84,7 +85,7 @@ const maxReleasedKept = 1024
 
 // terminal is a child started through this binding.
 type terminal struct {
-	createKey string            // op key of the terminal/create receipt
+	createKey string            // store key of the terminal/create receipt (opstore.Key)
 	expect    map[string]string // relative path -> expected SHA-256
 	// deadline is its terminal/create's deadline: the receiver kills the
 	// command at it at the latest.
@@ -162,6 +163,10 @@ func (b *binding) usable(now time.Time) (uint64, error) {
 		return 0, acpmeta.NewError(wire.CodeFenced,
 			"session %s is bound but not attached; call %s first", b.sessionID, acpmeta.MethodAttach)
 	case stateFenced:
+		if b.fenceCode == codeRefusalBudget {
+			return 0, acpmeta.NewError(wire.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
+				b.sessionID, b.fenceCode, b.fenceWhy)
+		}
 		return 0, acpmeta.NewError(wire.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
 			b.sessionID, b.fenceCode, b.fenceWhy, acpmeta.MethodAttach)
 	}
@@ -206,6 +211,9 @@ func (b *binding) fenceEpoch(epoch uint64, why string) bool {
 func (b *binding) attached(epoch, gen uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.fenceCode == codeRefusalBudget {
+		return
+	}
 	b.state, b.epoch, b.grantGen, b.fenceCode, b.fenceWhy = stateActive, epoch, gen, "", ""
 }
 

@@ -38,6 +38,10 @@ type Config struct {
 	CommandBudget Duration `json:"command_budget,omitempty"`
 	// Retention keeps operation keys ("48h"); default and minimum 24h.
 	Retention Duration `json:"retention,omitempty"`
+	// RefusalBudget is how many refused callbacks one session may cause
+	// before it is fenced for good (Options.RefusalBudget); default 1000,
+	// -1 none.
+	RefusalBudget int `json:"refusal_budget,omitempty"`
 	// Permission answers the agent's permission requests: "reject"
 	// (default), "allow_once" or "allow_always" (PermissionPolicy).
 	Permission string `json:"permission,omitempty"`
@@ -173,6 +177,8 @@ func (c *Config) Validate() error {
 		return bad("agent %q: want tether or plain", c.Agent)
 	case c.Retention != 0 && time.Duration(c.Retention) < 24*time.Hour:
 		return bad("retention %s is below the minimum 24h", time.Duration(c.Retention))
+	case c.RefusalBudget < -1:
+		return bad("refusal_budget %d: want a count, or -1 for none", c.RefusalBudget)
 	}
 	for k := range c.SessionMeta {
 		if strings.HasPrefix(k, "tether/") {

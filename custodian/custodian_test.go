@@ -180,7 +180,7 @@ func TestSameKeyReplaysWithoutRunningAgain(t *testing.T) {
 	if h.fr.count(wire.OpWrite) != 1 {
 		t.Fatal("a conflicting request reached the receiver")
 	}
-	raw, err := h.c.store.Get("w-1")
+	raw, err := h.c.store.Get(h.key("w-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestWriteExpectBecomesAtomicPrecondition(t *testing.T) {
 	_, err := h.agent.conn.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: sid(h),
 		Path: h.tuple.Root + "/f", Content: "new", Meta: meta})
 	wantCode(t, err, wire.CodePrecondition)
-	raw, _ := h.c.store.Get("e1")
+	raw, _ := h.c.store.Get(h.key("e1"))
 	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Failed || r.Error.Code != string(wire.CodePrecondition) {
 		t.Fatalf("receipt = %s", raw)
 	}

@@ -71,7 +71,7 @@ func (s *hookedSession) meta(key string) map[string]any {
 
 func (s *hookedSession) receipt(t *testing.T, key string) *opstore.Receipt {
 	t.Helper()
-	raw, err := s.c.store.Get(s.run + "-" + key)
+	raw, err := s.c.store.Get(opstore.Key(s.rr.tuple.SHA256(), "sess-hooked", s.run+"-"+key))
 	must(t, err)
 	r, err := opstore.Unmarshal(raw)
 	must(t, err)

@@ -88,6 +88,18 @@ func (c *Custodian) recordRelease(t *terminal) {
 	}
 }
 
+// noteUnknownAtEnd explains the receipt of a command the receiver no
+// longer knew when its session ended.
+const noteUnknownAtEnd = "the receiver no longer knew the terminal when the session ended (restarted, or its orphan grace ended it); its exit is unknown"
+
+// recordUnknownAtEnd completes t's receipt, unless an exit was recorded,
+// as interrupted: the command ended out of the custodian's sight.
+func (c *Custodian) recordUnknownAtEnd(t *terminal) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.completeLocked(t, func(r *opstore.Receipt) { r.Outcome, r.Note = opstore.Interrupted, noteUnknownAtEnd })
+}
+
 // completeLocked finalises t's pending receipt once; called with t.mu held.
 func (c *Custodian) completeLocked(t *terminal, fn func(*opstore.Receipt)) {
 	if t.recorded {
@@ -100,6 +112,6 @@ func (c *Custodian) completeLocked(t *terminal, fn func(*opstore.Receipt)) {
 	case errors.Is(err, opstore.ErrInvalid): // already final (e.g. interrupted)
 		t.recorded = true
 	default:
-		c.log.Error("complete exec receipt", "op_key", t.createKey, "err", err)
+		c.log.Error("complete exec receipt", "store_key", t.createKey, "err", err)
 	}
 }

@@ -30,6 +30,10 @@ func FuzzRelPath(f *testing.F) {
 		if got := path.Join(root, rel); got != path.Clean(p) {
 			t.Fatalf("relPath(%q, %q) = %q names %q, not %q", root, p, rel, got, path.Clean(p))
 		}
+		dirOnly := strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.")
+		if dirOnly && rel != "." && !strings.HasSuffix(rel, "/") {
+			t.Fatalf("relPath(%q, %q) = %q lost the final slash: a directory path became a file name", root, p, rel)
+		}
 	})
 }
 

@@ -14,6 +14,10 @@ import (
 // itself or strictly beneath it, or that names "..", is refused with
 // path_escape before anything is sent (the receiver resolves it again with
 // openat2 beneath the root; this only keeps obvious escapes off the wire).
+// A path that ends in "/" (or "/.") names a directory, and keeps its final
+// slash: cleaning it away would make "dir/name/" a file name the receiver
+// writes a regular file to; kept, a write refuses it (no file name) and
+// a read finds no directory.
 func relPath(root, p string) (string, error) {
 	switch {
 	case p == "":
@@ -39,5 +43,9 @@ func relPath(root, p string) (string, error) {
 	if !strings.HasPrefix(clean, prefix) {
 		return "", acpmeta.NewError(wire.CodePathEscape, "path %q is outside the root %q", p, root)
 	}
-	return strings.TrimPrefix(clean, prefix), nil
+	rel := strings.TrimPrefix(clean, prefix)
+	if strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") {
+		rel += "/"
+	}
+	return rel, nil
 }

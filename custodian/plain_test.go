@@ -72,7 +72,7 @@ func TestPlainAgentTaggedByCustodian(t *testing.T) {
 		t.Fatalf("op keys %v: want one fresh key per callback", keys)
 	}
 	for _, k := range keys {
-		raw, err := h.c.store.Get(k)
+		raw, err := h.c.store.Get(h.key(k))
 		must(t, err)
 		r, err := opstore.Unmarshal(raw)
 		must(t, err)

@@ -45,7 +45,7 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	if err == nil {
 		// Also on a replay: the same digest means the same request (and the
 		// same files to verify), so the terminal is this session's.
-		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: cl.op.OpKey, expect: verify, deadline: cl.deadline})
+		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: opstore.Key(cl.b.digest, cl.b.sessionID, cl.op.OpKey), expect: verify, deadline: cl.deadline})
 	}
 	if err == nil && ctx.Err() != nil {
 		cl.kill(resp.TerminalId, "terminal/create cancelled by the agent")

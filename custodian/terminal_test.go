@@ -52,7 +52,7 @@ func (h *harness) run(key string, verify map[string]string) (*opstore.Receipt, e
 	if _, err := h.agent.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid(h), TerminalId: tid, Meta: h.op(key + ":release")}); err != nil {
 		return nil, err
 	}
-	raw, err := h.c.store.Get(key + ":create")
+	raw, err := h.c.store.Get(h.key(key + ":create"))
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +202,7 @@ func TestTransportLoss(t *testing.T) {
 	req := acp.CreateTerminalRequest{SessionId: sid(h), Command: "/usr/bin/make", Meta: h.op("lost")}
 	_, err := h.agent.conn.CreateTerminal(ctx, req)
 	wantCode(t, err, wire.CodeFateUnknown)
-	raw, _ := h.c.store.Get("lost")
+	raw, _ := h.c.store.Get(h.key("lost"))
 	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Interrupted {
 		t.Fatalf("receipt after loss = %s", raw)
 	}
@@ -241,7 +241,7 @@ func TestAuditHoldsDigestsNotContents(t *testing.T) {
 			t.Fatalf("audit log contains %q", leak)
 		}
 	}
-	for _, kind := range []string{`"kind":"bind"`, `"kind":"attach"`, `"kind":"dispatch"`, `"kind":"result"`, `"kind":"refusal"`} {
+	for _, kind := range []string{`"kind":"bind"`, `"kind":"attach"`, `"kind":"dispatch"`, `"kind":"result"`, `"kind":"refusals"`} {
 		if !strings.Contains(log, kind) {
 			t.Fatalf("audit log has no %s record:\n%s", kind, log)
 		}
@@ -299,7 +299,7 @@ func TestOutputExitCompletesReceipt(t *testing.T) {
 		if n, want := h.fr.count(wire.OpExecWait), len(verify); n != want {
 			t.Fatalf("verify=%v: %d exec_wait calls, want %d", verify != nil, n, want)
 		}
-		raw, _ := h.c.store.Get("c:create")
+		raw, _ := h.c.store.Get(h.key("c:create"))
 		r, _ := opstore.Unmarshal(raw)
 		if r.Outcome != opstore.Failed || r.Exit == nil || r.Exit.ExitCode == nil || *r.Exit.ExitCode != 2 || r.Note != "" {
 			t.Fatalf("verify=%v: receipt %s", verify != nil, raw)
@@ -330,14 +330,14 @@ func TestOutputExitDigestsUnavailable(t *testing.T) {
 	if _, err := h.agent.conn.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("d:out")}); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := h.c.store.Get("d:create")
+	raw, _ := h.c.store.Get(h.key("d:create"))
 	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Pending {
 		t.Fatalf("receipt before release: %s, want pending (the digests may still come)", raw)
 	}
 	if _, err := h.agent.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("d:rel")}); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ = h.c.store.Get("d:create")
+	raw, _ = h.c.store.Get(h.key("d:create"))
 	r, _ := opstore.Unmarshal(raw)
 	if r.Outcome != opstore.Failed || r.Exit == nil || r.Exit.ExitCode == nil || *r.Exit.ExitCode != 0 || r.Note != noteDigestsNotFetched {
 		t.Fatalf("receipt %s: want failed with exit 0 and the note %q", raw, noteDigestsNotFetched)

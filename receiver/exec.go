@@ -146,6 +146,7 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 	if !slot.commit(t) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
 	}
+	h.terms.claim(t, wire.ConnOf(ctx))
 	res := wire.ExecStartResult{TerminalID: t.id, PID: t.child.PID()}
 	if onThisThread {
 		return &startedResult{ExecStartResult: res, child: t.child}, nil
@@ -245,6 +246,7 @@ func (h *Handler) terminalOp(ctx context.Context, req *wire.Request, a *wire.Ter
 	if t == nil {
 		return nil, wire.Errorf(wire.CodeNotFound, "terminal %q does not exist for this tuple", a.TerminalID)
 	}
+	h.terms.claim(t, wire.ConnOf(ctx)) // a reattach, if it was orphaned
 	switch req.Op {
 	case wire.OpExecOutput:
 		return t.outputSoFar(), nil

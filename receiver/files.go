@@ -124,6 +124,7 @@ var errCodes = []struct {
 	{fsops.ErrNotDir, wire.CodeNotFound},
 	{fsops.ErrTooLarge, wire.CodeTooLarge},
 	{fsops.ErrPrecondition, wire.CodePrecondition},
+	{fsops.ErrBusy, wire.CodeBusy},
 	{fsops.ErrHardLink, wire.CodeDenied},
 	{fsops.ErrSymlink, wire.CodeDenied},
 	{fsops.ErrNotRegular, wire.CodeInvalid},

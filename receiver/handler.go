@@ -124,6 +124,7 @@ func NewHandler(opts Options) (*Handler, error) {
 	}
 	h.enforced = newEnforcement(opts.Cgroup)
 	h.terms = newTerminals(lim.MaxTerminals)
+	h.terms.bound(lim.MaxTerminalsPerTuple, lim.orphanGrace(), h.log)
 	every := opts.RecheckEvery
 	if every <= 0 {
 		every = DefaultRecheckEvery

@@ -135,7 +135,8 @@ func (s *EtcdStore) waitOwnerGone(ctx context.Context, sid string) error {
 }
 
 // takeover makes every key the session's earlier owners left open
-// Interrupted, fenced by tok. It returns their op keys.
+// Interrupted, fenced by tok. It returns their op keys (the open markers
+// hold store keys, Key).
 func (s *EtcdStore) takeover(ctx context.Context, sid string, tok uint64) ([]string, error) {
 	resp, err := s.cli.Get(ctx, s.openPrefix(sid), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -147,7 +148,7 @@ func (s *EtcdStore) takeover(ctx context.Context, sid string, tok uint64) ([]str
 		if err := s.interruptOne(ctx, sid, tok, key); err != nil {
 			return keys, err
 		}
-		keys = append(keys, key)
+		keys = append(keys, opKeyOf(key))
 	}
 	return keys, nil
 }

@@ -137,7 +137,7 @@ func (r *Root) checkExisting(dfd int, name string, req *WriteRequest) error {
 func (r *Root) checkDigest(dfd int, name string, req *WriteRequest) error {
 	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
 		Resolve: resolveBeneath | unix.RESOLVE_NO_SYMLINKS}
-	fd, err := openat2Retry(dfd, name, &how)
+	fd, err := openat2Lease(dfd, name, &how)
 	if err != nil {
 		return fmt.Errorf("open %q: %w", req.Path, classify(err))
 	}

@@ -28,6 +28,7 @@ const (
 	CodeNotFound      Code = "not_found"   // file or terminal does not exist
 	CodeInvalid       Code = "invalid"     // malformed arguments
 	CodePrecondition  Code = "precondition_failed"
+	CodeBusy          Code = "busy"        // the file is leased by another process in the computer; retry later
 	CodeTimeout       Code = "timeout"     // deadline reached
 	CodeUnavailable   Code = "unavailable" // receiver shutting down or not reachable
 	CodeInternal      Code = "internal"
@@ -38,7 +39,7 @@ var Codes = []Code{
 	CodeTupleMismatch, CodeNotAdmitted, CodeLeaseExpired, CodeFenced,
 	CodeFateUnknown, CodePathEscape, CodeOpKeyConflict, CodeDenied,
 	CodeTooLarge, CodeInterrupted, CodeNotFound, CodeInvalid,
-	CodePrecondition, CodeTimeout, CodeUnavailable, CodeInternal,
+	CodePrecondition, CodeBusy, CodeTimeout, CodeUnavailable, CodeInternal,
 }
 
 // Valid reports whether c is a member of the closed set.

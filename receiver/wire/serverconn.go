@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -14,6 +15,7 @@ import (
 type serverConn struct {
 	s    *Server
 	conn io.ReadWriteCloser
+	peer string // PeerOf(conn), for the per-peer cap
 
 	ctx    context.Context // ends when the connection ends; parent of handler contexts
 	cancel context.CancelCauseFunc
@@ -25,9 +27,13 @@ type serverConn struct {
 	wg       sync.WaitGroup // this connection's running handlers
 }
 
-func newServerConn(s *Server, ctx context.Context, conn io.ReadWriteCloser) *serverConn {
-	sc := &serverConn{s: s, conn: conn, inflight: make(map[uint64]struct{})}
-	sc.ctx, sc.cancel = context.WithCancelCause(ctx)
+// connIDs numbers the connections of this process (Conn.ID).
+var connIDs atomic.Uint64
+
+func newServerConn(s *Server, ctx context.Context, conn io.ReadWriteCloser, peer string) *serverConn {
+	sc := &serverConn{s: s, conn: conn, peer: peer, inflight: make(map[uint64]struct{})}
+	ctx, sc.cancel = context.WithCancelCause(ctx)
+	sc.ctx = context.WithValue(ctx, connKey{}, &Conn{ID: connIDs.Add(1), Peer: peer, done: ctx.Done()})
 	return sc
 }
 
