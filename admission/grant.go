@@ -20,12 +20,30 @@ const (
 	OpKill  Op = "kill"
 )
 
-// Limits bound what a grant's holder may consume.
+// Limits bound what a grant's holder may consume. The first four are the
+// receiver's, checked per request; the resource limits after them bound
+// the whole computer (every process of the grant's uid together) and are
+// enforced by the computer the receiver runs in, which the receiver
+// checks before every command (docs/admission.md): 0 (absent) means the
+// grant sets no such bound.
 type Limits struct {
 	MaxProcs       int   `json:"max_procs"`
 	MaxRuntimeS    int64 `json:"max_runtime_s"`
 	MaxOutputBytes int64 `json:"max_output_bytes"`
 	MaxFileBytes   int64 `json:"max_file_bytes"`
+
+	// MaxPids bounds the computer's processes and threads (pids.max and
+	// RLIMIT_NPROC).
+	MaxPids int64 `json:"max_pids,omitempty"`
+	// MaxMemoryBytes bounds the computer's memory, swap excluded
+	// (memory.max with no swap).
+	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
+	// MaxDiskBytes bounds the root's file system.
+	MaxDiskBytes int64 `json:"max_disk_bytes,omitempty"`
+	// MaxOpenFiles bounds each process's descriptors (RLIMIT_NOFILE).
+	MaxOpenFiles int64 `json:"max_open_files,omitempty"`
+	// MaxFileSizeBytes bounds each file a process writes (RLIMIT_FSIZE).
+	MaxFileSizeBytes int64 `json:"max_file_size_bytes,omitempty"`
 }
 
 // Grant admits one tuple: the unprivileged identity its children run as,

@@ -101,7 +101,8 @@ func validateOps(ops []Op) error {
 	return nil
 }
 
-// Validate requires every limit to be > 0.
+// Validate requires the receiver's limits to be > 0 and the computer's
+// resource limits to be >= 0 (0: the grant sets no bound).
 func (l Limits) Validate() error {
 	for _, f := range []struct {
 		name string
@@ -114,6 +115,20 @@ func (l Limits) Validate() error {
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("%w: limits.%s must be > 0", ErrInvalidGrant, f.name)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"max_pids", l.MaxPids},
+		{"max_memory_bytes", l.MaxMemoryBytes},
+		{"max_disk_bytes", l.MaxDiskBytes},
+		{"max_open_files", l.MaxOpenFiles},
+		{"max_file_size_bytes", l.MaxFileSizeBytes},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: limits.%s must be >= 0 (0: no bound)", ErrInvalidGrant, f.name)
 		}
 	}
 	return nil

@@ -66,6 +66,9 @@ const (
 //   - {"kind":"tls","address","server_name","ca_file","cert_file",
 //     "key_file"[,"ca_spki_sha256"]}: mutual TLS 1.3, the receiver's
 //     certificate signed directly by the one CA (pinned, no system roots);
+//     with "path" (and optionally "peer_uids", default root) instead of
+//     "address", the same over a unix socket whose listener's uid is
+//     checked first (a computer in its own network namespace);
 //   - {"kind":"unix","path","host_only":true[,"peer_uids"]}: a unix socket
 //     (also QEMU's host end of a virtio-serial port);
 //   - {"kind":"vsock","cid","port","host_only":true}.
@@ -131,7 +134,7 @@ func (c *Config) resolve(dir string) {
 	abs(&c.StateDir)
 	abs(&c.AuditKeyFile)
 	r := &c.Receiver
-	if r.Kind == transport.KindUnix || r.Kind == transport.KindStream {
+	if r.Kind == transport.KindUnix || r.Kind == transport.KindStream || r.Kind == transport.KindTLS {
 		abs(&r.Path)
 	}
 	abs(&r.CAFile)
@@ -190,12 +193,12 @@ func validateReceiver(r ReceiverConfig) error {
 	switch r.Kind {
 	case transport.KindTLS:
 		switch {
-		case r.Address == "" || r.ServerName == "":
-			return bad("tls needs address and server_name")
+		case (r.Address == "") == (r.Path == "") || r.ServerName == "":
+			return bad("tls needs server_name and exactly one of address and path (a unix socket)")
 		case r.CAFile == "" || r.CertFile == "" || r.KeyFile == "":
 			return bad("tls needs ca_file, cert_file and key_file")
-		case r.HostOnly || r.Path != "" || r.SocketMode != 0 || len(r.PeerUIDs) > 0 || r.CID != 0 || r.Port != 0 || r.PeerCID != 0:
-			return bad("tls takes only address, server_name, ca_file, ca_spki_sha256, cert_file and key_file")
+		case r.HostOnly || r.SocketMode != 0 || r.Path == "" && len(r.PeerUIDs) > 0 || r.CID != 0 || r.Port != 0 || r.PeerCID != 0:
+			return bad("tls takes only address or path (with peer_uids), server_name, ca_file, ca_spki_sha256, cert_file and key_file")
 		}
 		return nil
 	case transport.KindUnix, transport.KindVsock, transport.KindStream:

@@ -196,6 +196,9 @@ func TestConfigRefusesPlaintextAndUnflaggedUnix(t *testing.T) {
 		"vsock not host-only":  `{"kind":"vsock","cid":3,"port":7000}`,
 		"unknown field":        `{"kind":"unix","path":"/run/r.sock","host_only":true,"proxy":"x"}`,
 		"unix with tls fields": `{"kind":"unix","path":"/run/r.sock","host_only":true,"cert_file":"c"}`,
+		"tls address and path": `{"kind":"tls","address":"127.0.0.1:1","path":"/run/r.sock","server_name":"r","ca_file":"a","cert_file":"b","key_file":"c"}`,
+		"tls path socket_mode": `{"kind":"tls","path":"/run/r.sock","socket_mode":438,"server_name":"r","ca_file":"a","cert_file":"b","key_file":"c"}`,
+		"tls uids, no path":    `{"kind":"tls","address":"127.0.0.1:1","peer_uids":[0],"server_name":"r","ca_file":"a","cert_file":"b","key_file":"c"}`,
 	}
 	for name, recv := range bad {
 		if _, err := ParseConfig([]byte(sprintf(base, recv)), "/etc/tether"); !errors.Is(err, ErrConfig) {
@@ -205,6 +208,10 @@ func TestConfigRefusesPlaintextAndUnflaggedUnix(t *testing.T) {
 	c, err := ParseConfig([]byte(sprintf(base, `{"kind":"unix","path":"r.sock","host_only":true}`)), "/etc/tether")
 	if err != nil || c.StateDir != "/etc/tether/state" || c.Receiver.Path != "/etc/tether/r.sock" {
 		t.Fatalf("relative paths: %+v %v", c, err)
+	}
+	c, err = ParseConfig([]byte(sprintf(base, `{"kind":"tls","path":"run/r.sock","peer_uids":[0],"server_name":"r","ca_file":"a","cert_file":"b","key_file":"c"}`)), "/etc/tether")
+	if err != nil || c.Receiver.Path != "/etc/tether/run/r.sock" {
+		t.Fatalf("tls over a unix socket: %+v %v", c, err)
 	}
 	foreign := sprintf(base, `{"kind":"unix","path":"/r","host_only":true}`)
 	foreign = replaceOnce(foreign, `"principal":"alice"`, `"principal":"mallory"`)

@@ -92,5 +92,10 @@ func FuzzDecodeConfig(f *testing.F) {
 		if c.Cgroup.Mode == CgroupRequired && (!filepath.IsAbs(c.Cgroup.Parent) || filepath.Clean(c.Cgroup.Parent) != c.Cgroup.Parent) {
 			t.Fatalf("accepted cgroup parent %q", c.Cgroup.Parent)
 		}
+		for _, v := range c.Cgroup.V1 {
+			if !absClean(v.Commands) || !absClean(v.Receiver) || v.Commands == v.Receiver {
+				t.Fatalf("accepted cgroup v1 %+v", v)
+			}
+		}
 	})
 }

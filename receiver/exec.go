@@ -125,6 +125,9 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 	if err != nil {
 		return nil, err
 	}
+	if err := h.enforced.check(g); err != nil {
+		return nil, err
+	}
 	slot, err := h.terms.reserve(req.TupleSHA256, req.OpKey, g.Limits.MaxProcs, now)
 	if err != nil {
 		return nil, err
@@ -215,13 +218,18 @@ func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admissi
 		return nil, nil, err
 	}
 	defer rs.Close()
+	v1, release, err := h.cgv1.acquire()
+	if err != nil {
+		return nil, nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+	}
+	defer release()
 	rd, wr, err := outputPipe()
 	if err != nil {
 		return nil, nil, err
 	}
 	child, err := spawn.Start(spawn.Spec{Mode: h.mode, HelperPath: h.helper, Path: plan.path, Search: plan.search, Argv: plan.argv,
 		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs,
-		Cgroup: tc.file(), OnCallingThread: onThisThread})
+		Cgroup: tc.file(), CgroupsV1: v1, OnCallingThread: onThisThread})
 	wr.Close()
 	if err != nil {
 		rd.Close()

@@ -60,6 +60,8 @@ type Handler struct {
 	limits   Limits
 	landlock *landlockRules // nil when Landlock is off
 	cgroups  *cgroups       // nil when cgroup containment is off
+	cgv1     *cgroupsV1     // nil without cgroup v1 hierarchies
+	enforced enforcement    // where the computer's limits are read
 	childEnv map[string]string
 	mode     spawn.Mode
 	helper   string
@@ -115,6 +117,12 @@ func NewHandler(opts Options) (*Handler, error) {
 		h.landlock.close()
 		return nil, err
 	}
+	if h.cgv1, err = openCgroupsV1(opts.Cgroup.V1); err != nil {
+		h.cgroups.close()
+		h.landlock.close()
+		return nil, err
+	}
+	h.enforced = newEnforcement(opts.Cgroup)
 	h.terms = newTerminals(lim.MaxTerminals)
 	every := opts.RecheckEvery
 	if every <= 0 {
@@ -135,6 +143,7 @@ func (h *Handler) Close() error {
 		h.terms.closeAll()
 		h.landlock.close()
 		h.cgroups.close()
+		h.cgv1.close()
 	})
 	return nil
 }

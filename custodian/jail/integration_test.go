@@ -24,6 +24,9 @@ import (
 
 func TestMain(m *testing.M) {
 	HelperMain()
+	if os.Getenv(envNoPriv) == "1" {
+		os.Exit(noPrivMain())
+	}
 	if path := os.Getenv(envPayload); path != "" {
 		os.Exit(payloadMain(path))
 	}

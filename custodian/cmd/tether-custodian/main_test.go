@@ -19,10 +19,12 @@ import (
 	"github.com/tetherdev/tether/custodian/internal/realrecv"
 	"github.com/tetherdev/tether/custodian/jail"
 	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/fixtures/witness"
 )
 
 func TestMain(m *testing.M) {
-	jail.HelperMain() // the jail's init or shell stub (jail_test.go shows this binary as both)
+	jail.HelperMain()        // the jail's init or shell stub (jail_test.go shows this binary as both)
+	witness.MaybeRunHelper() // a witness process (witness_test.go)
 	testscript.Main(testMain{m}, map[string]func(){
 		"tether-custodian": func() {
 			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
