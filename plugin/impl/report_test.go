@@ -170,3 +170,25 @@ func TestReportCheckAndStaleTickets(t *testing.T) {
 		t.Fatal("untyped timeout")
 	}
 }
+
+// FuzzTicketOpen: whatever a host presents, open never panics, and it
+// accepts only a ticket this plugin minted for that connection, unchanged.
+func FuzzTicketOpen(f *testing.F) {
+	tk := newTicketer(time.Now)
+	genuine := tk.mint(ticket{Conn: "conn-1", Session: "s1", Epoch: 3, Expires: 1e12})
+	f.Add("conn-1", genuine)
+	f.Add("conn-2", genuine)
+	f.Add("conn-1", "eyJjIjoiY29ubi0xIn0.AAAA")
+	f.Fuzz(func(t *testing.T, conn, s string) {
+		got, err := tk.open(conn, s)
+		if err != nil {
+			if code, _ := acpmeta.CodeOf(err); code != wire.CodeInvalid {
+				t.Fatalf("refusal %v is not invalid", err)
+			}
+			return
+		}
+		if got.Conn != conn || tk.mint(got) != s {
+			t.Fatalf("accepted %q on %q as %+v, which this plugin did not mint", s, conn, got)
+		}
+	})
+}
