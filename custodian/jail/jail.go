@@ -115,6 +115,8 @@ var (
 	ErrUserns = errors.New("jail: user namespaces")
 	// ErrStart: the jail could not be set up or started.
 	ErrStart = errors.New("jail: start")
+	// ErrSignal: the agent could not be asked to end (Terminate).
+	ErrSignal = errors.New("jail: signal")
 	// ErrCleanup: HOME or /tmp could not be emptied after the agent ended.
 	ErrCleanup = errors.New("jail: cleanup")
 	// ErrUnsupported: not on Linux.

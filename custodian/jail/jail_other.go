@@ -25,6 +25,9 @@ func (p *Process) Pid() int { return 0 }
 // Kill fails with ErrUnsupported.
 func (p *Process) Kill() error { return ErrUnsupported }
 
+// Terminate fails with ErrUnsupported.
+func (p *Process) Terminate() error { return ErrUnsupported }
+
 // Wait fails with ErrUnsupported.
 func (p *Process) Wait() error { return ErrUnsupported }
 

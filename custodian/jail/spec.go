@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // Options are what Build needs besides the Config.
@@ -132,7 +133,30 @@ func (s *Spec) fillDefaults(c Config) error {
 	if s.ScratchParent == "" {
 		s.ScratchParent = os.TempDir()
 	}
-	return nil
+	return checkScratch(s.ScratchParent)
+}
+
+// checkScratch refuses a scratch parent the agent's uid could not reach:
+// bubblewrap, running as that uid, binds HOME and /tmp from beneath it,
+// and would fail with a bare "Permission denied". A private TMPDIR (a
+// 0700 directory) is the usual cause.
+func checkScratch(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("%w: scratch directory %q (TMPDIR) is not absolute", ErrConfig, dir)
+	}
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("%w: scratch directory %s (TMPDIR): %w", ErrConfig, dir, err)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%w: scratch directory %s (TMPDIR) is out of the agent's reach: %s is mode %v, not traversable by others; "+
+				"set TMPDIR to a directory every user can traverse, such as /tmp", ErrConfig, dir, d, fi.Mode().Perm())
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }
 
 // fixedPaths are the jail's own mount points; the tuple root may be none
@@ -246,6 +270,9 @@ func (b *builder) addHelper() error {
 		return fmt.Errorf("%w: the jail's init %s: %w", ErrConfig, b.spec.Helper, err)
 	}
 	b.spec.Helper = src
+	if err := b.reachable(src, "the jail's init (this binary)"); err != nil {
+		return err
+	}
 	interps, err := interpreters(src)
 	if err != nil {
 		return fmt.Errorf("%w: the jail's init %s: %w", ErrConfig, src, err)
@@ -297,7 +324,45 @@ func (b *builder) view(p, what string, optional bool) (*View, error) {
 			return nil, fmt.Errorf("%w: %s %s collides with the jail's own %s", ErrConfig, what, p, f)
 		}
 	}
+	if err := b.reachable(src, what+" "+p); err != nil {
+		return nil, err
+	}
 	return &View{Dest: p, Source: src}, nil
+}
+
+// reachable refuses a source that bubblewrap, running as the agent's uid,
+// could not reach: every directory above it must be searchable by that uid
+// (as owner, group or other). Without this check bwrap fails with a bare
+// "Permission denied" (an agent or a tether-custodian installed under a
+// 0700 home is the usual cause).
+func (b *builder) reachable(src, what string) error {
+	for d := filepath.Dir(src); ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrConfig, what, err)
+		}
+		if !searchable(fi, b.spec.UID, b.spec.GID) {
+			return fmt.Errorf("%w: %s is out of the agent's reach: %s is mode %v, not searchable by the jail's uid %d; "+
+				"install it where every user can traverse", ErrConfig, what, d, fi.Mode().Perm(), b.spec.UID)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
+}
+
+// searchable reports whether uid/gid may search directory fi.
+func searchable(fi fs.FileInfo, uid, gid uint32) bool {
+	perm := fi.Mode().Perm()
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case ok && st.Uid == uid:
+		return perm&0o100 != 0
+	case ok && st.Gid == gid:
+		return perm&0o010 != 0
+	default:
+		return perm&0o001 != 0
+	}
 }
 
 // linkSymlinks turns a read entry that is a symlink into a replicated

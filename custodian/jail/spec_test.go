@@ -19,6 +19,10 @@ type buildFixture struct {
 func newBuildFixture(t *testing.T) *buildFixture {
 	t.Helper()
 	d := t.TempDir()
+	// t.TempDir's directories are 0700: open them as an installation
+	// directory would be, so only the cases that mean it are out of reach.
+	mustDo(t, os.Chmod(filepath.Dir(d), 0o755))
+	mustDo(t, os.Chmod(d, 0o755))
 	f := &buildFixture{dir: d, agent: filepath.Join(d, "bin", "agent"), state: filepath.Join(d, "state"),
 		root: filepath.Join(d, "computers", "w1"), tools: filepath.Join(d, "tools")}
 	f.key = filepath.Join(f.state, "audit.key")
@@ -72,6 +76,32 @@ func TestBuildRefuses(t *testing.T) {
 		{"uid 0", func(o *Options) { o.Config.UID = &uid0 }, ErrConfig},
 		{"unknown network", func(o *Options) { o.Config.Network = "bridge" }, ErrConfig},
 		{"relative bwrap", func(o *Options) { o.Config.Bwrap = "bwrap" }, ErrConfig},
+		{"private scratch directory", func(o *Options) {
+			private := filepath.Join(f.dir, "private-tmp")
+			mustDo(t, os.Mkdir(private, 0o700))
+			o.ScratchParent = filepath.Join(private, "tmp")
+			mustDo(t, os.Mkdir(o.ScratchParent, 0o777))
+		}, ErrConfig},
+		{"agent under a private directory", func(o *Options) {
+			private := filepath.Join(f.dir, "private-home")
+			mustDo(t, os.MkdirAll(filepath.Join(private, "bin"), 0o700))
+			agent := filepath.Join(private, "bin", "agent")
+			mustDo(t, os.WriteFile(agent, []byte("x"), 0o755))
+			o.Argv = []string{agent}
+		}, ErrConfig},
+		{"init under a private directory", func(o *Options) {
+			private := filepath.Join(f.dir, "private-init")
+			mustDo(t, os.Mkdir(private, 0o700))
+			o.Helper = filepath.Join(private, "tether-custodian")
+			mustDo(t, os.WriteFile(o.Helper, []byte("x"), 0o755))
+		}, ErrConfig},
+		{"read under a private directory", func(o *Options) {
+			private := filepath.Join(f.dir, "private-read")
+			mustDo(t, os.MkdirAll(filepath.Join(private, "lib"), 0o750))
+			mustDo(t, os.Chmod(private, 0o750))
+			o.Config.Read = []string{filepath.Join(private, "lib")}
+		}, ErrConfig},
+		{"missing scratch directory", func(o *Options) { o.ScratchParent = filepath.Join(f.dir, "no-tmp") }, ErrConfig},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := f.options(Config{})

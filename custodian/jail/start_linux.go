@@ -276,6 +276,78 @@ func (p *Process) Kill() error {
 	return nil
 }
 
+// Terminate asks the agent to end: SIGTERM to every process of the
+// agent's session inside the jail (the agent and what it started, which
+// may clean up), not to bwrap, whose death would only SIGKILL them. It
+// does nothing once the jail ended. Kill remains the last resort.
+func (p *Process) Terminate() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	leader, err := sessionLeader(p.cmd.Process.Pid)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrSignal, err)
+	}
+	if err := unix.Kill(-leader, unix.SIGTERM); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("%w: SIGTERM to the agent's process group %d: %w", ErrSignal, leader, err)
+	}
+	return nil
+}
+
+// sessionLeader finds the jail's session leader: bwrap's child, which is
+// pid 1 of the jail's pid namespace and, with --new-session, the leader of
+// the session and process group the agent runs in. As the namespace's
+// init it ignores SIGTERM from outside; the agent below it does not.
+func sessionLeader(bwrap int) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, pgrp, err := parentAndGroup(pid)
+		if err == nil && ppid == bwrap && pgrp == pid {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no session leader below bwrap (pid %d): the jail is not running", bwrap)
+}
+
+// parentAndGroup reads a process's parent and process group from
+// /proc/PID/stat (the fields after the command name, which may itself
+// hold spaces and parentheses).
+func parentAndGroup(pid int) (ppid, pgrp int, err error) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseStat(data)
+}
+
+// parseStat reads the ppid and pgrp fields of a /proc/PID/stat line.
+func parseStat(data []byte) (ppid, pgrp int, err error) {
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, 0, errors.New("stat: no command name")
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 3 {
+		return 0, 0, fmt.Errorf("stat: %d fields after the command name, want at least 3", len(f))
+	}
+	if ppid, err = strconv.Atoi(f[1]); err == nil {
+		pgrp, err = strconv.Atoi(f[2])
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("stat: %w", err)
+	}
+	return ppid, pgrp, nil
+}
+
 // Wait waits for the agent to end, then empties HOME and /tmp. It returns
 // the agent's exit (an *exec.ExitError for a non-zero status) joined with
 // any cleanup failure (ErrCleanup). It may be called more than once.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/custodian/jail"
@@ -40,7 +41,24 @@ var jailHelper string
 // agentProc is the agent process, jailed or not.
 type agentProc interface {
 	Wait() error
+	// Terminate sends SIGTERM to the agent (and, jailed, to what it
+	// started); Kill sends SIGKILL.
+	Terminate() error
 	Kill() error
+}
+
+// askedToEnd is the error of an agent that ended after Terminate: its own
+// exit status is dropped (it was asked to end), anything else is kept,
+// such as the jail failing to empty HOME and /tmp.
+func askedToEnd(err error) error {
+	if errors.Is(err, jail.ErrCleanup) {
+		return err
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return nil
+	}
+	return err
 }
 
 // startAgent records the agent's start in the audit log, then starts it:
@@ -118,7 +136,8 @@ func argvDigest(argv []string) string {
 // jailedAgent closes the agent's stdout once the jail ended.
 type jailedAgent struct{ p *jail.Process }
 
-func (j jailedAgent) Kill() error { return j.p.Kill() }
+func (j jailedAgent) Kill() error      { return j.p.Kill() }
+func (j jailedAgent) Terminate() error { return j.p.Terminate() }
 
 func (j jailedAgent) Wait() error {
 	err := j.p.Wait()
@@ -147,6 +166,13 @@ func startPlain(argv []string, stderr io.Writer) (io.WriteCloser, io.ReadCloser,
 }
 
 func (a plainAgent) Wait() error { return a.cmd.Wait() }
+
+func (a plainAgent) Terminate() error {
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
+}
 
 func (a plainAgent) Kill() error {
 	if err := a.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {

@@ -139,3 +139,32 @@ func TestIntegrationRunJailRefusesHiddenPaths(t *testing.T) {
 		t.Errorf("an agent record %+v for an agent that never started", recs)
 	}
 }
+
+// TestIntegrationRunEndsAnAgentThatIgnoresEOF: an agent that keeps running
+// after its stdin closed (as claude-code-acp does) is asked to end with
+// SIGTERM after agentEOFGrace, jailed (SIGTERM reaches the agent inside
+// the jail, not only bwrap, whose death would SIGKILL it) and with
+// --no-jail: the agent's own SIGTERM handler runs, it is not killed, and
+// the run ends without an error.
+func TestIntegrationRunEndsAnAgentThatIgnoresEOF(t *testing.T) {
+	testenv.Require(t, "root", "bwrap")
+	rr := realrecv.Start(t)
+	agent := jailAgent(t)
+	t.Setenv("TEST_AGENT_IGNORE_EOF", "1")
+	for _, mode := range [][]string{nil, {"--no-jail"}} {
+		dir := t.TempDir()
+		cfg := runConfig(t, rr, dir)
+		var stdout, stderr bytes.Buffer
+		start := time.Now()
+		args := append(append([]string{"run", "--config", cfg}, mode...), "--prompt", "read ROOT/none", "--", agent)
+		code := run(context.Background(), args, nil, &stdout, &stderr)
+		took := time.Since(start)
+		if code != exitOK || !strings.Contains(stderr.String(), "test-agent: ended on SIGTERM") {
+			t.Fatalf("run %v: exit %d after %v; want 0 and the agent ended by SIGTERM\nstderr:\n%s", mode, code, took, &stderr)
+		}
+		if strings.Contains(stderr.String(), "killed") {
+			t.Errorf("run %v: the agent was killed, not asked to end (stderr:\n%s)", mode, &stderr)
+		}
+		t.Logf("run %v: %v", mode, took)
+	}
+}

@@ -39,7 +39,7 @@ func TestIntegrationNodeAgent(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(nodeDir, "node_modules", "@agentclientprotocol", "sdk")); err != nil {
 		t.Fatalf("@agentclientprotocol/sdk is not installed in fixtures/node (run ci/setup): %v", err)
 	}
-	common := []string{"exec_bare", "exec_shell", "write_read", "refusal_path", "refusal_relative", "refusal_session",
+	common := []string{"exec_bare", "exec_shell", "write_read", "read_missing", "refusal_path", "refusal_relative", "refusal_session",
 		"poll_running", "kill_twice_release_twice", "output_limit", "deadline"}
 	for _, mode := range []struct {
 		name   string

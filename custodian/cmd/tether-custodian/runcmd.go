@@ -27,9 +27,17 @@ type prompts []string
 func (p *prompts) String() string     { return strings.Join(*p, "\n") }
 func (p *prompts) Set(s string) error { *p = append(*p, s); return nil }
 
-// agentStopGrace is how long the agent gets to exit after its stdin
-// closes before it is killed.
-const agentStopGrace = 5 * time.Second
+// How the agent is ended after the last prompt: its stdin is closed and
+// it gets agentEOFGrace to exit; then it is asked to end (SIGTERM to it
+// and what it started) and gets agentStopGrace; then it is killed.
+// Agents that exit at the end of their input (Gemini CLI, the plugin's
+// host agents) never see a signal; claude-code-acp does not notice the
+// end of its input and ends on SIGTERM at once, instead of costing
+// every run a whole kill grace.
+var (
+	agentEOFGrace  = time.Second
+	agentStopGrace = 5 * time.Second
+)
 
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -346,17 +354,26 @@ func (f *refusals) take() []string {
 	return out
 }
 
-// stopAgent waits for the agent after its stdin closed, killing it after
-// agentStopGrace.
+// stopAgent ends the agent after its stdin closed: it waits
+// agentEOFGrace for the agent to exit, then sends SIGTERM, then kills it
+// after agentStopGrace. An agent that ends on the SIGTERM is not an
+// error (its exit status says only that it was asked to end), but a jail
+// that fails to clean up after it is.
 func stopAgent(cmd agentProc) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		return err
+	case <-time.After(agentEOFGrace):
+	}
+	termErr := cmd.Terminate()
+	select {
+	case err := <-done:
+		return askedToEnd(err)
 	case <-time.After(agentStopGrace):
 		cmd.Kill()
 		<-done
-		return errors.New("did not exit after its stdin closed; killed")
+		return errors.Join(fmt.Errorf("did not exit %v after its stdin closed, nor %v after SIGTERM; killed", agentEOFGrace, agentStopGrace), termErr)
 	}
 }

@@ -37,8 +37,10 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -62,9 +64,22 @@ type Agent struct {
 // Main serves the agent on stdin/stdout until stdin closes. The session id
 // it answers is $TEST_AGENT_SESSION, default "sess-1"; $TEST_AGENT_PLAIN
 // makes it a plain agent.
+//
+// With $TEST_AGENT_IGNORE_EOF set it behaves as claude-code-acp does at
+// the end of its input: it keeps running until SIGTERM, then prints
+// "test-agent: ended on SIGTERM" on stderr and exits 0.
 func Main() {
+	ignoreEOF := os.Getenv("TEST_AGENT_IGNORE_EOF") != ""
+	term := make(chan os.Signal, 1)
+	if ignoreEOF {
+		signal.Notify(term, syscall.SIGTERM)
+	}
 	a := serve(os.Stdout, os.Stdin, os.Getenv("TEST_AGENT_SESSION"), os.Getenv("TEST_AGENT_PLAIN") != "")
 	<-a.conn.Done()
+	if ignoreEOF {
+		<-term
+		fmt.Fprintln(os.Stderr, "test-agent: ended on SIGTERM")
+	}
 }
 
 // Serve runs the agent (a tether agent) on the given streams.
