@@ -220,3 +220,19 @@ func callsOf(c *acptest.Client, method string) []acptest.Call {
 }
 
 var errTest = errors.New("test")
+
+// exitCode is a command's exit code, or -1 if it has none.
+func exitCode(r host.CommandResult) int {
+	if r.Exit.ExitCode == nil {
+		return -1
+	}
+	return *r.Exit.ExitCode
+}
+
+// signal is the signal that killed a command, or "".
+func signal(r host.CommandResult) string {
+	if r.Exit.Signal == nil {
+		return ""
+	}
+	return *r.Exit.Signal
+}

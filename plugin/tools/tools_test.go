@@ -187,7 +187,7 @@ func FuzzVerify(f *testing.F) {
 			}
 			return
 		}
-		v, ok, err := acpmeta.VerifyFromMeta(m)
+		v, ok, err := acpmeta.VerifyFromMeta(m.ACP())
 		if !ok || err != nil {
 			t.Fatalf("accepted %q/%q %q/%q but the custodian refuses it: %v", p1, d1, p2, d2, err)
 		}
