@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
@@ -68,9 +69,9 @@ func (cl *call) conn() (ReceiverConn, error) {
 	conn, err := cl.b.Receiver.onEpoch(cl.epoch)
 	if err != nil {
 		if cl.b.fenceEpoch(cl.epoch, err.Error()) {
-			cl.c.auditFence(cl.b, wire.CodeFateUnknown)
+			cl.c.auditFence(cl.b, errcode.CodeFateUnknown)
 		}
-		return nil, acpmeta.NewError(wire.CodeFenced, "session %s: %v; reattach with %s",
+		return nil, acpmeta.NewError(errcode.CodeFenced, "session %s: %v; reattach with %s",
 			cl.b.sessionID, err, acpmeta.MethodAttach)
 	}
 	return conn, nil
@@ -132,10 +133,10 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	t, replay, err := begin(ctx, cl.intent(digest))
 	switch {
 	case errors.Is(err, opstore.ErrConflict):
-		cl.refuse(wire.CodeOpKeyConflict)
-		return nil, acpmeta.NewError(wire.CodeOpKeyConflict, "%v", err)
+		cl.refuse(errcode.CodeOpKeyConflict)
+		return nil, acpmeta.NewError(errcode.CodeOpKeyConflict, "%v", err)
 	case err != nil:
-		return nil, acpmeta.NewError(wire.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
+		return nil, acpmeta.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
 	case replay != nil:
 		return cl.replay(replay)
 	}
@@ -180,7 +181,7 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	if err != nil {
 		code, msg := codeMessage(err)
 		outcome := opstore.Failed
-		if code == wire.CodeFateUnknown {
+		if code == errcode.CodeFateUnknown {
 			outcome = opstore.Interrupted
 		}
 		cl.finish(t, &opstore.Receipt{Outcome: outcome, Error: &opstore.ResultError{Code: string(code), Message: msg}})
@@ -228,9 +229,9 @@ func (cl *call) replay(r *opstore.Receipt) (json.RawMessage, error) {
 	rec.RequestSHA256, rec.Outcome, rec.Code = r.RequestSHA256, string(r.Outcome), "replay"
 	cl.c.audit(rec)
 	if r.Error != nil && r.Response == nil {
-		code := wire.Code(r.Error.Code)
+		code := errcode.Code(r.Error.Code)
 		if !code.Valid() {
-			code = wire.CodeInternal
+			code = errcode.CodeInternal
 		}
 		return nil, acpmeta.NewError(code, "%s", r.Error.Message)
 	}
@@ -258,7 +259,7 @@ func decodeResponse[T any](raw json.RawMessage, err error) (T, error) {
 		return out, err
 	}
 	if uerr := json.Unmarshal(raw, &out); uerr != nil {
-		return out, acpmeta.NewError(wire.CodeInternal, "stored response does not decode")
+		return out, acpmeta.NewError(errcode.CodeInternal, "stored response does not decode")
 	}
 	return out, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/spawn"
@@ -138,14 +139,14 @@ func (f *fixture) callCtx(ctx context.Context, digest string, op wire.Op, args a
 }
 
 // code returns the wire code of err ("" for nil).
-func code(err error) wire.Code {
+func code(err error) errcode.Code {
 	if err == nil {
 		return ""
 	}
-	if we, ok := err.(*wire.Error); ok {
+	if we, ok := err.(*errcode.Error); ok {
 		return we.Code
 	}
-	return "not-a-wire-error: " + wire.Code(fmt.Sprint(err))
+	return "not-a-wire-error: " + errcode.Code(fmt.Sprint(err))
 }
 
 // procsOfUID lists processes whose real uid is u.

@@ -15,7 +15,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // Keys and method names of the contract.
@@ -169,7 +169,7 @@ func remarshal(v any, out any) error {
 // NewError returns the JSON-RPC error for a tether refusal. The SDK passes a
 // *acp.RequestError through unchanged only when it is returned unwrapped,
 // so handlers must return this value itself.
-func NewError(code wire.Code, format string, args ...any) *acp.RequestError {
+func NewError(code errcode.Code, format string, args ...any) *acp.RequestError {
 	msg := fmt.Sprintf(format, args...)
 	return &acp.RequestError{
 		Code:    ErrorCode,
@@ -192,10 +192,10 @@ const ResourceNotFoundCode = -32002
 // "Resource not found" in the message), where -32010 looks like a
 // failure to read. Any other error is returned unchanged.
 func ResourceNotFound(e *acp.RequestError, uri string) *acp.RequestError {
-	if code, ok := CodeOf(e); !ok || code != wire.CodeNotFound {
+	if code, ok := CodeOf(e); !ok || code != errcode.CodeNotFound {
 		return e
 	}
-	data := map[string]any{DataKey: string(wire.CodeNotFound), "uri": uri}
+	data := map[string]any{DataKey: string(errcode.CodeNotFound), "uri": uri}
 	var old struct {
 		Message string `json:"message"`
 	}
@@ -206,13 +206,13 @@ func ResourceNotFound(e *acp.RequestError, uri string) *acp.RequestError {
 }
 
 // FromWire converts a receiver error into the ACP error with the same code.
-func FromWire(e *wire.Error) *acp.RequestError { return NewError(e.Code, "%s", e.Message) }
+func FromWire(e *errcode.Error) *acp.RequestError { return NewError(e.Code, "%s", e.Message) }
 
 // CodeOf returns the tether code carried by err, if err is (or wraps) an
 // *acp.RequestError whose data names a member of the closed set, or a
-// *wire.Error.
-func CodeOf(err error) (wire.Code, bool) {
-	var we *wire.Error
+// *errcode.Error.
+func CodeOf(err error) (errcode.Code, bool) {
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		return we.Code, we.Code.Valid()
 	}
@@ -221,7 +221,7 @@ func CodeOf(err error) (wire.Code, bool) {
 		return "", false
 	}
 	var data struct {
-		Tether wire.Code `json:"tether"`
+		Tether errcode.Code `json:"tether"`
 	}
 	if remarshalLoose(re.Data, &data) != nil || !data.Tether.Valid() {
 		return "", false

@@ -10,7 +10,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 func tuple() admission.Tuple {
@@ -81,14 +81,14 @@ func TestOpFromMeta(t *testing.T) {
 }
 
 func TestCodeOf(t *testing.T) {
-	e := NewError(wire.CodePathEscape, "path %q leaves the root", "../x")
+	e := NewError(errcode.CodePathEscape, "path %q leaves the root", "../x")
 	// Simulate the error crossing a JSON-RPC connection.
 	data, _ := json.Marshal(e)
 	var crossed acp.RequestError
 	if err := json.Unmarshal(data, &crossed); err != nil {
 		t.Fatal(err)
 	}
-	if c, ok := CodeOf(fmt.Errorf("wrapped: %w", &crossed)); !ok || c != wire.CodePathEscape {
+	if c, ok := CodeOf(fmt.Errorf("wrapped: %w", &crossed)); !ok || c != errcode.CodePathEscape {
 		t.Fatalf("CodeOf = %q %v, want path_escape", c, ok)
 	}
 	forged := &acp.RequestError{Code: ErrorCode, Data: map[string]any{DataKey: "root_shell"}}

@@ -69,7 +69,7 @@ type ResultError struct {
 }
 
 // CodeInterrupted is the tether code of an Interrupted receipt's error
-// (receiver/wire.CodeInterrupted).
+// (receiver/errcode.CodeInterrupted).
 const CodeInterrupted = "interrupted"
 
 // Exit is how a child ended: an exit code or a signal name.

@@ -10,10 +10,10 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Conn is one ACP connection named to the plugin. It is closed (and its
@@ -131,14 +131,14 @@ func sessionStatus(st binding.Status) SessionStatus {
 }
 
 // AllowHostTool asks the plugin's ToolPolicy whether the host may run its
-// own tool for the session. nil means allowed; a refusal is a *wire.Error;
+// own tool for the session. nil means allowed; a refusal is a *errcode.Error;
 // any failure to ask (plugin gone) is an error too, so a host that treats
 // every non-nil result as "refuse" fails closed.
 func (c *Conn) AllowHostTool(ctx context.Context, sessionID, tool string, kind HostToolKind) error {
 	k := map[HostToolKind]binding.HostToolKind{HostFilesystem: binding.HostFilesystem,
 		HostProcess: binding.HostProcess, HostOther: binding.HostOther}[kind]
 	err := c.plugin.ToolPolicy(ctx, c.id, sessionID, tool, k)
-	var we *wire.Error
+	var we *errcode.Error
 	if err != nil && !errors.As(err, &we) {
 		return fmt.Errorf("tool policy for %q: %w", tool, err)
 	}

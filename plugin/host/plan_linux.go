@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // toolCall is one authorized tool call: the plan the plugin issued for it,
@@ -22,7 +22,7 @@ type toolCall struct {
 
 // authorize asks the plugin for the call's plan and checks that the plan
 // is one this call can carry out. A call whose caller has cancelled sends
-// nothing (*CancelledError); a refusal is the plugin's *wire.Error; a plan
+// nothing (*CancelledError); a refusal is the plugin's *errcode.Error; a plan
 // that does not fit the call is ErrBadPlan, and nothing of it is sent.
 func (c *Conn) authorize(ctx context.Context, sessionID string, o CallOptions, t shared.Tool) (*toolCall, error) {
 	if ctx.Err() != nil {
@@ -30,7 +30,7 @@ func (c *Conn) authorize(ctx context.Context, sessionID string, o CallOptions, t
 	}
 	p, err := c.plugin.Authorize(ctx, shared.ToolCall{ConnID: c.id, SessionID: sessionID, OpKey: o.OpKey,
 		Timeout: o.Timeout, Tool: t})
-	var we *wire.Error
+	var we *errcode.Error
 	switch {
 	case err != nil && ctx.Err() != nil && !errors.As(err, &we):
 		return nil, &CancelledError{Tool: t.Name(), Cause: context.Cause(ctx)}

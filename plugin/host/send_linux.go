@@ -7,10 +7,10 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/plugin/shared"
 	"github.com/tetherdev/tether/plugin/tools"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // The fs requests of a plan. Each is sent only while the caller has not
@@ -102,11 +102,11 @@ func (e *stepError) Error() string {
 // Unwrap returns the step's error, so its tether code reads through.
 func (e *stepError) Unwrap() error { return e.err }
 
-// toolError turns a request's failure into a *wire.Error with a code from
+// toolError turns a request's failure into a *errcode.Error with a code from
 // the closed set and the client's own message (shared.PeerMessage), never
 // its whole JSON-RPC error as text.
 func toolError(err error) error {
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		return we
 	}
@@ -116,29 +116,29 @@ func toolError(err error) error {
 		msg = se.Error()
 	}
 	if code, ok := acpmeta.CodeOf(err); ok {
-		return &wire.Error{Code: code, Message: msg}
+		return &errcode.Error{Code: code, Message: msg}
 	}
 	var re *acp.RequestError
 	switch {
 	case errors.Is(err, shared.ErrTransport):
-		return wire.Errorf(wire.CodeFateUnknown, "%s", msg)
+		return errcode.Errorf(errcode.CodeFateUnknown, "%s", msg)
 	case errors.As(err, &re):
-		return wire.Errorf(jsonRPCCode(re.Code), "%s", msg)
+		return errcode.Errorf(jsonRPCCode(re.Code), "%s", msg)
 	case errors.Is(err, context.DeadlineExceeded):
-		return wire.Errorf(wire.CodeTimeout, "%v", err)
+		return errcode.Errorf(errcode.CodeTimeout, "%v", err)
 	}
-	return wire.Errorf(wire.CodeInternal, "%v", err)
+	return errcode.Errorf(errcode.CodeInternal, "%v", err)
 }
 
 // jsonRPCCode maps a JSON-RPC error without a tether code.
-func jsonRPCCode(c int) wire.Code {
+func jsonRPCCode(c int) errcode.Code {
 	switch c {
 	case -32602, -32600, -32700:
-		return wire.CodeInvalid
+		return errcode.CodeInvalid
 	case -32601:
-		return wire.CodeUnavailable
+		return errcode.CodeUnavailable
 	case -32800:
-		return wire.CodeTimeout
+		return errcode.CodeTimeout
 	}
-	return wire.CodeInternal
+	return errcode.CodeInternal
 }

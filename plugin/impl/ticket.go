@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // ticket is what a plan's ticket says: the call was authorized on Conn
@@ -67,16 +67,16 @@ func (t *ticketer) open(connID, s string) (ticket, error) {
 	payload, perr := b64.DecodeString(enc)
 	mac, merr := b64.DecodeString(sig)
 	if !ok || perr != nil || merr != nil || !hmac.Equal(mac, t.mac(payload)) {
-		return ticket{}, wire.Errorf(wire.CodeInvalid, "report: the ticket is not one this plugin issued")
+		return ticket{}, errcode.Errorf(errcode.CodeInvalid, "report: the ticket is not one this plugin issued")
 	}
 	var tk ticket
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&tk); err != nil {
-		return ticket{}, wire.Errorf(wire.CodeInvalid, "report: ticket: %v", err)
+		return ticket{}, errcode.Errorf(errcode.CodeInvalid, "report: ticket: %v", err)
 	}
 	if tk.Conn != connID {
-		return ticket{}, wire.Errorf(wire.CodeInvalid, "report: the ticket was issued on another connection")
+		return ticket{}, errcode.Errorf(errcode.CodeInvalid, "report: the ticket was issued on another connection")
 	}
 	return tk, nil
 }

@@ -7,8 +7,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/acpmeta"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // MetaFromJSON decodes a `_meta` object. Empty input or JSON null is no
@@ -34,11 +34,11 @@ func MetaFromJSON(b []byte) (map[string]any, error) {
 }
 
 // PeerMessage returns the message of a refusal without its wrapping: a
-// *wire.Error's message, the `message` a tether JSON-RPC error carries in
+// *errcode.Error's message, the `message` a tether JSON-RPC error carries in
 // its data (acpmeta.NewError), or another JSON-RPC error's code, message
 // and data error; anything else is err.Error().
 func PeerMessage(err error) string {
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		return we.Message
 	}

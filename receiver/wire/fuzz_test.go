@@ -7,6 +7,8 @@ import (
 	"io"
 	"reflect"
 	"testing"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // Seed corpora live in testdata/fuzz/<FuzzName>/; run one fuzzer with
@@ -58,10 +60,10 @@ func FuzzReadFrame(f *testing.F) {
 func FuzzDecodeRequest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		req, err := DecodeRequest(in)
-		var werr *Error
+		var werr *errcode.Error
 		switch {
 		case errors.As(err, &werr):
-			if werr.Code != CodeInvalid || req == nil || req.ID == 0 {
+			if werr.Code != errcode.CodeInvalid || req == nil || req.ID == 0 {
 				t.Fatalf("refusal %v with request %+v", werr, req)
 			}
 			return
@@ -128,10 +130,10 @@ func FuzzDecodeResponse(f *testing.F) {
 func fuzzArgs(f *testing.F, op Op) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		v, err := DecodeArgs(op, in)
-		var werr *Error
+		var werr *errcode.Error
 		switch {
 		case errors.As(err, &werr):
-			if werr.Code != CodeInvalid || v != nil {
+			if werr.Code != errcode.CodeInvalid || v != nil {
 				t.Fatalf("refusal %v with value %v", werr, v)
 			}
 			return

@@ -1,8 +1,12 @@
-// Package wire is the receiver's framed protocol: a 4-byte big-endian length
-// and one strict JSON object per frame, requests multiplexed by id on one
-// byte stream. The custodian imports it as the client side; the receiver
-// serves it. docs/protocol.md is its reference.
-package wire
+// Package errcode is the closed set of tether error codes, the contract
+// every room shares: the receiver answers with them on the wire, the
+// custodian carries them in ACP errors, the plugin and the host library
+// branch on them. It is a leaf: it imports only the standard library, so
+// importing it links nothing else of tether.
+//
+// It is named errcode, not code, because code is the natural name of a
+// local variable holding one (code, ok := acpmeta.CodeOf(err)).
+package errcode
 
 import "fmt"
 
