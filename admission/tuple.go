@@ -1,6 +1,10 @@
-// Package admission holds the allocation tuple, the grants that admit it, the
-// signed admission file (publish, trust, load, refresh) and the coordinator
-// that renews the real lease before it publishes.
+// Package admission is the admission contract every room shares: the
+// allocation tuple, the grants that admit it, the snapshot that lists them
+// and the strict decoding of each. It is a leaf: it imports only the
+// standard library, so the plugin and agent runtimes can name a tuple
+// without linking the admission file's machinery. That machinery (publish,
+// trust, load, refresh) is admission/signedfile; the coordinator that
+// renews the real lease before it publishes is admission/coordinator.
 package admission
 
 import (

@@ -24,7 +24,7 @@ import (
 // Options configure a Handler.
 type Options struct {
 	// Grants answers every request's grant lookup; required. The daemon
-	// uses an admission.Refresher.
+	// uses an signedfile.Refresher.
 	Grants admission.GrantSource
 	// Limits cap what any grant may ask for; zero fields take the
 	// DefaultLimits values.

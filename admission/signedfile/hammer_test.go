@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/signing"
 )
 
@@ -24,7 +25,7 @@ func TestHammerReaderVersusPublisher(t *testing.T) {
 	publish := func(gen uint64) {
 		tu := exampleTuple()
 		tu.Session = fmt.Sprintf("g%d", gen)
-		mustPublish(t, pub, inputWith(gen, na, grantFor(exampleTuple(), na), grantFor(tu, na, OpRead)))
+		mustPublish(t, pub, inputWith(gen, na, grantFor(exampleTuple(), na), grantFor(tu, na, admission.OpRead)))
 	}
 	publish(1)
 
@@ -97,7 +98,7 @@ func hammerRefresher(ctx context.Context, t *testing.T, dir string, k signing.Pr
 	var last uint64
 	sha := exampleTuple().SHA256()
 	for ctx.Err() == nil {
-		_, gen, err := r.Lookup(context.Background(), sha, OpExec)
+		_, gen, err := r.Lookup(context.Background(), sha, admission.OpExec)
 		if err != nil || gen < last {
 			t.Errorf("refresher Lookup: generation %d after %d: %v", gen, last, err)
 			return seen

@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/admission"
 )
 
 // TestPublishFencedRefusesDeposedLeader: a fenced publish records its
@@ -26,7 +28,7 @@ func TestPublishFencedRefusesDeposedLeader(t *testing.T) {
 			t.Fatalf("leader %d: %v", rev, err)
 		}
 	}
-	before, _ := os.ReadFile(filepath.Join(dir, FileName))
+	before, _ := os.ReadFile(filepath.Join(dir, admission.FileName))
 	late := newTestPublisher(t, dir, k, clockAt(t0)) // the deposed leader's own publisher
 	for _, rev := range []uint64{11, 7, 0} {
 		_, err := late.PublishFenced(ctx, in, rev)
@@ -35,7 +37,7 @@ func TestPublishFencedRefusesDeposedLeader(t *testing.T) {
 			t.Fatalf("leader %d after 12: %v, want ErrDeposed", rev, err)
 		}
 	}
-	after, _ := os.ReadFile(filepath.Join(dir, FileName))
+	after, _ := os.ReadFile(filepath.Join(dir, admission.FileName))
 	if string(before) != string(after) {
 		t.Fatal("a deposed leader's publish changed the file")
 	}

@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/admission"
 )
 
 // clock is a settable test clock.
@@ -41,45 +43,45 @@ func newRefresherFixture(t testing.TB, opts RefresherOptions) *refresherFixture 
 	return &refresherFixture{dir: dir, pub: newTestPublisher(t, dir, k, clk.Now), r: r, clk: clk}
 }
 
-func (f *refresherFixture) lookup(tu Tuple, op Op) (Grant, uint64, error) {
+func (f *refresherFixture) lookup(tu admission.Tuple, op admission.Op) (admission.Grant, uint64, error) {
 	return f.r.Lookup(context.Background(), tu.SHA256(), op)
 }
 
 func TestRefresherLookupErrors(t *testing.T) {
 	f := newRefresherFixture(t, RefresherOptions{NoWatch: true})
-	if _, _, err := f.lookup(tupleN(1), OpRead); !errors.Is(err, ErrFileMissing) || !errors.Is(err, ErrUntrusted) {
+	if _, _, err := f.lookup(tupleN(1), admission.OpRead); !errors.Is(err, ErrFileMissing) || !errors.Is(err, ErrUntrusted) {
 		t.Fatalf("before any publish: err = %v, want ErrFileMissing", err)
 	}
 	na := t0.Add(time.Hour)
 	mustPublish(t, f.pub, inputWith(0, na,
-		grantFor(tupleN(1), na, OpRead, OpList),
+		grantFor(tupleN(1), na, admission.OpRead, admission.OpList),
 		grantFor(tupleN(2), t0.Add(time.Minute))))
-	g, gen, err := f.lookup(tupleN(1), OpRead)
+	g, gen, err := f.lookup(tupleN(1), admission.OpRead)
 	if err != nil || gen != 1 || !g.Tuple.Equal(tupleN(1)) {
 		t.Fatalf("Lookup = %+v, %d, %v", g, gen, err)
 	}
-	if _, _, err := f.lookup(tupleN(3), OpRead); !errors.Is(err, ErrNoGrant) {
+	if _, _, err := f.lookup(tupleN(3), admission.OpRead); !errors.Is(err, admission.ErrNoGrant) {
 		t.Errorf("unknown tuple: err = %v, want ErrNoGrant", err)
 	}
-	if _, _, err := f.r.Lookup(context.Background(), "not-a-digest", OpRead); !errors.Is(err, ErrNoGrant) {
+	if _, _, err := f.r.Lookup(context.Background(), "not-a-digest", admission.OpRead); !errors.Is(err, admission.ErrNoGrant) {
 		t.Errorf("malformed digest: err = %v, want ErrNoGrant", err)
 	}
-	for _, op := range []Op{OpWrite, OpExec, OpKill, "sudo", ""} {
-		if _, _, err := f.lookup(tupleN(1), op); !errors.Is(err, ErrOpNotAllowed) {
+	for _, op := range []admission.Op{admission.OpWrite, admission.OpExec, admission.OpKill, "sudo", ""} {
+		if _, _, err := f.lookup(tupleN(1), op); !errors.Is(err, admission.ErrOpNotAllowed) {
 			t.Errorf("op %q: err = %v, want ErrOpNotAllowed", op, err)
 		}
 	}
 	f.clk.Set(t0.Add(time.Minute + time.Nanosecond))
-	if _, _, err := f.lookup(tupleN(2), OpRead); !errors.Is(err, ErrGrantExpired) {
+	if _, _, err := f.lookup(tupleN(2), admission.OpRead); !errors.Is(err, admission.ErrGrantExpired) {
 		t.Errorf("grant past not_after: err = %v, want ErrGrantExpired", err)
 	}
-	if _, _, err := f.lookup(tupleN(1), OpRead); err != nil {
+	if _, _, err := f.lookup(tupleN(1), admission.OpRead); err != nil {
 		t.Errorf("other grant still current: %v", err)
 	}
 	f.clk.Set(na.Add(time.Nanosecond))
-	_, _, err = f.lookup(tupleN(1), OpRead)
+	_, _, err = f.lookup(tupleN(1), admission.OpRead)
 	var te *TrustError
-	if !errors.Is(err, ErrGrantExpired) || !errors.As(err, &te) || te.Check != CheckExpiry {
+	if !errors.Is(err, admission.ErrGrantExpired) || !errors.As(err, &te) || te.Check != CheckExpiry {
 		t.Errorf("snapshot past not_after, file unchanged: err = %v, want CheckExpiry wrapping ErrGrantExpired", err)
 	}
 }
@@ -87,16 +89,16 @@ func TestRefresherLookupErrors(t *testing.T) {
 func TestRefresherReturnsCopies(t *testing.T) {
 	f := newRefresherFixture(t, RefresherOptions{NoWatch: true})
 	na := t0.Add(time.Hour)
-	g := grantFor(tupleN(1), na, OpRead)
+	g := grantFor(tupleN(1), na, admission.OpRead)
 	g.Groups = []uint32{60010}
 	mustPublish(t, f.pub, inputWith(0, na, g))
-	got, _, _ := f.lookup(tupleN(1), OpRead)
-	got.Ops[0] = OpExec
+	got, _, _ := f.lookup(tupleN(1), admission.OpRead)
+	got.Ops[0] = admission.OpExec
 	got.Groups[0] = 0
-	if _, _, err := f.lookup(tupleN(1), OpExec); !errors.Is(err, ErrOpNotAllowed) {
+	if _, _, err := f.lookup(tupleN(1), admission.OpExec); !errors.Is(err, admission.ErrOpNotAllowed) {
 		t.Fatal("mutating a returned grant changed the snapshot's ops")
 	}
-	again, _, _ := f.lookup(tupleN(1), OpRead)
+	again, _, _ := f.lookup(tupleN(1), admission.OpRead)
 	if again.Groups[0] != 60010 {
 		t.Fatal("mutating a returned grant changed the snapshot's groups")
 	}
@@ -111,12 +113,12 @@ func TestRefresherRenameVisibleWithoutEvents(t *testing.T) {
 			f := newRefresherFixture(t, RefresherOptions{NoWatch: !watch})
 			na := t0.Add(time.Hour)
 			for i := 1; i <= 50; i++ {
-				pub := mustPublish(t, f.pub, inputWith(0, na, grantFor(tupleN(i), na, OpRead)))
-				_, gen, err := f.lookup(tupleN(i), OpRead)
+				pub := mustPublish(t, f.pub, inputWith(0, na, grantFor(tupleN(i), na, admission.OpRead)))
+				_, gen, err := f.lookup(tupleN(i), admission.OpRead)
 				if err != nil || gen != pub.Generation {
 					t.Fatalf("right after publishing generation %d: gen %d, err %v", pub.Generation, gen, err)
 				}
-				if _, _, err := f.lookup(tupleN(i-1), OpRead); !errors.Is(err, ErrNoGrant) {
+				if _, _, err := f.lookup(tupleN(i-1), admission.OpRead); !errors.Is(err, admission.ErrNoGrant) {
 					t.Fatalf("generation %d: the previous tuple is still granted: %v", pub.Generation, err)
 				}
 			}
@@ -127,17 +129,17 @@ func TestRefresherRenameVisibleWithoutEvents(t *testing.T) {
 func TestRefresherFailsClosed(t *testing.T) {
 	f := newRefresherFixture(t, RefresherOptions{NoWatch: true})
 	na := t0.Add(time.Hour)
-	path := filepath.Join(f.dir, FileName)
+	path := filepath.Join(f.dir, admission.FileName)
 	mustPublish(t, f.pub, inputWith(5, na, grantFor(tupleN(1), na)))
 	ok := func(what string) {
 		t.Helper()
-		if _, _, err := f.lookup(tupleN(1), OpRead); err != nil {
+		if _, _, err := f.lookup(tupleN(1), admission.OpRead); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 	}
 	refused := func(what string, sentinel error) {
 		t.Helper()
-		if _, _, err := f.lookup(tupleN(1), OpRead); !errors.Is(err, sentinel) {
+		if _, _, err := f.lookup(tupleN(1), admission.OpRead); !errors.Is(err, sentinel) {
 			t.Fatalf("%s: err = %v, want %v (no fallback to the cached snapshot)", what, err, sentinel)
 		}
 	}
@@ -161,7 +163,7 @@ func TestRefresherFailsClosed(t *testing.T) {
 	os.Remove(path)
 	os.Rename(path+".away", path)
 
-	writeSigned(t, f.dir, testKey(t), Snapshot{Generation: 6, NotAfter: na, Grants: []Grant{grantFor(tupleN(1), na)}})
+	writeSigned(t, f.dir, testKey(t), admission.Snapshot{Generation: 6, NotAfter: na, Grants: []admission.Grant{grantFor(tupleN(1), na)}})
 	refused("file signed by another key", ErrSignature)
 
 	os.WriteFile(path+".tmp", saved[:len(saved)/2], 0o644)
@@ -176,21 +178,21 @@ func TestRefresherFailsClosed(t *testing.T) {
 func TestRefresherRefusesRollback(t *testing.T) {
 	f := newRefresherFixture(t, RefresherOptions{NoWatch: true})
 	na := t0.Add(time.Hour)
-	path := filepath.Join(f.dir, FileName)
+	path := filepath.Join(f.dir, admission.FileName)
 	mustPublish(t, f.pub, inputWith(3, na, grantFor(tupleN(1), na)))
 	old, _ := os.ReadFile(path)
 	mustPublish(t, f.pub, inputWith(0, na, grantFor(tupleN(1), na)))
-	if _, gen, err := f.lookup(tupleN(1), OpRead); err != nil || gen != 4 {
+	if _, gen, err := f.lookup(tupleN(1), admission.OpRead); err != nil || gen != 4 {
 		t.Fatalf("generation 4: %d, %v", gen, err)
 	}
 	// An attacker (or a restored backup) puts the older, validly signed file back.
 	os.WriteFile(path+".tmp", old, 0o644)
 	os.Rename(path+".tmp", path)
-	if _, _, err := f.lookup(tupleN(1), OpRead); !errors.Is(err, ErrRollback) {
+	if _, _, err := f.lookup(tupleN(1), admission.OpRead); !errors.Is(err, ErrRollback) {
 		t.Fatalf("generation 3 after 4: err = %v, want ErrRollback", err)
 	}
 	mustPublish(t, f.pub, inputWith(5, na, grantFor(tupleN(1), na)))
-	if _, gen, err := f.lookup(tupleN(1), OpRead); err != nil || gen != 5 {
+	if _, gen, err := f.lookup(tupleN(1), admission.OpRead); err != nil || gen != 5 {
 		t.Fatalf("generation 5 after a refused rollback: %d, %v", gen, err)
 	}
 }
@@ -198,22 +200,22 @@ func TestRefresherRefusesRollback(t *testing.T) {
 func TestRefresherErrorStateIsReusedBriefly(t *testing.T) {
 	f := newRefresherFixture(t, RefresherOptions{NoWatch: true, ErrorRetry: time.Hour})
 	na := t0.Add(time.Hour)
-	writeSigned(t, f.dir, testKey(t), Snapshot{Generation: 1, NotAfter: na})
-	if _, _, err := f.lookup(tupleN(1), OpRead); !errors.Is(err, ErrSignature) {
+	writeSigned(t, f.dir, testKey(t), admission.Snapshot{Generation: 1, NotAfter: na})
+	if _, _, err := f.lookup(tupleN(1), admission.OpRead); !errors.Is(err, ErrSignature) {
 		t.Fatalf("foreign key: %v", err)
 	}
 	// The same broken file is not loaded again (the error is reused)...
 	loads := f.r.l.loads.Load()
-	if _, _, err := f.lookup(tupleN(1), OpRead); !errors.Is(err, ErrSignature) {
+	if _, _, err := f.lookup(tupleN(1), admission.OpRead); !errors.Is(err, ErrSignature) {
 		t.Fatalf("second lookup: %v", err)
 	}
 	if n := f.r.l.loads.Load(); n != loads {
 		t.Fatalf("an unchanged broken file was loaded again (%d loads, want %d)", n, loads)
 	}
 	// ...but a rename is still seen by the next request.
-	os.Remove(filepath.Join(f.dir, FileName))
+	os.Remove(filepath.Join(f.dir, admission.FileName))
 	mustPublish(t, f.pub, inputWith(0, na, grantFor(tupleN(1), na)))
-	if _, _, err := f.lookup(tupleN(1), OpRead); err != nil {
+	if _, _, err := f.lookup(tupleN(1), admission.OpRead); err != nil {
 		t.Fatalf("good file after a cached failure: %v", err)
 	}
 }
@@ -235,7 +237,7 @@ func TestRefresherConcurrentLookupsDuringPublish(t *testing.T) {
 					return
 				default:
 				}
-				_, gen, err := f.lookup(tupleN(1), OpRead)
+				_, gen, err := f.lookup(tupleN(1), admission.OpRead)
 				if err != nil || gen < last {
 					t.Errorf("lookup during publishing: gen %d after %d, err %v", gen, last, err)
 					return
@@ -259,7 +261,7 @@ func TestRefresherCloseTwice(t *testing.T) {
 	f.r.Close()
 	na := t0.Add(time.Hour)
 	mustPublish(t, f.pub, inputWith(0, na, grantFor(tupleN(1), na)))
-	if _, _, err := f.lookup(tupleN(1), OpRead); err != nil {
+	if _, _, err := f.lookup(tupleN(1), admission.OpRead); err != nil {
 		t.Fatalf("Lookup after Close: %v", err)
 	}
 }
@@ -276,7 +278,7 @@ func BenchmarkRefreshLookup(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, _, err := f.r.Lookup(ctx, sha, OpRead); err != nil {
+		if _, _, err := f.r.Lookup(ctx, sha, admission.OpRead); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -286,7 +288,7 @@ func BenchmarkRefreshBaselineLstat(b *testing.B) {
 	f := newRefresherFixture(b, RefresherOptions{NoWatch: true})
 	na := t0.Add(time.Hour)
 	mustPublish(b, f.pub, inputWith(0, na, grantFor(tupleN(1), na)))
-	path := filepath.Join(f.dir, FileName)
+	path := filepath.Join(f.dir, admission.FileName)
 	var st unix.Stat_t
 	b.ReportAllocs()
 	for b.Loop() {
@@ -306,7 +308,7 @@ func BenchmarkRefreshReload(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		f.r.dirty.Store(true)
-		if _, _, err := f.r.Lookup(ctx, tupleN(1).SHA256(), OpRead); err != nil {
+		if _, _, err := f.r.Lookup(ctx, tupleN(1).SHA256(), admission.OpRead); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/tetherdev/tether/admission"
 )
 
 // DefaultErrorRetry is how long a Refresher reuses a failed load while the
@@ -55,7 +57,7 @@ type Refresher struct {
 	closeOnce sync.Once
 }
 
-var _ GrantSource = (*Refresher)(nil)
+var _ admission.GrantSource = (*Refresher)(nil)
 
 // refreshState is one immutable outcome of a load.
 type refreshState struct {
@@ -94,43 +96,43 @@ func NewRefresher(ctx context.Context, l *Loader, opts RefresherOptions) (*Refre
 // wrap ErrNoGrant, ErrGrantExpired or ErrOpNotAllowed, or are a
 // *TrustError (wrapping ErrUntrusted) when the file itself is refused. The
 // grant returned is the caller's own copy.
-func (r *Refresher) Lookup(ctx context.Context, tupleSHA256 string, op Op) (Grant, uint64, error) {
+func (r *Refresher) Lookup(ctx context.Context, tupleSHA256 string, op admission.Op) (admission.Grant, uint64, error) {
 	s, err := r.current(ctx)
 	if err != nil {
-		return Grant{}, 0, err
+		return admission.Grant{}, 0, err
 	}
 	snap := &s.loaded.Snapshot
 	now := r.now()
 	if err := r.checkFresh(snap, now); err != nil {
-		return Grant{}, 0, err
+		return admission.Grant{}, 0, err
 	}
 	i, ok := s.index[tupleSHA256]
 	if !ok {
-		return Grant{}, 0, fmt.Errorf("admission generation %d: %w: tuple_sha256 %q", snap.Generation, ErrNoGrant, tupleSHA256)
+		return admission.Grant{}, 0, fmt.Errorf("admission generation %d: %w: tuple_sha256 %q", snap.Generation, admission.ErrNoGrant, tupleSHA256)
 	}
 	g := snap.Grants[i]
 	if now.After(g.NotAfter) {
-		return Grant{}, 0, fmt.Errorf("admission generation %d: %w: grant for %s ended at %s",
-			snap.Generation, ErrGrantExpired, tupleSHA256, rfc3339(g.NotAfter))
+		return admission.Grant{}, 0, fmt.Errorf("admission generation %d: %w: grant for %s ended at %s",
+			snap.Generation, admission.ErrGrantExpired, tupleSHA256, rfc3339(g.NotAfter))
 	}
 	if !op.Valid() || !g.Allows(op) {
-		return Grant{}, 0, fmt.Errorf("admission generation %d: %w: %q is not in %v", snap.Generation, ErrOpNotAllowed, op, g.Ops)
+		return admission.Grant{}, 0, fmt.Errorf("admission generation %d: %w: %q is not in %v", snap.Generation, admission.ErrOpNotAllowed, op, g.Ops)
 	}
 	return cloneGrant(g), snap.Generation, nil
 }
 
 // Current returns a copy of the current snapshot after the same request-time
 // checks as Lookup (the file as it is now, and not expired).
-func (r *Refresher) Current(ctx context.Context) (Snapshot, error) {
+func (r *Refresher) Current(ctx context.Context) (admission.Snapshot, error) {
 	s, err := r.current(ctx)
 	if err != nil {
-		return Snapshot{}, err
+		return admission.Snapshot{}, err
 	}
 	snap := s.loaded.Snapshot
 	if err := r.checkFresh(&snap, r.now()); err != nil {
-		return Snapshot{}, err
+		return admission.Snapshot{}, err
 	}
-	snap.Grants = make([]Grant, len(s.loaded.Snapshot.Grants))
+	snap.Grants = make([]admission.Grant, len(s.loaded.Snapshot.Grants))
 	for i, g := range s.loaded.Snapshot.Grants {
 		snap.Grants[i] = cloneGrant(g)
 	}
@@ -138,7 +140,7 @@ func (r *Refresher) Current(ctx context.Context) (Snapshot, error) {
 }
 
 // checkFresh refuses a snapshot that expired since it was loaded.
-func (r *Refresher) checkFresh(snap *Snapshot, now time.Time) error {
+func (r *Refresher) checkFresh(snap *admission.Snapshot, now time.Time) error {
 	if now.After(snap.NotAfter) {
 		return r.l.fail(CheckExpiry, nil, "snapshot generation %d expired at %s (now %s)",
 			snap.Generation, rfc3339(snap.NotAfter), rfc3339(now))
@@ -146,7 +148,7 @@ func (r *Refresher) checkFresh(snap *Snapshot, now time.Time) error {
 	return nil
 }
 
-func cloneGrant(g Grant) Grant {
+func cloneGrant(g admission.Grant) admission.Grant {
 	g.Groups = slices.Clone(g.Groups)
 	g.Ops = slices.Clone(g.Ops)
 	g.Env = slices.Clone(g.Env)
@@ -214,7 +216,7 @@ func (r *Refresher) reload(ctx context.Context) (*refreshState, error) {
 	return s, err
 }
 
-func indexGrants(gs []Grant) map[string]int {
+func indexGrants(gs []admission.Grant) map[string]int {
 	idx := make(map[string]int, len(gs))
 	for i, g := range gs {
 		idx[g.Tuple.SHA256()] = i

@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/signing"
 )
 
@@ -93,7 +94,7 @@ func (e *TrustError) Error() string {
 func (e *TrustError) Unwrap() []error {
 	errs := []error{ErrUntrusted, checkErr[e.Check]}
 	if e.Check == CheckExpiry {
-		errs = append(errs, ErrGrantExpired)
+		errs = append(errs, admission.ErrGrantExpired)
 	}
 	if e.Err != nil {
 		errs = append(errs, e.Err)
@@ -143,7 +144,7 @@ type Loader struct {
 
 // Loaded is a snapshot that passed every check, with the file it came from.
 type Loaded struct {
-	Snapshot Snapshot
+	Snapshot admission.Snapshot
 	SHA256   string // hex SHA-256 of the file's bytes
 	Size     int64
 	stamp    stamp
@@ -305,11 +306,11 @@ func (l *Loader) checkFile(info fileInfo) error {
 
 // check verifies the signature, decodes the payload and checks expiry.
 func (l *Loader) check(ctx context.Context, data []byte) (*Loaded, error) {
-	payload, err := signing.Verify(ctx, data, PayloadType, l.cfg.PublicKey)
+	payload, err := signing.Verify(ctx, data, admission.PayloadType, l.cfg.PublicKey)
 	if err != nil {
 		return nil, l.fail(CheckSignature, err, "DSSE envelope")
 	}
-	snap, err := DecodeSnapshot(payload)
+	snap, err := admission.DecodeSnapshot(payload)
 	if err != nil {
 		return nil, l.fail(CheckSchema, err, "payload refused")
 	}
@@ -337,3 +338,6 @@ func (l *Loader) advance(ld *Loaded) error {
 	l.lastGen, l.lastDigest = gen, ld.SHA256
 	return nil
 }
+
+// rfc3339 formats an instant as the admission documents write it.
+func rfc3339(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

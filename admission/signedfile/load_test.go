@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/fixtures/testenv"
 )
@@ -68,7 +69,7 @@ func TestLoadRefusesMissingAndSymlinks(t *testing.T) {
 	wantCheck(t, "missing dir", load(nodir), CheckExists, ErrFileMissing)
 
 	src, k2, _ := published(t, 1)
-	os.Symlink(filepath.Join(src, FileName), filepath.Join(dir, FileName))
+	os.Symlink(filepath.Join(src, admission.FileName), filepath.Join(dir, admission.FileName))
 	wantCheck(t, "symlinked file", load(newTestLoader(t, dir, k2.Public(), clockAt(t0))), CheckSymlink, ErrSymlink)
 
 	parent := t.TempDir()
@@ -90,19 +91,19 @@ func TestLoadRefusesDirectoryModes(t *testing.T) {
 func TestLoadRefusesFileKinds(t *testing.T) {
 	dir, k := adminDir(t), testKey(t)
 	l := newTestLoader(t, dir, k.Public(), clockAt(t0))
-	if err := syscall.Mkfifo(filepath.Join(dir, FileName), 0o644); err != nil {
+	if err := syscall.Mkfifo(filepath.Join(dir, admission.FileName), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	wantCheck(t, "fifo (must not block)", load(l), CheckRegular, ErrNotRegular)
-	os.Remove(filepath.Join(dir, FileName))
-	os.Mkdir(filepath.Join(dir, FileName), 0o755)
+	os.Remove(filepath.Join(dir, admission.FileName))
+	os.Mkdir(filepath.Join(dir, admission.FileName), 0o755)
 	wantCheck(t, "directory", load(l), CheckRegular, ErrNotRegular)
 }
 
 func TestLoadRefusesFileModeOwnerSize(t *testing.T) {
 	for _, mode := range []os.FileMode{0o664, 0o646, 0o666, 0o622} {
 		dir, _, l := published(t, 1)
-		os.Chmod(filepath.Join(dir, FileName), mode)
+		os.Chmod(filepath.Join(dir, admission.FileName), mode)
 		wantCheck(t, "file mode "+mode.String(), load(l), CheckFileMode, ErrFileMode)
 	}
 	dir, k, _ := published(t, 1)
@@ -111,12 +112,12 @@ func TestLoadRefusesFileModeOwnerSize(t *testing.T) {
 		// file's owner is what fails; as anyone else the directory, owned
 		// by the caller, would fail first.
 		testenv.Require(t, "root")
-		other, _ := NewLoader(LoaderConfig{Path: filepath.Join(dir, FileName), PublicKey: k.Public(),
+		other, _ := NewLoader(LoaderConfig{Path: filepath.Join(dir, admission.FileName), PublicKey: k.Public(),
 			OwnerUID: uidp(os.Geteuid() + 60001), Now: clockAt(t0)})
 		wantCheck(t, "owner", load(other), CheckOwner, ErrOwner)
 	})
 
-	small, _ := NewLoader(LoaderConfig{Path: filepath.Join(dir, FileName), PublicKey: k.Public(),
+	small, _ := NewLoader(LoaderConfig{Path: filepath.Join(dir, admission.FileName), PublicKey: k.Public(),
 		OwnerUID: uidp(os.Geteuid()), MaxBytes: 100, Now: clockAt(t0)})
 	wantCheck(t, "oversized", load(small), CheckSize, ErrTooLarge)
 }
@@ -124,7 +125,7 @@ func TestLoadRefusesFileModeOwnerSize(t *testing.T) {
 func TestLoadRefusesForeignOwnedAsRoot(t *testing.T) {
 	testenv.Require(t, "root")
 	dir, _, l := published(t, 1)
-	os.Chown(filepath.Join(dir, FileName), 60001, 60001)
+	os.Chown(filepath.Join(dir, admission.FileName), 60001, 60001)
 	wantCheck(t, "file owned by uid 60001", load(l), CheckOwner, ErrOwner)
 
 	dir, _, l = published(t, 1)
@@ -134,7 +135,7 @@ func TestLoadRefusesForeignOwnedAsRoot(t *testing.T) {
 
 func TestLoadRefusesSignatureFailures(t *testing.T) {
 	na := t0.Add(time.Hour)
-	snap := Snapshot{Generation: 1, NotAfter: na, Grants: []Grant{grantFor(tupleN(1), na)}}
+	snap := admission.Snapshot{Generation: 1, NotAfter: na, Grants: []admission.Grant{grantFor(tupleN(1), na)}}
 
 	dir, _, l := published(t, 1)
 	writeSigned(t, dir, testKey(t), snap)
@@ -144,7 +145,7 @@ func TestLoadRefusesSignatureFailures(t *testing.T) {
 	}
 
 	dir, _, l = published(t, 1)
-	path := filepath.Join(dir, FileName)
+	path := filepath.Join(dir, admission.FileName)
 	data, _ := os.ReadFile(path)
 	var env map[string]any
 	json.Unmarshal(data, &env)
@@ -174,10 +175,10 @@ func TestLoadRefusesSchema(t *testing.T) {
 	wantCheck(t, "unknown field", load(l), CheckSchema, ErrSchema)
 	g := grantFor(tupleN(1), na)
 	g.UID = 0
-	writeSigned(t, dir, k, Snapshot{Generation: 2, NotAfter: na, Grants: []Grant{g}})
+	writeSigned(t, dir, k, admission.Snapshot{Generation: 2, NotAfter: na, Grants: []admission.Grant{g}})
 	wantCheck(t, "uid 0", load(l), CheckSchema, ErrSchema)
 	g = grantFor(tupleN(1), na.Add(time.Second))
-	writeSigned(t, dir, k, Snapshot{Generation: 2, NotAfter: na, Grants: []Grant{g}})
+	writeSigned(t, dir, k, admission.Snapshot{Generation: 2, NotAfter: na, Grants: []admission.Grant{g}})
 	wantCheck(t, "grant outlives snapshot", load(l), CheckSchema, ErrSchema)
 }
 
@@ -190,7 +191,7 @@ func TestLoadRefusesExpired(t *testing.T) {
 	}
 	err := load(at(na.Add(time.Nanosecond)))
 	wantCheck(t, "expired", err, CheckExpiry, ErrSnapshotExpired)
-	if !errors.Is(err, ErrGrantExpired) {
+	if !errors.Is(err, admission.ErrGrantExpired) {
 		t.Errorf("expired: %v does not wrap ErrGrantExpired", err)
 	}
 }
@@ -201,21 +202,21 @@ func TestLoadRefusesRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	na := t0.Add(time.Hour)
-	writeSigned(t, dir, k, Snapshot{Generation: 4, NotAfter: na})
+	writeSigned(t, dir, k, admission.Snapshot{Generation: 4, NotAfter: na})
 	wantCheck(t, "lower generation", load(l), CheckGeneration, ErrRollback)
-	writeSigned(t, dir, k, Snapshot{Generation: 5, NotAfter: na})
+	writeSigned(t, dir, k, admission.Snapshot{Generation: 5, NotAfter: na})
 	wantCheck(t, "same generation, other content", load(l), CheckGeneration, ErrRollback)
 	if l.LastGeneration() != 5 {
 		t.Fatalf("refused loads moved LastGeneration to %d", l.LastGeneration())
 	}
-	writeSigned(t, dir, k, Snapshot{Generation: 6, NotAfter: na})
+	writeSigned(t, dir, k, admission.Snapshot{Generation: 6, NotAfter: na})
 	if err := load(l); err != nil || l.LastGeneration() != 6 {
 		t.Fatalf("generation 6 after refusals: %v, last %d", err, l.LastGeneration())
 	}
 	if err := load(l); err != nil {
 		t.Fatalf("same file twice: %v", err)
 	}
-	floor, _ := NewLoader(LoaderConfig{Path: filepath.Join(dir, FileName), PublicKey: k.Public(),
+	floor, _ := NewLoader(LoaderConfig{Path: filepath.Join(dir, admission.FileName), PublicKey: k.Public(),
 		OwnerUID: uidp(os.Geteuid()), MinGeneration: 7, Now: clockAt(t0)})
 	wantCheck(t, "below MinGeneration", load(floor), CheckGeneration, ErrRollback)
 }
@@ -223,11 +224,11 @@ func TestLoadRefusesRollback(t *testing.T) {
 func TestNewLoaderRefusesConfig(t *testing.T) {
 	k := testKey(t)
 	cases := map[string]LoaderConfig{
-		"no owner":     {Path: "/x/" + FileName, PublicKey: k.Public()},
-		"relative":     {Path: FileName, PublicKey: k.Public(), OwnerUID: uidp(0)},
-		"no key":       {Path: "/x/" + FileName, OwnerUID: uidp(0)},
-		"huge limit":   {Path: "/x/" + FileName, PublicKey: k.Public(), OwnerUID: uidp(0), MaxBytes: HardMaxBytes + 1},
-		"negative max": {Path: "/x/" + FileName, PublicKey: k.Public(), OwnerUID: uidp(0), MaxBytes: -1},
+		"no owner":     {Path: "/x/" + admission.FileName, PublicKey: k.Public()},
+		"relative":     {Path: admission.FileName, PublicKey: k.Public(), OwnerUID: uidp(0)},
+		"no key":       {Path: "/x/" + admission.FileName, OwnerUID: uidp(0)},
+		"huge limit":   {Path: "/x/" + admission.FileName, PublicKey: k.Public(), OwnerUID: uidp(0), MaxBytes: HardMaxBytes + 1},
+		"negative max": {Path: "/x/" + admission.FileName, PublicKey: k.Public(), OwnerUID: uidp(0), MaxBytes: -1},
 	}
 	for name, cfg := range cases {
 		if _, err := NewLoader(cfg); !errors.Is(err, ErrLoaderConfig) {

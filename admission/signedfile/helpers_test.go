@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/signing"
 )
 
@@ -39,22 +40,29 @@ func adminDir(t testing.TB) string {
 	return d
 }
 
-func tupleN(n int) Tuple {
+// exampleTuple is the tuple of docs/admission.md (admission's tests hold
+// the same one; test code is copied, not imported).
+func exampleTuple() admission.Tuple {
+	return admission.Tuple{Owner: "alice", Allocation: "a1", Session: "s1", Workspace: "w1",
+		Sandbox: "sb1", Generation: 1, Executor: "e1", Site: "local", Root: "/srv/tether/w1"}
+}
+
+func tupleN(n int) admission.Tuple {
 	tu := exampleTuple()
 	tu.Session = fmt.Sprintf("s%d", n)
 	return tu
 }
 
-func grantFor(tu Tuple, notAfter time.Time, ops ...Op) Grant {
+func grantFor(tu admission.Tuple, notAfter time.Time, ops ...admission.Op) admission.Grant {
 	if len(ops) == 0 {
-		ops = []Op{OpRead, OpWrite, OpList, OpExec, OpKill}
+		ops = []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill}
 	}
-	return Grant{Tuple: tu, UID: 60001, GID: 60001, Groups: []uint32{}, Ops: ops,
-		Limits: Limits{MaxProcs: 64, MaxRuntimeS: 600, MaxOutputBytes: 1 << 20, MaxFileBytes: 64 << 20}, NotAfter: notAfter}
+	return admission.Grant{Tuple: tu, UID: 60001, GID: 60001, Groups: []uint32{}, Ops: ops,
+		Limits: admission.Limits{MaxProcs: 64, MaxRuntimeS: 600, MaxOutputBytes: 1 << 20, MaxFileBytes: 64 << 20}, NotAfter: notAfter}
 }
 
-func inputWith(gen uint64, notAfter time.Time, grants ...Grant) PublishInput {
-	in := PublishInput{NotAfter: notAfter, Grants: grants}
+func inputWith(gen uint64, notAfter time.Time, grants ...admission.Grant) admission.PublishInput {
+	in := admission.PublishInput{NotAfter: notAfter, Grants: grants}
 	if gen != 0 {
 		in.Generation = &gen
 	}
@@ -70,7 +78,7 @@ func newTestPublisher(t testing.TB, dir string, k signing.PrivateKey, now func()
 	return p
 }
 
-func mustPublish(t testing.TB, p *Publisher, in PublishInput) Published {
+func mustPublish(t testing.TB, p *Publisher, in admission.PublishInput) Published {
 	t.Helper()
 	pub, err := p.Publish(context.Background(), in)
 	if err != nil {
@@ -83,7 +91,7 @@ func uidp(u int) *uint32 { v := uint32(u); return &v }
 
 func newTestLoader(t testing.TB, dir string, pub signing.PublicKey, now func() time.Time) *Loader {
 	t.Helper()
-	l, err := NewLoader(LoaderConfig{Path: filepath.Join(dir, FileName), PublicKey: pub,
+	l, err := NewLoader(LoaderConfig{Path: filepath.Join(dir, admission.FileName), PublicKey: pub,
 		OwnerUID: uidp(os.Geteuid()), Now: now})
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +114,11 @@ func writeSigned(t testing.TB, dir string, k signing.PrivateKey, payload any) {
 			t.Fatal(err)
 		}
 	}
-	env, err := signing.Sign(context.Background(), PayloadType, data, k)
+	env, err := signing.Sign(context.Background(), admission.PayloadType, data, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, FileName)
+	path := filepath.Join(dir, admission.FileName)
 	if err := os.WriteFile(path, env, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/signing"
 )
 
@@ -101,7 +102,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // generation, signs the snapshot with generation in.Generation (or current+1
 // when omitted) and replaces the file atomically. A reader sees the old
 // file or the new one, never a mix. ctx bounds the wait for the lock.
-func (p *Publisher) Publish(ctx context.Context, in PublishInput) (Published, error) {
+func (p *Publisher) Publish(ctx context.Context, in admission.PublishInput) (Published, error) {
 	return p.publish(ctx, in, nil)
 }
 
@@ -112,14 +113,14 @@ func (p *Publisher) Publish(ctx context.Context, in PublishInput) (Published, er
 // (temp file, fsync, rename, fsync of the directory) before the snapshot
 // is replaced. A leader that lost its election to a later one can
 // therefore never publish again, however late its publish arrives.
-func (p *Publisher) PublishFenced(ctx context.Context, in PublishInput, leader uint64) (Published, error) {
+func (p *Publisher) PublishFenced(ctx context.Context, in admission.PublishInput, leader uint64) (Published, error) {
 	if leader == 0 {
 		return Published{}, fmt.Errorf("%w: leader revision 0", ErrDeposed)
 	}
 	return p.publish(ctx, in, &leader)
 }
 
-func (p *Publisher) publish(ctx context.Context, in PublishInput, leader *uint64) (Published, error) {
+func (p *Publisher) publish(ctx context.Context, in admission.PublishInput, leader *uint64) (Published, error) {
 	if err := p.checkInput(in); err != nil {
 		return Published{}, err
 	}
@@ -160,7 +161,7 @@ func (p *Publisher) publish(ctx context.Context, in PublishInput, leader *uint64
 	}
 	sum := sha256.Sum256(data)
 	return Published{Generation: gen, SHA256: hex.EncodeToString(sum[:]),
-		Path: filepath.Join(p.cfg.Dir, FileName), KeyID: p.cfg.Key.Public().KeyID()}, nil
+		Path: filepath.Join(p.cfg.Dir, admission.FileName), KeyID: p.cfg.Key.Public().KeyID()}, nil
 }
 
 // nextGeneration returns the generation to publish after current: given
@@ -182,7 +183,7 @@ func nextGeneration(current uint64, given *uint64) (uint64, error) {
 
 // checkInput validates in and refuses a snapshot or grant that has already
 // ended: publishing it could only revoke, and silently.
-func (p *Publisher) checkInput(in PublishInput) error {
+func (p *Publisher) checkInput(in admission.PublishInput) error {
 	if err := in.Validate(); err != nil {
 		return err
 	}
@@ -249,7 +250,7 @@ func lockDir(ctx context.Context, dir *os.File) (func(), error) {
 // is an error: guessing would risk a generation receivers refuse as a
 // rollback. Expiry does not matter here.
 func (p *Publisher) currentGeneration(ctx context.Context, dir *os.File) (uint64, error) {
-	f, err := openFileAt(dir, FileName)
+	f, err := openFileAt(dir, admission.FileName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
@@ -261,12 +262,12 @@ func (p *Publisher) currentGeneration(ctx context.Context, dir *os.File) (uint64
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrCurrentUnreadable, err)
 	}
-	payload, err := signing.Verify(ctx, data, PayloadType, p.cfg.Key.Public())
+	payload, err := signing.Verify(ctx, data, admission.PayloadType, p.cfg.Key.Public())
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s: %w (after a key change, remove it and publish with an explicit generation above the last one)",
-			ErrCurrentUnreadable, FileName, err)
+			ErrCurrentUnreadable, admission.FileName, err)
 	}
-	snap, err := DecodeSnapshot(payload)
+	snap, err := admission.DecodeSnapshot(payload)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrCurrentUnreadable, err)
 	}
@@ -276,8 +277,8 @@ func (p *Publisher) currentGeneration(ctx context.Context, dir *os.File) (uint64
 // envelope signs the snapshot of in with generation gen. The snapshot is
 // validated exactly as the loader will validate it first: the publisher
 // never signs what a receiver would refuse.
-func (p *Publisher) envelope(ctx context.Context, gen uint64, in PublishInput) ([]byte, error) {
-	snap := Snapshot{Generation: gen, NotAfter: in.NotAfter.UTC(), Grants: make([]Grant, len(in.Grants))}
+func (p *Publisher) envelope(ctx context.Context, gen uint64, in admission.PublishInput) ([]byte, error) {
+	snap := admission.Snapshot{Generation: gen, NotAfter: in.NotAfter.UTC(), Grants: make([]admission.Grant, len(in.Grants))}
 	for i, g := range in.Grants {
 		g.NotAfter = g.NotAfter.UTC()
 		if g.Groups == nil {
@@ -292,7 +293,7 @@ func (p *Publisher) envelope(ctx context.Context, gen uint64, in PublishInput) (
 	if err != nil {
 		return nil, fmt.Errorf("publish: marshal snapshot: %w", err)
 	}
-	data, err := signing.Sign(ctx, PayloadType, payload, p.cfg.Key)
+	data, err := signing.Sign(ctx, admission.PayloadType, payload, p.cfg.Key)
 	if err != nil {
 		return nil, fmt.Errorf("publish: %w", err)
 	}
@@ -328,7 +329,7 @@ func replaceFile(dir *os.File, data []byte) (err error) {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("publish: close temp file: %w", err)
 	}
-	if err := renameAt(dir, name, FileName); err != nil {
+	if err := renameAt(dir, name, admission.FileName); err != nil {
 		return fmt.Errorf("publish: rename: %w", err)
 	}
 	if err := dir.Sync(); err != nil {

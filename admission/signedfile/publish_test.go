@@ -1,4 +1,4 @@
-package admission
+package signedfile
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/admission"
 )
 
 func TestPublishGenerations(t *testing.T) {
@@ -40,7 +42,7 @@ func TestPublishGenerations(t *testing.T) {
 	if got := mustPublish(t, p, inputWith(10, na, grantFor(tupleN(1), na))); got.Generation != 10 {
 		t.Fatalf("given generation 10: published %d", got.Generation)
 	}
-	before, _ := os.ReadFile(filepath.Join(dir, FileName))
+	before, _ := os.ReadFile(filepath.Join(dir, admission.FileName))
 	for _, gen := range []uint64{10, 9, 1} {
 		_, err := p.Publish(context.Background(), inputWith(gen, na, grantFor(tupleN(1), na)))
 		var ge *GenerationError
@@ -48,7 +50,7 @@ func TestPublishGenerations(t *testing.T) {
 			t.Fatalf("given generation %d <= current 10: err = %v", gen, err)
 		}
 	}
-	after, _ := os.ReadFile(filepath.Join(dir, FileName))
+	after, _ := os.ReadFile(filepath.Join(dir, admission.FileName))
 	if string(before) != string(after) {
 		t.Fatal("a refused publish changed the file")
 	}
@@ -75,7 +77,7 @@ func TestPublishFileShape(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	sort.Strings(names)
-	want := []string{".admission.lock", FileName}
+	want := []string{".admission.lock", admission.FileName}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		t.Fatalf("directory holds %v, want only %v (stale temp removed, no temp left)", names, want)
 	}
@@ -109,21 +111,21 @@ func TestPublishRefuses(t *testing.T) {
 		t.Errorf("expired grant: err = %v, want ErrAlreadyExpired", err)
 	}
 	bad := good
-	bad.Grants = []Grant{grantFor(tupleN(1), na)}
+	bad.Grants = []admission.Grant{grantFor(tupleN(1), na)}
 	bad.Grants[0].UID = 0
-	if _, err := p.Publish(context.Background(), bad); !errors.Is(err, ErrInvalidGrant) {
+	if _, err := p.Publish(context.Background(), bad); !errors.Is(err, admission.ErrInvalidGrant) {
 		t.Errorf("uid 0: err = %v, want ErrInvalidGrant", err)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, FileName)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(dir, admission.FileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("refused publishes wrote a file: %v", err)
 	}
 
-	writeSigned(t, dir, testKey(t), Snapshot{Generation: 5, NotAfter: na})
-	before, _ := os.ReadFile(filepath.Join(dir, FileName))
+	writeSigned(t, dir, testKey(t), admission.Snapshot{Generation: 5, NotAfter: na})
+	before, _ := os.ReadFile(filepath.Join(dir, admission.FileName))
 	if _, err := p.Publish(context.Background(), good); !errors.Is(err, ErrCurrentUnreadable) {
 		t.Errorf("current file signed by another key: err = %v, want ErrCurrentUnreadable", err)
 	}
-	if after, _ := os.ReadFile(filepath.Join(dir, FileName)); string(after) != string(before) {
+	if after, _ := os.ReadFile(filepath.Join(dir, admission.FileName)); string(after) != string(before) {
 		t.Error("publish replaced a file it could not read")
 	}
 }
@@ -145,7 +147,7 @@ func TestPublishWaitsForLock(t *testing.T) {
 	if _, err := p.Publish(ctx, inputWith(0, na)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("publish while another holds the lock: err = %v, want the context deadline", err)
 	}
-	if _, err := os.Lstat(filepath.Join(dir, FileName)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(filepath.Join(dir, admission.FileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("publish wrote without the lock")
 	}
 	done := make(chan error, 1)
@@ -212,7 +214,7 @@ func TestPublishGenerationExhausted(t *testing.T) {
 	if !errors.Is(err, ErrGenerationExhausted) || !strings.Contains(err.Error(), "check generation failed") {
 		t.Fatalf("omitted generation after MaxUint64: err = %v, want ErrGenerationExhausted naming the check", err)
 	}
-	data, _ := os.ReadFile(filepath.Join(dir, FileName))
+	data, _ := os.ReadFile(filepath.Join(dir, admission.FileName))
 	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != top.SHA256 {
 		t.Fatal("a refused publish changed the file")
 	}
@@ -227,11 +229,11 @@ func TestPublishGenerationExhausted(t *testing.T) {
 func TestEnvelopeValidatesBeforeSigning(t *testing.T) {
 	p := newTestPublisher(t, adminDir(t), testKey(t), clockAt(t0))
 	na := t0.Add(time.Hour)
-	if data, err := p.envelope(context.Background(), 0, inputWith(0, na, grantFor(tupleN(1), na))); !errors.Is(err, ErrInvalidSnapshot) {
+	if data, err := p.envelope(context.Background(), 0, inputWith(0, na, grantFor(tupleN(1), na))); !errors.Is(err, admission.ErrInvalidSnapshot) {
 		t.Fatalf("envelope(generation 0) = %d bytes, %v; want ErrInvalidSnapshot and nothing signed", len(data), err)
 	}
 	late := inputWith(0, na, grantFor(tupleN(1), na.Add(time.Second)))
-	if _, err := p.envelope(context.Background(), 1, late); !errors.Is(err, ErrInvalidGrant) {
+	if _, err := p.envelope(context.Background(), 1, late); !errors.Is(err, admission.ErrInvalidGrant) {
 		t.Fatalf("envelope(grant outliving the snapshot) err = %v, want ErrInvalidGrant", err)
 	}
 }
