@@ -4,8 +4,8 @@ import (
 	"path"
 	"strings"
 
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/custodian/acpmeta"
 )
 
 // relPath maps an ACP path (absolute, in the computer's namespace) to the

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/custodian/internal/durable"
 )
 

@@ -10,7 +10,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 )
 
 // Intent is the record made durable before a keyed request is dispatched:

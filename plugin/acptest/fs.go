@@ -11,8 +11,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/custodian/acpmeta"
 )
 
 // ReadTextFile serves fs/read_text_file from Root.

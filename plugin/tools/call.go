@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/plugin/shared"
 )
 

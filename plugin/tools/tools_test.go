@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/custodian/acpmeta"
 )
 
 func TestResolve(t *testing.T) {

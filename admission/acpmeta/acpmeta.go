@@ -1,7 +1,9 @@
 // Package acpmeta is the ACP-level contract shared by the plugin (agent
 // side) and the custodian (client side): the `_meta` keys that opt a session
 // in and tag every callback, the `_tether/attach` extension method, and the
-// JSON-RPC error shape whose data carries a tether code.
+// JSON-RPC error shape whose data carries a tether code. It is a leaf of the
+// shared contract: besides the standard library and the ACP SDK it imports
+// only admission (the tuple) and admission/errcode.
 package acpmeta
 
 import (
