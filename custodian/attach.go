@@ -1,19 +1,17 @@
 package custodian
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"io"
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -32,10 +30,13 @@ func (h *client) HandleExtensionMethod(ctx context.Context, method string, param
 	return h.attach(ctx, req)
 }
 
+// maxAttachParams bounds `_tether/attach` params: two short strings.
+const maxAttachParams = 4 << 10
+
 // parseAttach strictly decodes `_tether/attach` params.
 func parseAttach(params json.RawMessage) (acpmeta.AttachRequest, error) {
 	var req acpmeta.AttachRequest
-	if err := decodeStrict(params, &req); err != nil || req.SessionID == "" || !acpmeta.ValidDigest(req.TupleSHA256) {
+	if err := strictjson.Decode(params, maxAttachParams, &req); err != nil || req.SessionID == "" || !acpmeta.ValidDigest(req.TupleSHA256) {
 		return acpmeta.AttachRequest{}, acpmeta.NewError(errcode.CodeInvalid,
 			"%s params must be exactly {session_id, tuple_sha256 (lowercase hex)}", acpmeta.MethodAttach)
 	}
@@ -140,18 +141,4 @@ func newKey(prefix string) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return prefix + "-" + hex.EncodeToString(b[:])
-}
-
-// decodeStrict decodes exactly one JSON value, refusing unknown fields and
-// trailing data.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after value")
-	}
-	return nil
 }

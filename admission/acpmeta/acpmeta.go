@@ -7,7 +7,6 @@
 package acpmeta
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Keys and method names of the contract.
@@ -156,16 +156,19 @@ func opFast(raw any) (Op, bool) {
 	return o, true
 }
 
-// remarshal turns a decoded `_meta` value back into a typed struct with
-// strict decoding: unknown fields are refused.
+// MaxValueBytes bounds one `_meta` value as JSON (the largest, a verify
+// request of MaxVerifyFiles paths, is far smaller).
+const MaxValueBytes = 1 << 20
+
+// remarshal turns a decoded `_meta` value back into a typed struct with the
+// one strict decoder (admission/strictjson): unknown, case-folded and
+// duplicate keys are refused.
 func remarshal(v any, out any) error {
 	data, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	return dec.Decode(out)
+	return strictjson.Decode(data, MaxValueBytes, out)
 }
 
 // NewError returns the JSON-RPC error for a tether refusal. The SDK passes a

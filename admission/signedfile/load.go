@@ -23,9 +23,14 @@ import (
 const (
 	// DefaultMaxBytes is the loader's size limit when none is configured.
 	DefaultMaxBytes = 4 << 20
-	// HardMaxBytes is the largest size limit a loader accepts.
-	HardMaxBytes = 64 << 20
+	// HardMaxBytes is the largest size limit a loader accepts: a file that
+	// size holds a payload admission.DecodeSnapshot still accepts.
+	HardMaxBytes = admission.MaxDocumentBytes
 )
+
+// Verify must read every envelope the loader may accept: this constant
+// does not compile if HardMaxBytes exceeds signing.MaxEnvelopeBytes.
+const _ = uint64(signing.MaxEnvelopeBytes - HardMaxBytes)
 
 // Check names one trust check of the loader. A TrustError carries it; the
 // message of every load failure names it.

@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Outcome is the closed set of what a receipt says about its request.
@@ -112,10 +114,14 @@ func (r *Receipt) HasResult() bool {
 // Marshal returns the receipt's stored bytes.
 func (r *Receipt) Marshal() ([]byte, error) { return json.Marshal(r) }
 
+// maxRecordBytes bounds a stored receipt or binding record: they hold
+// digests and sizes, never contents (etcd's own request limit is 1.5 MiB).
+const maxRecordBytes = 1 << 20
+
 // Unmarshal decodes stored receipt bytes strictly and checks the outcome.
 func Unmarshal(data []byte) (*Receipt, error) {
 	var r Receipt
-	if err := decodeStrict(data, &r); err != nil {
+	if err := strictjson.Decode(data, maxRecordBytes, &r); err != nil {
 		return nil, fmt.Errorf("%w: receipt: %w", ErrCorrupt, err)
 	}
 	if !r.Outcome.Valid() {

@@ -6,11 +6,9 @@
 package impl
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/shared"
 )
@@ -119,9 +118,7 @@ func attachFunc(attach shared.Attacher) binding.AttachFunc {
 			return time.Time{}, 0, attachRefusal(err)
 		}
 		var resp acpmeta.AttachResponse
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&resp); err != nil {
+		if err := strictjson.Decode(raw, acpmeta.MaxValueBytes, &resp); err != nil {
 			return time.Time{}, 0, errcode.Errorf(errcode.CodeNotAdmitted, "_tether/attach result malformed: %v", err)
 		}
 		return resp.LeaseNotAfter, resp.GrantGeneration, nil

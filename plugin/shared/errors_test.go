@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 	pb "github.com/tetherdev/tether/plugin/proto"
 )
 
@@ -72,6 +73,28 @@ func TestToolErrorSurvivesTheHop(t *testing.T) {
 	bogus, _ := status.New(codes.FailedPrecondition, "x").WithDetails(&pb.ToolError{Code: "made_up", Message: "x"})
 	if code, _ := acpmeta.CodeOf(toolErrorFromStatus(ctx, bogus.Err())); code != errcode.CodeInternal {
 		t.Fatalf("a code outside the closed set became %q", code)
+	}
+}
+
+// TestMetaFromJSONOneReading: a `_meta` naming tether/bind twice (also
+// through an escape), or a key twice inside the bind value, is refused; a
+// reader keeping the first and one keeping the last would bind different
+// tuples.
+func TestMetaFromJSONOneReading(t *testing.T) {
+	for _, in := range []string{
+		`{"tether/bind":{"tuple":{}},"tether/bind":{"tuple":{}}}`,
+		`{"tether/bind":{"tuple":{}},"tether\u002fbind":{"tuple":{}}}`,
+		`{"tether/bind":{"tuple":{"owner":"a","owner":"b"}}}`,
+		`{"tether/bind":{}} {}`,
+	} {
+		if m, err := MetaFromJSON([]byte(in)); !errors.Is(err, acpmeta.ErrMeta) || !errors.Is(err, strictjson.ErrInvalid) || m != nil {
+			t.Errorf("%s: %v, %v; want a strict refusal wrapping acpmeta.ErrMeta", in, m, err)
+		}
+	}
+	for _, in := range []string{``, `null`, ` null `, `{}`} {
+		if _, err := MetaFromJSON([]byte(in)); err != nil {
+			t.Errorf("%q: %v", in, err)
+		}
 	}
 }
 

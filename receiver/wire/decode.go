@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Protocol limits on fields, checked when a request is decoded (a breach is
@@ -67,8 +68,11 @@ func DecodeArgs(op Op, raw json.RawMessage) (any, error) {
 		return nil, fmt.Errorf("%w: unknown op %q", ErrProtocol, op)
 	}
 	v := reflect.New(t).Interface()
-	if len(raw) == 0 {
+	switch {
+	case len(raw) == 0:
 		return nil, fmt.Errorf("%w: op %s: args missing", ErrMalformed, op)
+	case len(raw) > MaxFrameSize: // only args built in-process; a frame cannot hold them
+		return nil, errcode.Errorf(errcode.CodeTooLarge, "op %s: args of %d bytes exceed the frame ceiling of %d", op, len(raw), MaxFrameSize)
 	}
 	if err := decodeStrict(raw, v); err != nil {
 		return nil, fmt.Errorf("op %s args: %w", op, err)
@@ -79,6 +83,17 @@ func DecodeArgs(op Op, raw json.RawMessage) (any, error) {
 		}
 	}
 	return v, nil
+}
+
+// decodeStrict decodes a frame's JSON, or a part of it, with the one strict
+// decoder (admission/strictjson: duplicate, unknown and case-folded keys,
+// invalid UTF-8, deep nesting and trailing data are refused) within the
+// protocol's frame ceiling. Every failure wraps ErrMalformed.
+func decodeStrict(data []byte, v any) error {
+	if err := strictjson.Decode(data, MaxFrameSize, v); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return nil
 }
 
 // DecodeArgs returns the typed args of r (see the package function

@@ -175,22 +175,3 @@ func FuzzArgsExecOutput(f *testing.F)  { fuzzArgs(f, OpExecOutput) }
 func FuzzArgsExecWait(f *testing.F)    { fuzzArgs(f, OpExecWait) }
 func FuzzArgsExecKill(f *testing.F)    { fuzzArgs(f, OpExecKill) }
 func FuzzArgsExecRelease(f *testing.F) { fuzzArgs(f, OpExecRelease) }
-
-// FuzzStrictScanner checks that the production scanner (checkStrict)
-// agrees with the tokenizer-based reference (refCheck) on every input that
-// encoding/json accepts, for each message type: neither may admit a
-// duplicate, case-folded or unknown key the other refuses.
-func FuzzStrictScanner(f *testing.F) {
-	types := []reflect.Type{reflect.TypeFor[Request](), reflect.TypeFor[Response](),
-		reflect.TypeFor[ExecStartArgs](), reflect.TypeFor[WriteArgs](), reflect.TypeFor[HashArgs]()}
-	f.Fuzz(func(t *testing.T, which uint8, in []byte) {
-		if !json.Valid(in) {
-			return
-		}
-		typ := types[int(which)%len(types)]
-		got, want := checkStrict(in, reflect.PointerTo(typ)), refCheck(in, reflect.PointerTo(typ))
-		if (got == nil) != (want == nil) {
-			t.Fatalf("%v on %q: scanner %v, reference %v", typ, in, got, want)
-		}
-	})
-}
