@@ -216,7 +216,7 @@ func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) {
 	if r.Exit != nil {
 		rec.ExitCode, rec.Signal = r.Exit.ExitCode, r.Exit.Signal
 	}
-	if r.Note == noteAlreadyReleased {
+	if r.Note == noteAlreadyReleased || r.Note == noteReleasedAtWait {
 		rec.Code = codeNotSent
 	}
 	cl.c.audit(rec)

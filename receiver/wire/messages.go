@@ -182,8 +182,14 @@ type ExecStartResult struct {
 }
 
 // TerminalArgs names a terminal started by exec_start on this tuple.
+// Release is for exec_wait alone (invalid on the other ops): once the wait
+// answers the exit, the terminal is forgotten in the same exchange, as
+// exec_release would forget it (the command has ended, its cgroup is gone
+// and the answer carries everything the terminal still held), so the
+// client needs no exec_release of its own.
 type TerminalArgs struct {
 	TerminalID string `json:"terminal_id"`
+	Release    bool   `json:"release,omitempty"`
 }
 
 // ExitStatus is how a child ended: an exit code or a signal name.
@@ -193,15 +199,25 @@ type ExitStatus struct {
 }
 
 // ExecOutputResult is the captured output so far (ACP terminal/output).
+// Once Exit is set the output is final, and FileSHA256 carries the
+// after-exit digests as exec_wait would (so a client that saw the exit
+// here needs no exec_wait for them).
 type ExecOutputResult struct {
-	Output    string      `json:"output"`
-	Truncated bool        `json:"truncated"`
-	Exit      *ExitStatus `json:"exit,omitempty"`
+	Output     string            `json:"output"`
+	Truncated  bool              `json:"truncated"`
+	Exit       *ExitStatus       `json:"exit,omitempty"`
+	FileSHA256 map[string]string `json:"file_sha256,omitempty"`
 }
 
 // ExecWaitResult is the final status, plus the SHA-256 of each file named in
-// HashAfterExit ("" when missing or not a regular file).
+// HashAfterExit ("" when missing or not a regular file), the final output
+// (Output nil when output and digests together would not fit one answer:
+// then exec_output, before a release, gives it) and whether the terminal
+// was released with this answer (TerminalArgs.Release).
 type ExecWaitResult struct {
 	Exit       ExitStatus        `json:"exit"`
 	FileSHA256 map[string]string `json:"file_sha256,omitempty"`
+	Output     *string           `json:"output,omitempty"`
+	Truncated  bool              `json:"truncated,omitempty"`
+	Released   bool              `json:"released,omitempty"`
 }
