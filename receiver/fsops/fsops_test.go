@@ -83,12 +83,12 @@ func TestPathEscapes(t *testing.T) {
 	symlink(t, "../outside/new", filepath.Join(root, "dangling-out"))
 
 	ops := map[string]func(string) error{
-		"read":  func(p string) error { _, err := r.Read(p, 0, 0); return err },
-		"stat":  func(p string) error { _, err := r.Stat(p); return err },
-		"list":  func(p string) error { _, _, err := r.List(p); return err },
-		"hash":  func(p string) error { _, err := r.Hash([]string{p}); return err },
-		"cwd":   func(p string) error { f, err := r.OpenDir(p); closeIf(f); return err },
-		"write": func(p string) error { _, err := r.Write(WriteRequest{Path: p, Content: []byte("x")}); return err },
+		"read":   func(p string) error { _, err := r.Read(p, 0, 0); return err },
+		"stat":   func(p string) error { _, err := r.Stat(p); return err },
+		"list":   func(p string) error { _, _, err := r.List(p); return err },
+		"hash":   func(p string) error { _, err := r.Hash([]string{p}); return err },
+		"cwd":    func(p string) error { f, err := r.OpenDir(p); closeIf(f); return err },
+		"write":  func(p string) error { _, err := r.Write(WriteRequest{Path: p, Content: []byte("x")}); return err },
 		"readat": func(p string) error { _, _, err := r.ReadAt(p, 0, 1); return err },
 		"stage": func(p string) error {
 			st, err := r.Stage(StageRequest{Path: p, Size: 1, SHA256: sum("x")})

@@ -13,22 +13,22 @@ import (
 // answered with CodeInvalid; the connection stays up). docs/protocol.md
 // lists them under "Limits".
 const (
-	MaxPathBytes    = 4096 // one path argument
-	MaxPaths        = 1024 // HashArgs.Paths, ExecStartArgs.HashAfterExit
-	MaxArgv         = 1024 // ExecStartArgs.Argv entries
-	MaxEnv          = 256  // ExecStartArgs.Env entries
-	MaxTerminalID   = 128  // TerminalArgs.TerminalID bytes
-	MaxOpKeyBytes   = 128  // Request.OpKey
-	MaxLineOrLimit  = 1 << 30
+	MaxPathBytes   = 4096 // one path argument
+	MaxPaths       = 1024 // HashArgs.Paths, ExecStartArgs.HashAfterExit
+	MaxArgv        = 1024 // ExecStartArgs.Argv entries
+	MaxEnv         = 256  // ExecStartArgs.Env entries
+	MaxTerminalID  = 128  // TerminalArgs.TerminalID bytes
+	MaxOpKeyBytes  = 128  // Request.OpKey
+	MaxLineOrLimit = 1 << 30
 	// MaxChunkBytes bounds the bytes of one read_chunk or write_chunk: in
 	// base64 with its envelope, a chunk this size still fits one 1 MiB frame.
 	MaxChunkBytes = 764 << 10
 	// MaxTransferBytes bounds offsets and sizes of chunked files (the
 	// grant's and the receiver's max_file_bytes apply within it).
 	MaxTransferBytes = 1 << 40
-	MaxTransferID    = 128 // TransferArgs.TransferID bytes
-	maxModeBits     = 0o777 // WriteArgs.Mode: permission bits only
-	tupleDigestSize = 64
+	MaxTransferID    = 128   // TransferArgs.TransferID bytes
+	maxModeBits      = 0o777 // WriteArgs.Mode: permission bits only
+	tupleDigestSize  = 64
 )
 
 // ArgsType returns the Go type of op's args (for example ReadArgs for
