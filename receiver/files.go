@@ -33,7 +33,9 @@ func (h *Handler) read(g admission.Grant, a *wire.ReadArgs) (*wire.ReadResult, e
 		return nil, err
 	}
 	out := &wire.ReadResult{Content: res.Content, Size: res.Size, SHA256: res.SHA256}
-	if res.Overflow || h.fits(out, "") != nil { // the client reads it in chunks
+	// JSON escapes a byte to at most six: below that bound no encoding is
+	// needed to know the answer fits.
+	if res.Overflow || 6*len(out.Content)+512 > h.limits.MaxResultBytes && h.fits(out, "") != nil { // the client reads it in chunks
 		return &wire.ReadResult{Size: res.Size, SHA256: res.SHA256, Chunked: true}, nil
 	}
 	return out, nil
