@@ -161,9 +161,11 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 	}
 	cl.waitPastCommandEnd(t)
 	var res wire.ExecWaitResult
-	// release: the answer carries everything the terminal still holds on
-	// the receiver, so it is forgotten there in the same exchange.
-	err = cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: p.TerminalId, Release: true}, &res, exitAnnotate(&res.Exit))
+	// No release with the wait: an agent's cancel can abandon the answer
+	// after the receiver forgot the terminal, losing its exit
+	// (fixtures/e2e, cancelled command). The answer still carries the final
+	// output, so terminal/output after it sends nothing.
+	err = cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, exitAnnotate(&res.Exit))
 	if err != nil {
 		if ctx.Err() != nil {
 			cl.kill(p.TerminalId, "terminal/wait_for_exit cancelled by the agent")
