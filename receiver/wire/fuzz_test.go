@@ -173,6 +173,10 @@ func FuzzArgsExecOutput(f *testing.F)  { fuzzArgs(f, OpExecOutput) }
 func FuzzArgsExecWait(f *testing.F)    { fuzzArgs(f, OpExecWait) }
 func FuzzArgsExecKill(f *testing.F)    { fuzzArgs(f, OpExecKill) }
 func FuzzArgsExecRelease(f *testing.F) { fuzzArgs(f, OpExecRelease) }
+func FuzzArgsReadChunk(f *testing.F)   { fuzzArgs(f, OpReadChunk) }
+func FuzzArgsWriteBegin(f *testing.F)  { fuzzArgs(f, OpWriteBegin) }
+func FuzzArgsWriteChunk(f *testing.F)  { fuzzArgs(f, OpWriteChunk) }
+func FuzzArgsWriteCommit(f *testing.F) { fuzzArgs(f, OpWriteCommit) }
 
 // FuzzStrictScanner checks that the production scanner (checkStrict)
 // agrees with the tokenizer-based reference (refCheck) on every input that
@@ -180,7 +184,8 @@ func FuzzArgsExecRelease(f *testing.F) { fuzzArgs(f, OpExecRelease) }
 // duplicate, case-folded or unknown key the other refuses.
 func FuzzStrictScanner(f *testing.F) {
 	types := []reflect.Type{reflect.TypeFor[Request](), reflect.TypeFor[Response](),
-		reflect.TypeFor[ExecStartArgs](), reflect.TypeFor[WriteArgs](), reflect.TypeFor[HashArgs]()}
+		reflect.TypeFor[ExecStartArgs](), reflect.TypeFor[WriteArgs](), reflect.TypeFor[HashArgs](),
+		reflect.TypeFor[WriteBeginArgs](), reflect.TypeFor[WriteChunkArgs](), reflect.TypeFor[ReadChunkResult]()}
 	f.Fuzz(func(t *testing.T, which uint8, in []byte) {
 		if !json.Valid(in) {
 			return
