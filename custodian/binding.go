@@ -97,6 +97,13 @@ type terminal struct {
 	mu       sync.Mutex
 	exit     *wire.ExitStatus // the exit the custodian observed; nil until then
 	recorded bool             // the create receipt holds its final outcome
+	// final is the command's final output once an answer carried it
+	// (exec_wait, or exec_output showing the exit): terminal/output is
+	// then answered from it. goneRemote: the receiver forgot the terminal
+	// with its final wait (TerminalArgs.Release), so kill and release
+	// send nothing.
+	final      *wire.ExecOutputResult
+	goneRemote bool
 
 	// rel orders this session's releases of the terminal: one is sent at a
 	// time, a repeated one after a success sends nothing (relDone,

@@ -28,7 +28,17 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 	}
 	args := wire.ReadArgs{Path: rel, Line: deref(p.Line), Limit: deref(p.Limit)}
 	var res wire.ReadResult
-	err = cl.readOnly(ctx, wire.OpRead, &args, &res, func(r *audit.Record) {
+	send := func(ctx context.Context, conn ReceiverConn) error {
+		if err := conn.Call(ctx, wire.OpRead, cl.b.digest, cl.op.OpKey, cl.deadline, &args, &res); err != nil || !res.Chunked {
+			return err
+		}
+		whole, err := cl.readChunked(ctx, conn, &args, &res)
+		if err == nil {
+			res = *whole
+		}
+		return err
+	}
+	err = cl.readOnlyWith(ctx, send, func(r *audit.Record) {
 		r.Digests = map[string]string{"path": sha256Hex([]byte(rel)), "file": res.SHA256}
 		r.Sizes = map[string]int64{"file": res.Size, "content": int64(len(res.Content))}
 	})
@@ -66,7 +76,13 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
 	want := sha256Hex([]byte(p.Content))
 	var res wire.WriteResult
-	raw, err := cl.keyed(ctx, keyed{op: wire.OpWrite, args: &args, result: &res, digestArgs: writeDigestArgs(&args, want),
+	var send func(context.Context, ReceiverConn) error
+	if len(p.Content) > singleWriteMax { // more than one frame may hold: in chunks
+		send = func(ctx context.Context, conn ReceiverConn) error {
+			return cl.sendChunked(ctx, conn, &args, []byte(p.Content), want, &res)
+		}
+	}
+	raw, err := cl.keyed(ctx, keyed{op: wire.OpWrite, args: &args, result: &res, digestArgs: writeDigestArgs(&args, want), send: send,
 		settle: func() (any, *opstore.Receipt) {
 			outcome := opstore.Verified
 			if res.SHA256 != want {

@@ -98,6 +98,12 @@ func (c *Custodian) releaseAtEnd(ctx context.Context, b *binding, id string, t *
 	if !first { // released, or a release is in flight
 		return
 	}
+	if t.releasedRemotely() { // the receiver forgot it with its final wait
+		b.markReleased(id)
+		c.recordRelease(t)
+		t.endRelease(true)
+		return
+	}
 	t.rel.order.Lock()
 	err := c.sendEndRelease(ctx, b, id)
 	t.rel.order.Unlock()
@@ -157,7 +163,10 @@ func (c *Custodian) claimTerminals(ctx context.Context, b *binding, epoch uint64
 	ctx, cancel := context.WithTimeout(ctx, c.opts.AttachTimeout)
 	defer cancel()
 	dl, _ := ctx.Deadline()
-	for id := range ids {
+	for id, t := range ids {
+		if t.releasedRemotely() { // the receiver forgot it with its final wait
+			continue
+		}
 		rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.sessionID, TupleSHA256: b.digest, Principal: b.Principal,
 			Method: acp.ClientMethodTerminalOutput, OpKey: newKey("claim"), TaggedBy: TaggedByCustodian}
 		if c.auditDispatch(rec) != nil {

@@ -156,8 +156,16 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 	if err != nil {
 		return acp.WaitForTerminalExitResponse{}, err
 	}
+	if f := t.finalOutput(); f != nil { // the exit is known already: nothing to ask
+		cl.answeredFromFinal(len(f.Output))
+		return acp.WaitForTerminalExitResponse{ExitCode: f.Exit.ExitCode, Signal: signalPtr(f.Exit.Signal)}, nil
+	}
 	cl.waitPastCommandEnd(t)
 	var res wire.ExecWaitResult
+	// No release with the wait: an agent's cancel can abandon the answer
+	// after the receiver forgot the terminal, losing its exit
+	// (fixtures/e2e, cancelled command). The answer still carries the final
+	// output, so terminal/output after it sends nothing.
 	err = cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, exitAnnotate(&res.Exit))
 	if err != nil {
 		if ctx.Err() != nil {
@@ -166,8 +174,49 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 		return acp.WaitForTerminalExitResponse{}, err
 	}
 	cl.step(ctx, "exit-observed")
+	if res.Output != nil {
+		t.keepFinal(&wire.ExecOutputResult{Output: *res.Output, Truncated: res.Truncated, Exit: &res.Exit}, res.Released)
+	}
 	cl.c.recordExit(t, res.Exit, res.FileSHA256, "")
 	return acp.WaitForTerminalExitResponse{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}, nil
+}
+
+// keepFinal keeps the command's final output; goneRemote says the
+// receiver forgot the terminal with the answer that carried it.
+func (t *terminal) keepFinal(f *wire.ExecOutputResult, goneRemote bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.final == nil {
+		t.final = f
+	}
+	t.goneRemote = t.goneRemote || goneRemote
+}
+
+// finalOutput returns the final output kept, or nil.
+func (t *terminal) finalOutput() *wire.ExecOutputResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.final
+}
+
+// releasedRemotely reports whether the receiver forgot the terminal with
+// its final wait.
+func (t *terminal) releasedRemotely() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.goneRemote
+}
+
+// outcomeFromFinal is the audit outcome of a call answered from the final
+// output the custodian kept: nothing was sent.
+const outcomeFromFinal = "from_final_answer"
+
+// answeredFromFinal audits a call answered from the kept final output.
+func (cl *call) answeredFromFinal(outputBytes int) {
+	rec := cl.record(audit.KindResult)
+	rec.Outcome, rec.Code = outcomeFromFinal, codeNotSent
+	rec.Sizes = map[string]int64{"output": int64(outputBytes)}
+	cl.c.audit(rec)
 }
 
 // TerminalOutput serves terminal/output (read-only). The output goes to
@@ -182,6 +231,10 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 	if err != nil {
 		return acp.TerminalOutputResponse{}, err
 	}
+	if f := t.finalOutput(); f != nil { // final: the answer that carried it is the answer
+		cl.answeredFromFinal(len(f.Output))
+		return outputResponse(f), nil
+	}
 	var res wire.ExecOutputResult
 	err = cl.readOnly(ctx, wire.OpExecOutput, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, func(r *audit.Record) {
 		r.Sizes = map[string]int64{"output": int64(len(res.Output))}
@@ -190,13 +243,21 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 	if err != nil {
 		return acp.TerminalOutputResponse{}, err
 	}
+	if res.Exit != nil {
+		cl.step(ctx, "exit-observed")
+		t.keepFinal(&res, false)
+		cl.recordOutputExit(ctx, t, p.TerminalId, &res)
+	}
+	return outputResponse(&res), nil
+}
+
+// outputResponse is terminal/output's answer from the receiver's.
+func outputResponse(res *wire.ExecOutputResult) acp.TerminalOutputResponse {
 	out := acp.TerminalOutputResponse{Output: res.Output, Truncated: res.Truncated}
 	if res.Exit != nil {
 		out.ExitStatus = &acp.TerminalExitStatus{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}
-		cl.step(ctx, "exit-observed")
-		cl.recordOutputExit(ctx, t, p.TerminalId, *res.Exit)
 	}
-	return out, nil
+	return out
 }
 
 // exitGrace is how long after a command's own deadline a wait the

@@ -247,12 +247,19 @@ func (h *Handler) terminalOp(ctx context.Context, req *wire.Request, a *wire.Ter
 	if t == nil {
 		return nil, errcode.Errorf(errcode.CodeNotFound, "terminal %q does not exist for this tuple", a.TerminalID)
 	}
+	if a.Release && req.Op != wire.OpExecWait {
+		return nil, errcode.Errorf(errcode.CodeInvalid, "release is an argument of exec_wait alone, not of %s", req.Op)
+	}
 	h.terms.claim(t, wire.ConnOf(ctx)) // a reattach, if it was orphaned
 	switch req.Op {
 	case wire.OpExecOutput:
-		return t.outputSoFar(), nil
+		res := t.outputSoFar()
+		if res.FileSHA256 != nil && h.fits(res, "") != nil { // exec_wait still gives them
+			res.FileSHA256 = nil
+		}
+		return res, nil
 	case wire.OpExecWait:
-		return h.wait(ctx, t)
+		return h.wait(ctx, t, a.Release)
 	case wire.OpExecKill:
 		t.kill()
 		return &wire.Empty{}, nil
@@ -278,7 +285,13 @@ func (h *Handler) release(ctx context.Context, t *terminal) (*wire.Empty, error)
 	}
 }
 
-func (h *Handler) wait(ctx context.Context, t *terminal) (*wire.ExecWaitResult, error) {
+// wait answers once the terminal is final: its exit, its after-exit
+// digests and its final output, so the client needs no exec_output after
+// the exit. With release, the terminal is forgotten in the same answer
+// (it is final: nothing of it runs, and the answer holds all it kept);
+// when the output does not fit beside the digests, it is left out and the
+// terminal kept, for exec_output to give it.
+func (h *Handler) wait(ctx context.Context, t *terminal, release bool) (*wire.ExecWaitResult, error) {
 	select {
 	case <-t.done:
 	case <-ctx.Done():
@@ -286,11 +299,20 @@ func (h *Handler) wait(ctx context.Context, t *terminal) (*wire.ExecWaitResult, 
 	case <-h.closed:
 		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	}
-	res := &wire.ExecWaitResult{Exit: *t.status(), FileSHA256: t.hashes}
-	if len(res.FileSHA256) == 0 { // an exit status alone always fits a frame
+	out, trunc := t.out.Snapshot(true)
+	res := &wire.ExecWaitResult{Exit: *t.status(), FileSHA256: t.hashes, Output: &out, Truncated: trunc}
+	if h.fits(res, "") != nil {
+		res.Output, res.Truncated = nil, false
+		if err := h.fits(res, "hash_after_exit result"); err != nil {
+			return nil, err
+		}
 		return res, nil
 	}
-	return res, h.fits(res, "hash_after_exit result")
+	if release {
+		h.terms.remove(t.id)
+		res.Released = true
+	}
+	return res, nil
 }
 
 // outputPipe returns a child's output pipe: the read end in the runtime's

@@ -520,3 +520,60 @@ func TestReleaseAnswersTimeoutUntilFinal(t *testing.T) {
 		t.Fatal("the released terminal never became final")
 	}
 }
+
+// TestWaitCarriesFinalOutput: one exec_wait answers the exit, the
+// after-exit digests and the whole output; with release it forgets the
+// terminal in the same exchange, and release is refused on other ops.
+// exec_output after the exit carries the digests too.
+func TestWaitCarriesFinalOutput(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"sh", "-c", `printf 'a\nb'; printf x > made; exit 2`},
+		HashAfterExit: []string{"made"}})
+	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: id, Release: true}); code(err) != errcode.CodeInvalid {
+		t.Fatalf("exec_output with release: %v, want invalid", err)
+	}
+	sum := sha256.Sum256([]byte("x"))
+	res, err := f.call(f.grant, wire.OpExecWait, wire.TerminalArgs{TerminalID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := res.(*wire.ExecWaitResult)
+	if w.Output == nil || *w.Output != "a\nb" || w.Truncated || exitCode(w.Exit) != 2 || w.Released ||
+		w.FileSHA256["made"] != hex.EncodeToString(sum[:]) {
+		t.Fatalf("exec_wait = %+v", w)
+	}
+	if out := f.output(f.grant, id); out.FileSHA256["made"] != hex.EncodeToString(sum[:]) {
+		t.Fatalf("exec_output after exit: digests %v", out.FileSHA256)
+	}
+	res, err = f.call(f.grant, wire.OpExecWait, wire.TerminalArgs{TerminalID: id, Release: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.(*wire.ExecWaitResult); !w.Released || w.Output == nil || *w.Output != "a\nb" {
+		t.Fatalf("exec_wait with release = %+v", w)
+	}
+	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: id}); code(err) != errcode.CodeNotFound {
+		t.Fatalf("exec_output after a releasing wait: %v, want not_found", err)
+	}
+}
+
+// TestWaitLeavesOutOutputThatDoesNotFit: output whose encoding passes the
+// result bound beside the digests is left out (Output nil), and the
+// terminal is then kept even with release, so exec_output can give it.
+func TestWaitLeavesOutOutputThatDoesNotFit(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{Limits: Limits{MaxResultBytes: 65536}})
+	// 20000 control bytes encode as \u0001 each: 120000 bytes of JSON.
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"sh", "-c", `head -c 20000 /dev/zero | tr '\0' '\1'`}})
+	res, err := f.call(f.grant, wire.OpExecWait, wire.TerminalArgs{TerminalID: id, Release: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.(*wire.ExecWaitResult); w.Output != nil || w.Released || exitCode(w.Exit) != 0 {
+		t.Fatalf("exec_wait = %+v, want the exit without output, not released", w)
+	}
+	if out := f.output(f.grant, id); len(out.Output) != 20000 {
+		t.Fatalf("exec_output after: %d bytes", len(out.Output))
+	}
+}

@@ -33,6 +33,11 @@ func FuzzDecodeArgs(f *testing.F) {
 		wire.OpList:        `{"path":"."}{"path":"x"}`,
 		wire.OpStat:        `{"path":".","PATH":"x"}`,
 		wire.OpExecRelease: `[]`,
+		wire.OpReadChunk:   `{"path":"a","offset":10,"length":4096}`,
+		wire.OpWriteBegin:  `{"path":"a","size":3,"sha256":"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}`,
+		wire.OpWriteChunk:  `{"transfer_id":"w-1","offset":0,"data":"YWJj"}`,
+		wire.OpWriteCommit: `{"transfer_id":"w-1"}`,
+		wire.OpWriteAbort:  `{"transfer_id":"w-1","x":1}`,
 	}
 	for op, raw := range seeds {
 		f.Add(uint8(slices.Index(wire.Ops, op)), []byte(raw))

@@ -69,7 +69,8 @@ type Handler struct {
 	now      func() time.Time
 	log      *slog.Logger
 
-	terms *terminals
+	terms     *terminals
+	transfers *transfers
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -124,6 +125,7 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h.enforced = newEnforcement(opts.Cgroup)
+	h.transfers = newTransfers()
 	h.terms = newTerminals(lim.MaxTerminals)
 	h.terms.bound(lim.MaxTerminalsPerTuple, lim.orphanGrace(), h.log)
 	every := opts.RecheckEvery
@@ -143,6 +145,7 @@ func (h *Handler) Close() error {
 		close(h.closed)
 		h.sweeper.Wait()
 		h.terms.closeAll()
+		h.transfers.closeAll()
 		h.landlock.close()
 		h.cgroups.close()
 		h.cgv1.close()
@@ -186,7 +189,9 @@ var grantOp = map[wire.Op]admission.Op{
 	wire.OpWrite: admission.OpWrite, wire.OpList: admission.OpList,
 	wire.OpExecStart: admission.OpExec, wire.OpExecOutput: admission.OpExec,
 	wire.OpExecWait: admission.OpExec, wire.OpExecRelease: admission.OpExec,
-	wire.OpExecKill: admission.OpKill,
+	wire.OpExecKill:  admission.OpKill,
+	wire.OpReadChunk: admission.OpRead, wire.OpWriteBegin: admission.OpWrite, wire.OpWriteChunk: admission.OpWrite,
+	wire.OpWriteCommit: admission.OpWrite, wire.OpWriteAbort: admission.OpWrite,
 }
 
 func (h *Handler) dispatch(ctx context.Context, req *wire.Request, args any, g admission.Grant) (any, error) {
@@ -205,6 +210,14 @@ func (h *Handler) dispatch(ctx context.Context, req *wire.Request, args any, g a
 		return h.execStart(ctx, req, a, g)
 	case *wire.TerminalArgs:
 		return h.terminalOp(ctx, req, a)
+	case *wire.ReadChunkArgs:
+		return h.readChunk(g, a)
+	case *wire.WriteBeginArgs:
+		return h.writeBegin(ctx, req, g, a)
+	case *wire.WriteChunkArgs:
+		return h.writeChunk(req, a)
+	case *wire.TransferArgs:
+		return h.writeEnd(req, g, a)
 	}
 	return nil, errcode.Errorf(errcode.CodeInvalid, "op %s has no handler", req.Op)
 }

@@ -153,7 +153,11 @@ func (t *terminal) status() *wire.ExitStatus {
 func (t *terminal) outputSoFar() *wire.ExecOutputResult {
 	exit := t.status()
 	out, trunc := t.out.Snapshot(exit != nil)
-	return &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: exit}
+	res := &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: exit}
+	if exit != nil {
+		res.FileSHA256 = t.hashes
+	}
+	return res
 }
 
 var signalNames = map[syscall.Signal]string{

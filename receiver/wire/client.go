@@ -98,6 +98,10 @@ func (c *Client) Close() error {
 	return err
 }
 
+// MaxFrame returns the frame limit of this client: a chunked transfer
+// sizes its chunks by it.
+func (c *Client) MaxFrame() int { return c.limit }
+
 // Done is closed when the connection has ended (closed, broken, or a
 // protocol violation); Err then says why.
 func (c *Client) Done() <-chan struct{} { return c.done }

@@ -16,15 +16,22 @@ import (
 // answered with CodeInvalid; the connection stays up). docs/protocol.md
 // lists them under "Limits".
 const (
-	MaxPathBytes    = 4096 // one path argument
-	MaxPaths        = 1024 // HashArgs.Paths, ExecStartArgs.HashAfterExit
-	MaxArgv         = 1024 // ExecStartArgs.Argv entries
-	MaxEnv          = 256  // ExecStartArgs.Env entries
-	MaxTerminalID   = 128  // TerminalArgs.TerminalID bytes
-	MaxOpKeyBytes   = 128  // Request.OpKey
-	MaxLineOrLimit  = 1 << 30
-	maxModeBits     = 0o777 // WriteArgs.Mode: permission bits only
-	tupleDigestSize = 64
+	MaxPathBytes   = 4096 // one path argument
+	MaxPaths       = 1024 // HashArgs.Paths, ExecStartArgs.HashAfterExit
+	MaxArgv        = 1024 // ExecStartArgs.Argv entries
+	MaxEnv         = 256  // ExecStartArgs.Env entries
+	MaxTerminalID  = 128  // TerminalArgs.TerminalID bytes
+	MaxOpKeyBytes  = 128  // Request.OpKey
+	MaxLineOrLimit = 1 << 30
+	// MaxChunkBytes bounds the bytes of one read_chunk or write_chunk: in
+	// base64 with its envelope, a chunk this size still fits one 1 MiB frame.
+	MaxChunkBytes = 764 << 10
+	// MaxTransferBytes bounds offsets and sizes of chunked files (the
+	// grant's and the receiver's max_file_bytes apply within it).
+	MaxTransferBytes = 1 << 40
+	MaxTransferID    = 128   // TransferArgs.TransferID bytes
+	maxModeBits      = 0o777 // WriteArgs.Mode: permission bits only
+	tupleDigestSize  = 64
 )
 
 // ArgsType returns the Go type of op's args (for example ReadArgs for
@@ -47,6 +54,14 @@ func ArgsType(op Op) reflect.Type {
 		return reflect.TypeFor[ExecStartArgs]()
 	case OpExecOutput, OpExecWait, OpExecKill, OpExecRelease:
 		return reflect.TypeFor[TerminalArgs]()
+	case OpReadChunk:
+		return reflect.TypeFor[ReadChunkArgs]()
+	case OpWriteBegin:
+		return reflect.TypeFor[WriteBeginArgs]()
+	case OpWriteChunk:
+		return reflect.TypeFor[WriteChunkArgs]()
+	case OpWriteCommit, OpWriteAbort:
+		return reflect.TypeFor[TransferArgs]()
 	}
 	return nil
 }
@@ -301,3 +316,43 @@ func (a *ExecStartArgs) validate() *errcode.Error {
 	}
 	return checkPaths("hash_after_exit", a.HashAfterExit, false)
 }
+
+func (a *ReadChunkArgs) validate() *errcode.Error {
+	switch {
+	case a.Offset < 0 || a.Offset > MaxTransferBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "offset must be in 0..%d", int64(MaxTransferBytes))
+	case a.Length < 1 || a.Length > MaxChunkBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "length must be in 1..%d", MaxChunkBytes)
+	}
+	return checkPath("path", a.Path)
+}
+
+func (a *WriteBeginArgs) validate() *errcode.Error {
+	switch {
+	case a.Size < 0 || a.Size > MaxTransferBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "size must be in 0..%d", int64(MaxTransferBytes))
+	case !ValidDigest(a.SHA256):
+		return errcode.Errorf(errcode.CodeInvalid, "sha256 is not 64 lowercase hex digits")
+	}
+	w := WriteArgs{Path: a.Path, Mode: a.Mode, ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent}
+	return w.validate()
+}
+
+func checkTransferID(id string) *errcode.Error {
+	if id == "" || len(id) > MaxTransferID {
+		return errcode.Errorf(errcode.CodeInvalid, "transfer_id must be 1..%d bytes", MaxTransferID)
+	}
+	return nil
+}
+
+func (a *WriteChunkArgs) validate() *errcode.Error {
+	switch {
+	case a.Offset < 0 || a.Offset > MaxTransferBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "offset must be in 0..%d", int64(MaxTransferBytes))
+	case len(a.Data) == 0 || len(a.Data) > MaxChunkBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "data must be 1..%d bytes", MaxChunkBytes)
+	}
+	return checkTransferID(a.TransferID)
+}
+
+func (a *TransferArgs) validate() *errcode.Error { return checkTransferID(a.TransferID) }

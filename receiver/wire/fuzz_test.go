@@ -175,3 +175,7 @@ func FuzzArgsExecOutput(f *testing.F)  { fuzzArgs(f, OpExecOutput) }
 func FuzzArgsExecWait(f *testing.F)    { fuzzArgs(f, OpExecWait) }
 func FuzzArgsExecKill(f *testing.F)    { fuzzArgs(f, OpExecKill) }
 func FuzzArgsExecRelease(f *testing.F) { fuzzArgs(f, OpExecRelease) }
+func FuzzArgsReadChunk(f *testing.F)   { fuzzArgs(f, OpReadChunk) }
+func FuzzArgsWriteBegin(f *testing.F)  { fuzzArgs(f, OpWriteBegin) }
+func FuzzArgsWriteChunk(f *testing.F)  { fuzzArgs(f, OpWriteChunk) }
+func FuzzArgsWriteCommit(f *testing.F) { fuzzArgs(f, OpWriteCommit) }

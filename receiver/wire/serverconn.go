@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -198,7 +199,15 @@ func encodeAnswer(s *Server, id uint64, result any, err error) []byte {
 			resp.Result = raw
 		}
 	}
-	payload, _ := json.Marshal(&resp) // Response with a valid RawMessage always encodes
+	var payload []byte
+	if resp.Error == nil {
+		// json.Marshal's output is compact, valid JSON: the envelope is
+		// written around it, not encoded (and the result scanned) again.
+		payload = append(strconv.AppendUint(append(make([]byte, 0, len(resp.Result)+40), `{"id":`...), id, 10), `,"result":`...)
+		payload = append(append(payload, resp.Result...), '}')
+	} else {
+		payload, _ = json.Marshal(&resp)
+	}
 	if len(payload) > s.limit {
 		payload, _ = json.Marshal(&Response{ID: id, Error: errcode.Errorf(errcode.CodeTooLarge,
 			"answer of %d bytes exceeds the frame limit of %d", len(payload), s.limit)})
