@@ -15,7 +15,7 @@ func fieldType(t reflect.Type, fields map[string]reflect.Type, key, path string)
 	case fields != nil:
 		ft, ok := fields[key]
 		if !ok {
-			return nil, refuse(ErrUnknownField, path, "%q", key)
+			return nil, refuseKey(ErrUnknownField, path, key)
 		}
 		return ft, nil
 	case t != nil && t.Kind() == reflect.Map:

@@ -185,7 +185,7 @@ func (s *scanner) object(t reflect.Type, path string) error {
 			return err
 		}
 		if _, dup := seen[key]; dup {
-			return refuse(ErrDuplicateKey, path, "%q", key)
+			return refuseKey(ErrDuplicateKey, path, key)
 		}
 		seen[key] = struct{}{}
 		next, err := fieldType(t, fields, key, path)

@@ -42,19 +42,24 @@ var (
 	ErrType         = errors.New("value does not fit the field") // encoding/json's type errors
 )
 
-// Error is a refusal: the failed check (one of the sentinels), where in the
-// document (a path such as `.grants[0].tuple`, empty at the top level) and
-// the cause, if any.
+// Error is a refusal: the failed check (one of the sentinels), the key it
+// failed on (for a duplicate or unknown key), where in the document (a path
+// such as `.grants[0].tuple`, empty at the top level) and the cause, if any.
 type Error struct {
 	Check  error
+	Key    string
 	Path   string
 	Detail string
 	Err    error
 }
 
-// Error names the check, the place and the detail.
+// Error names the check, the key, the place and the detail, as in
+// `strict json: unknown field "fallback" at ".grants[0]"`.
 func (e *Error) Error() string {
 	msg := fmt.Sprintf("%s: %s", ErrInvalid, e.Check)
+	if e.Check == ErrDuplicateKey || e.Check == ErrUnknownField {
+		msg += fmt.Sprintf(" %q", e.Key)
+	}
 	if e.Path != "" {
 		msg += fmt.Sprintf(" at %q", e.Path)
 	}
@@ -73,6 +78,10 @@ func (e *Error) Unwrap() []error {
 		return []error{ErrInvalid, e.Check, e.Err}
 	}
 	return []error{ErrInvalid, e.Check}
+}
+
+func refuseKey(check error, path, key string) *Error {
+	return &Error{Check: check, Key: key, Path: path}
 }
 
 func refuse(check error, path, format string, args ...any) *Error {

@@ -112,7 +112,7 @@ func TestDecodeTarget(t *testing.T) {
 func TestErrorNamesCheckAndPath(t *testing.T) {
 	var v outer
 	err := Decode([]byte(`{"items":[{"a":"1"},{"a":"1","a":"2"}]}`), 100, &v)
-	if got := err.Error(); got != `strict json: duplicate key at ".items[1]": "a"` {
+	if got := err.Error(); got != `strict json: duplicate key "a" at ".items[1]"` {
 		t.Fatalf("message %q", got)
 	}
 }
