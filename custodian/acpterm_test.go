@@ -13,11 +13,11 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // liveAgent is an in-process custodian bound to a real receiver process,
@@ -165,7 +165,7 @@ func TestIntegrationTerminalShellLineAndBareNames(t *testing.T) {
 		t.Fatalf("bare name with no PATH: output %q", out.Output)
 	}
 	_, err = la.create(acp.CreateTerminalRequest{Command: "bin/id", Args: []string{"-u"}})
-	wantCode(t, err, wire.CodeInvalid)
+	wantCode(t, err, errcode.CodeInvalid)
 }
 
 // TestIntegrationTerminalOutputPolledWhileRunning: terminal/output on a
@@ -229,7 +229,7 @@ func TestIntegrationTerminalRepeatedKillAndRelease(t *testing.T) {
 	must(t, la.release(id))
 	must(t, la.kill(id))
 	_, err = la.output(id)
-	wantCode(t, err, wire.CodeNotFound)
+	wantCode(t, err, errcode.CodeNotFound)
 	recs := la.audit()
 	if n := countRecords(recs, audit.KindResult, codeNotSent); n != 2 {
 		t.Fatalf("%d audit results coded %s, want 2 (the second release, the kill after it)", n, codeNotSent)

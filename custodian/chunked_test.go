@@ -12,9 +12,9 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/opstore"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // genText is about n bytes of numbered UTF-8 lines (the last one cut
@@ -125,7 +125,7 @@ func TestIntegrationChunkedWriteOverBound(t *testing.T) {
 	la := newLiveAgent(t)
 	content := bytes.Repeat([]byte("x"), 64<<20+1)
 	_, err := la.writeFile("huge.txt", content, nil)
-	wantCode(t, err, wire.CodeTooLarge)
+	wantCode(t, err, errcode.CodeTooLarge)
 	if _, err := os.Stat(la.rr.file("huge.txt")); !os.IsNotExist(err) {
 		t.Fatalf("huge.txt: %v", err)
 	}

@@ -7,7 +7,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -104,7 +105,7 @@ func (cl *call) claimRelease(ctx context.Context, t *terminal) (bool, error) {
 		case <-ctx.Done():
 			return false, acp.NewRequestCancelled(nil)
 		case <-time.After(time.Until(cl.deadline)):
-			return false, acpmeta.NewError(wire.CodeTimeout, "a release of this terminal was still in flight at the deadline")
+			return false, acpmeta.NewError(errcode.CodeTimeout, "a release of this terminal was still in flight at the deadline")
 		}
 	}
 }

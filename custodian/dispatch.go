@@ -6,7 +6,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -76,9 +77,9 @@ func (cl *call) conn() (ReceiverConn, error) {
 	conn, err := cl.b.Receiver.onEpoch(cl.epoch)
 	if err != nil {
 		if cl.b.fenceEpoch(cl.epoch, err.Error()) {
-			cl.c.auditFence(cl.b, wire.CodeFateUnknown)
+			cl.c.auditFence(cl.b, errcode.CodeFateUnknown)
 		}
-		return nil, acpmeta.NewError(wire.CodeFenced, "session %s: %v; reattach with %s",
+		return nil, acpmeta.NewError(errcode.CodeFenced, "session %s: %v; reattach with %s",
 			cl.b.sessionID, err, acpmeta.MethodAttach)
 	}
 	return conn, nil
@@ -143,10 +144,10 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	t, replay, err := begin(ctx, cl.intent(digest))
 	switch {
 	case errors.Is(err, opstore.ErrConflict):
-		cl.refuse(wire.CodeOpKeyConflict)
-		return nil, acpmeta.NewError(wire.CodeOpKeyConflict, "%v", err)
+		cl.refuse(errcode.CodeOpKeyConflict)
+		return nil, acpmeta.NewError(errcode.CodeOpKeyConflict, "%v", err)
 	case err != nil:
-		return nil, acpmeta.NewError(wire.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
+		return nil, acpmeta.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
 	case replay != nil:
 		return cl.replay(replay)
 	}
@@ -195,7 +196,7 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	if err != nil {
 		r := failedReceipt(err)
 		cl.finish(t, r)
-		return nil, acpmeta.NewError(wire.Code(r.Error.Code), "%s", r.Error.Message)
+		return nil, acpmeta.NewError(errcode.Code(r.Error.Code), "%s", r.Error.Message)
 	}
 	return cl.settle(t, k)
 }
@@ -208,15 +209,15 @@ func failedReceipt(err error) *opstore.Receipt {
 	var bc *errBeforeCommit
 	if errors.As(err, &bc) {
 		code, _ := codeMessage(bc.err)
-		if code == wire.CodeFateUnknown || code == wire.CodeUnavailable || code == wire.CodeTimeout {
+		if code == errcode.CodeFateUnknown || code == errcode.CodeUnavailable || code == errcode.CodeTimeout {
 			return &opstore.Receipt{Outcome: opstore.Interrupted, Note: noteTransferBroken,
-				Error: &opstore.ResultError{Code: string(wire.CodeInterrupted), Message: bc.Error()}}
+				Error: &opstore.ResultError{Code: string(errcode.CodeInterrupted), Message: bc.Error()}}
 		}
 		err = bc.err // refused (a chunk past the size bound, a revoked grant): that is the answer
 	}
 	code, msg := codeMessage(err)
 	outcome := opstore.Failed
-	if code == wire.CodeFateUnknown {
+	if code == errcode.CodeFateUnknown {
 		outcome = opstore.Interrupted
 	}
 	return &opstore.Receipt{Outcome: outcome, Error: &opstore.ResultError{Code: string(code), Message: msg}}
@@ -265,9 +266,9 @@ func (cl *call) replay(r *opstore.Receipt) (json.RawMessage, error) {
 	rec.RequestSHA256, rec.Outcome, rec.Code = r.RequestSHA256, string(r.Outcome), "replay"
 	cl.c.audit(rec)
 	if r.Error != nil && r.Response == nil {
-		code := wire.Code(r.Error.Code)
+		code := errcode.Code(r.Error.Code)
 		if !code.Valid() {
-			code = wire.CodeInternal
+			code = errcode.CodeInternal
 		}
 		return nil, acpmeta.NewError(code, "%s", r.Error.Message)
 	}
@@ -295,7 +296,7 @@ func decodeResponse[T any](raw json.RawMessage, err error) (T, error) {
 		return out, err
 	}
 	if uerr := json.Unmarshal(raw, &out); uerr != nil {
-		return out, acpmeta.NewError(wire.CodeInternal, "stored response does not decode")
+		return out, acpmeta.NewError(errcode.CodeInternal, "stored response does not decode")
 	}
 	return out, nil
 }

@@ -36,7 +36,7 @@ func (c *Custodian) recordExit(t *terminal, exit wire.ExitStatus, hashes map[str
 	outcome, checks := execOutcome(exit, t.expect, hashes)
 	c.completeLocked(t, func(r *opstore.Receipt) {
 		r.Outcome, r.Files, r.Note = outcome, checks, note
-		r.Exit = &opstore.Exit{ExitCode: exit.ExitCode, Signal: exit.Signal}
+		r.Exit = &exit
 	})
 }
 

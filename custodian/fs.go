@@ -6,7 +6,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -69,8 +70,8 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	}
 	exp, _, err := acpmeta.ExpectFromMeta(p.Meta)
 	if err != nil {
-		cl.refuse(wire.CodeInvalid)
-		return acp.WriteTextFileResponse{}, acpmeta.NewError(wire.CodeInvalid, "%v", err)
+		cl.refuse(errcode.CodeInvalid)
+		return acp.WriteTextFileResponse{}, acpmeta.NewError(errcode.CodeInvalid, "%v", err)
 	}
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
 	want := sha256Hex([]byte(p.Content))

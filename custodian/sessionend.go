@@ -9,6 +9,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -110,7 +111,7 @@ func (c *Custodian) releaseAtEnd(ctx context.Context, b *binding, id string, t *
 	case err == nil:
 		b.markReleased(id)
 		c.recordRelease(t)
-	case code == wire.CodeNotFound: // gone already: its exit is unknown here
+	case code == errcode.CodeNotFound: // gone already: its exit is unknown here
 		b.markReleased(id)
 		c.recordUnknownAtEnd(t)
 		err = nil

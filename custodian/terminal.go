@@ -7,7 +7,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -111,8 +112,8 @@ func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[
 }
 
 func (cl *call) invalid(format string, args ...any) error {
-	cl.refuse(wire.CodeInvalid)
-	return acpmeta.NewError(wire.CodeInvalid, format, args...)
+	cl.refuse(errcode.CodeInvalid)
+	return acpmeta.NewError(errcode.CodeInvalid, format, args...)
 }
 
 // terminalOf returns a terminal this binding started and has not
@@ -124,8 +125,8 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 		return nil, err
 	}
 	if released, _ := t.releaseState(); released {
-		cl.refuse(wire.CodeNotFound)
-		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
+		cl.refuse(errcode.CodeNotFound)
+		return nil, acpmeta.NewError(errcode.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
 	}
 	return t, nil
 }
@@ -135,8 +136,8 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 func (cl *call) knownTerminal(id string) (*terminal, error) {
 	t, ok := cl.b.terminal(id)
 	if !ok {
-		cl.refuse(wire.CodeNotFound)
-		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
+		cl.refuse(errcode.CodeNotFound)
+		return nil, acpmeta.NewError(errcode.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
 	}
 	return t, nil
 }

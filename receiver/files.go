@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -195,7 +196,7 @@ func (h *Handler) fits(v any, what string) error {
 		return err
 	}
 	if len(b) > h.limits.MaxResultBytes {
-		return wire.Errorf(wire.CodeTooLarge, "%s encodes to %d bytes, limit %d; %s", "result", len(b), h.limits.MaxResultBytes, what)
+		return errcode.Errorf(errcode.CodeTooLarge, "%s encodes to %d bytes, limit %d; %s", "result", len(b), h.limits.MaxResultBytes, what)
 	}
 	return nil
 }
@@ -203,39 +204,39 @@ func (h *Handler) fits(v any, what string) error {
 // errCodes maps the errors of fsops and spawn onto wire codes.
 var errCodes = []struct {
 	err  error
-	code wire.Code
+	code errcode.Code
 }{
-	{fsops.ErrEscape, wire.CodePathEscape},
-	{fsops.ErrNotFound, wire.CodeNotFound},
-	{fsops.ErrNotDir, wire.CodeNotFound},
-	{fsops.ErrTooLarge, wire.CodeTooLarge},
-	{fsops.ErrPrecondition, wire.CodePrecondition},
-	{fsops.ErrBusy, wire.CodeBusy},
-	{fsops.ErrHardLink, wire.CodeDenied},
-	{fsops.ErrSymlink, wire.CodeDenied},
-	{fsops.ErrNotRegular, wire.CodeInvalid},
-	{fsops.ErrNotText, wire.CodeInvalid},
-	{fsops.ErrInvalid, wire.CodeInvalid},
-	{fsops.ErrDigest, wire.CodeInvalid},
-	{spawn.ErrCapability, wire.CodeDenied},
-	{spawn.ErrLoaderEnv, wire.CodeDenied},
-	{spawn.ErrSpec, wire.CodeInvalid},
-	{spawn.ErrLandlock, wire.CodeDenied},
-	{fs.ErrNotExist, wire.CodeNotFound},
-	{fs.ErrPermission, wire.CodeDenied},
-	{spawn.ErrStart, wire.CodeDenied},
+	{fsops.ErrEscape, errcode.CodePathEscape},
+	{fsops.ErrNotFound, errcode.CodeNotFound},
+	{fsops.ErrNotDir, errcode.CodeNotFound},
+	{fsops.ErrTooLarge, errcode.CodeTooLarge},
+	{fsops.ErrPrecondition, errcode.CodePrecondition},
+	{fsops.ErrBusy, errcode.CodeBusy},
+	{fsops.ErrHardLink, errcode.CodeDenied},
+	{fsops.ErrSymlink, errcode.CodeDenied},
+	{fsops.ErrNotRegular, errcode.CodeInvalid},
+	{fsops.ErrNotText, errcode.CodeInvalid},
+	{fsops.ErrInvalid, errcode.CodeInvalid},
+	{fsops.ErrDigest, errcode.CodeInvalid},
+	{spawn.ErrCapability, errcode.CodeDenied},
+	{spawn.ErrLoaderEnv, errcode.CodeDenied},
+	{spawn.ErrSpec, errcode.CodeInvalid},
+	{spawn.ErrLandlock, errcode.CodeDenied},
+	{fs.ErrNotExist, errcode.CodeNotFound},
+	{fs.ErrPermission, errcode.CodeDenied},
+	{spawn.ErrStart, errcode.CodeDenied},
 }
 
 // toWire gives err its code; an unclassified error is logged and sent as
 // internal, so internals never reach the peer.
 func (h *Handler) toWire(op wire.Op, err error) error {
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		return we
 	}
 	for _, m := range errCodes {
 		if errors.Is(err, m.err) {
-			return wire.Errorf(m.code, "%s: %v", op, err)
+			return errcode.Errorf(m.code, "%s: %v", op, err)
 		}
 	}
 	return h.logInternal(op, err)

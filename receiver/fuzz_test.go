@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -50,8 +51,8 @@ func FuzzDecodeArgs(f *testing.F) {
 		op := wire.Ops[int(opIndex)%len(wire.Ops)]
 		args, err := decodeArgs(&wire.Request{Op: op, Args: raw})
 		if err != nil {
-			var we *wire.Error
-			if !errors.As(err, &we) || we.Code != wire.CodeInvalid {
+			var we *errcode.Error
+			if !errors.As(err, &we) || we.Code != errcode.CodeInvalid {
 				t.Fatalf("decode error %v is not invalid", err)
 			}
 			return

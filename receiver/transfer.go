@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -56,11 +57,11 @@ func (ts *transfers) open(tuple string, conn *wire.Conn, st *fsops.Staged) (*tra
 	defer ts.mu.Unlock()
 	switch n := ts.countLocked(tuple); {
 	case ts.closed:
-		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	case n >= MaxTransfersPerTuple:
-		return nil, wire.Errorf(wire.CodeDenied, "this tuple has %d chunked writes open, its limit; commit or abort one", n)
+		return nil, errcode.Errorf(errcode.CodeDenied, "this tuple has %d chunked writes open, its limit; commit or abort one", n)
 	case len(ts.byID) >= MaxTransfers:
-		return nil, wire.Errorf(wire.CodeDenied, "the receiver has %d chunked writes open, its limit", len(ts.byID))
+		return nil, errcode.Errorf(errcode.CodeDenied, "the receiver has %d chunked writes open, its limit", len(ts.byID))
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
@@ -118,12 +119,12 @@ func (ts *transfers) get(tuple, id string) (*transfer, error) {
 	t := ts.byID[id]
 	ts.mu.Unlock()
 	if t == nil || t.tuple != tuple {
-		return nil, wire.Errorf(wire.CodeNotFound, "no open chunked write %q for this tuple (committed, aborted, idle past %s, or its connection ended)", id, TransferIdle)
+		return nil, errcode.Errorf(errcode.CodeNotFound, "no open chunked write %q for this tuple (committed, aborted, idle past %s, or its connection ended)", id, TransferIdle)
 	}
 	t.mu.Lock()
 	if t.st == nil { // dropped while we waited
 		t.mu.Unlock()
-		return nil, wire.Errorf(wire.CodeNotFound, "chunked write %q was dropped", id)
+		return nil, errcode.Errorf(errcode.CodeNotFound, "chunked write %q was dropped", id)
 	}
 	t.idle.Stop()
 	return t, nil

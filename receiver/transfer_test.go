@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -110,18 +111,18 @@ func TestIntegrationChunkedWriteRefusals(t *testing.T) {
 	c := newConns(f)
 	cl := c.open()
 	var b wire.WriteBeginResult
-	if err := c.call(cl, wire.OpWriteBegin, wire.WriteBeginArgs{Path: "f", Size: 1<<20 + 1, SHA256: hexSHA(nil)}, &b); code(err) != wire.CodeTooLarge {
+	if err := c.call(cl, wire.OpWriteBegin, wire.WriteBeginArgs{Path: "f", Size: 1<<20 + 1, SHA256: hexSHA(nil)}, &b); code(err) != errcode.CodeTooLarge {
 		t.Fatalf("begin over max_file_bytes: %v", err)
 	}
 	if err := c.call(cl, wire.OpWriteBegin, wire.WriteBeginArgs{Path: "f", Size: 10, SHA256: hexSHA(nil)}, &b); err != nil {
 		t.Fatal(err)
 	}
 	over := wire.WriteChunkArgs{TransferID: b.TransferID, Data: make([]byte, 11)}
-	if err := c.call(cl, wire.OpWriteChunk, over, &wire.WriteChunkResult{}); code(err) != wire.CodeTooLarge {
+	if err := c.call(cl, wire.OpWriteChunk, over, &wire.WriteChunkResult{}); code(err) != errcode.CodeTooLarge {
 		t.Fatalf("chunk past the declared size: %v", err)
 	}
 	over.Data = make([]byte, 1)
-	if err := c.call(cl, wire.OpWriteChunk, over, &wire.WriteChunkResult{}); code(err) != wire.CodeNotFound {
+	if err := c.call(cl, wire.OpWriteChunk, over, &wire.WriteChunkResult{}); code(err) != errcode.CodeNotFound {
 		t.Fatalf("chunk after a refused chunk: %v, want not_found (the transfer was dropped)", err)
 	}
 	for i := range MaxTransfersPerTuple {
@@ -129,13 +130,13 @@ func TestIntegrationChunkedWriteRefusals(t *testing.T) {
 			t.Fatalf("begin %d: %v", i, err)
 		}
 	}
-	if err := c.call(cl, wire.OpWriteBegin, wire.WriteBeginArgs{Path: "f", Size: 1, SHA256: hexSHA([]byte("x"))}, &b); code(err) != wire.CodeDenied {
+	if err := c.call(cl, wire.OpWriteBegin, wire.WriteBeginArgs{Path: "f", Size: 1, SHA256: hexSHA([]byte("x"))}, &b); code(err) != errcode.CodeDenied {
 		t.Fatalf("begin past the per-tuple bound: %v", err)
 	}
 	other := f.newGrant("other", allOps...)
 	f.publish(g, other)
 	_, err := f.call(other, wire.OpWriteChunk, wire.WriteChunkArgs{TransferID: b.TransferID, Data: []byte("x")})
-	if code(err) != wire.CodeNotFound {
+	if code(err) != errcode.CodeNotFound {
 		t.Fatalf("another tuple's chunk: %v", err)
 	}
 	if err := os.WriteFile(filepath.Join(g.Tuple.Root, "f"), []byte("old"), 0o644); err != nil {
@@ -174,7 +175,7 @@ func TestChunkedWriteContentMismatch(t *testing.T) {
 	if _, err := f.call(f.grant, wire.OpWriteChunk, wire.WriteChunkArgs{TransferID: id, Data: content}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.call(f.grant, wire.OpWriteCommit, wire.TransferArgs{TransferID: id}); code(err) != wire.CodeInvalid {
+	if _, err := f.call(f.grant, wire.OpWriteCommit, wire.TransferArgs{TransferID: id}); code(err) != errcode.CodeInvalid {
 		t.Fatalf("commit of other bytes: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(f.grant.Tuple.Root, "m")); !os.IsNotExist(err) {

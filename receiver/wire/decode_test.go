@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // envelope wraps args in an otherwise valid request.
@@ -109,7 +111,7 @@ func TestDecodeRequestRefusesFields(t *testing.T) {
 	for name, payload := range cases {
 		t.Run(name, func(t *testing.T) {
 			req, err := DecodeRequest([]byte(payload))
-			if codeOf(err) != CodeInvalid {
+			if codeOf(err) != errcode.CodeInvalid {
 				t.Fatalf("err = %v, want CodeInvalid", err)
 			}
 			if req == nil || req.ID != 7 {

@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // Op names one member of the closed set of receiver operations. A request
@@ -71,7 +73,7 @@ type Request struct {
 type Response struct {
 	ID     uint64          `json:"id"`
 	Result json.RawMessage `json:"result,omitempty"`
-	Error  *Error          `json:"error,omitempty"`
+	Error  *errcode.Error  `json:"error,omitempty"`
 }
 
 // Empty is the args or result of ops that carry none.

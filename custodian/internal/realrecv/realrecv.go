@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/fixtures/testenv"
 )
@@ -119,7 +120,7 @@ func Start(t testing.TB) *Receiver {
 
 func (rr *Receiver) publish(t testing.TB, dir string, key signing.PrivateKey) {
 	t.Helper()
-	pub, err := admission.NewPublisher(admission.PublisherConfig{Dir: dir, Key: key})
+	pub, err := signedfile.NewPublisher(signedfile.PublisherConfig{Dir: dir, Key: key})
 	Must(t, err)
 	now := time.Now()
 	g := admission.Grant{Tuple: rr.Tuple, UID: GrantUID, GID: GrantGID, Groups: []uint32{},
