@@ -136,6 +136,12 @@ type owner struct {
 // bound to.
 func (s *EtcdStore) Lease() clientv3.LeaseID { return s.sess.Lease() }
 
+// Lost is closed when the store's ownership lease has ended (expired
+// while etcd was unreachable or this process was frozen, or revoked):
+// every session it owned may have been claimed by another custodian, and
+// its writes are refused (ErrFenced). Open a new store to claim again.
+func (s *EtcdStore) Lost() <-chan struct{} { return s.sess.Done() }
+
 // Token returns the fencing token of a session this store claimed:
 // the create revision of its owner key. It fails with ErrNotClaimed for a
 // session never claimed, and ErrFenced once the lease is lost.
