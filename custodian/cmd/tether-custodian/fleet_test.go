@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/custodian/internal/realrecv"
+	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/fixtures/etcdtest"
 	"github.com/tetherdev/tether/receiver/caps"
 )
