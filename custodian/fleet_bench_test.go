@@ -155,7 +155,7 @@ func BenchmarkIntegrationFleetTakeover(b *testing.B) {
 		fs := fc
 		fs.Standby = true
 		standby := startFleet(b, fs, fmt.Sprintf("standby-%d", i))
-		time.Sleep(100 * time.Millisecond) // the standby is watching the owner key
+		standby.waiting(b) // connected to etcd: the kill is not timed against its start
 		killed := time.Now()
 		owner.kill()
 		standby.bound(b)

@@ -57,8 +57,9 @@ type fleetConfig struct {
 	StopNth int64  `json:"stop_nth"`
 }
 
-// fleetHelper is the fleet custodian process. It prints "claimed TOKEN
-// N" (a standby's takeover: N keys interrupted) and "bound TOKEN" on fd 3,
+// fleetHelper is the fleet custodian process. It prints "waiting" (a
+// standby connected to etcd, about to wait for the owner's lease), "claimed
+// TOKEN N" (its takeover: N keys interrupted) and "bound TOKEN" on fd 3,
 // then serves the agent until its stdin closes.
 func fleetHelper() int {
 	var fc fleetConfig
@@ -87,6 +88,7 @@ func fleetHelper() int {
 		}
 	}
 	if fc.Standby {
+		fmt.Fprintln(status, "waiting")
 		cl, err := c.TakeOver(ctx, fc.Session)
 		if err != nil {
 			return fail("take over", err)
@@ -203,8 +205,8 @@ func startFleet(t testing.TB, fc fleetConfig, name string) *fleetProc {
 	return p
 }
 
-// next returns the process's next status line ("claimed ...", "bound
-// ...", "error ..."), failing the test after within.
+// next returns the process's next status line ("waiting", "claimed ...",
+// "bound ...", "error ..."), failing the test after within.
 func (p *fleetProc) next(t testing.TB, within time.Duration) string {
 	t.Helper()
 	select {
@@ -222,11 +224,20 @@ func (p *fleetProc) next(t testing.TB, within time.Duration) string {
 	return ""
 }
 
+// waiting waits until a standby is connected to etcd and about to wait
+// for the owner's lease.
+func (p *fleetProc) waiting(t testing.TB) {
+	t.Helper()
+	if l := p.next(t, time.Minute); l != "waiting" {
+		t.Fatalf("fleet custodian %s: %q, want waiting", p.fc.Name, l)
+	}
+}
+
 // bound waits for the bind and returns the fencing token.
 func (p *fleetProc) bound(t testing.TB) uint64 {
 	t.Helper()
 	l := p.next(t, time.Minute)
-	if strings.HasPrefix(l, "claimed ") {
+	for l == "waiting" || strings.HasPrefix(l, "claimed ") {
 		l = p.next(t, time.Minute)
 	}
 	tok, err := strconv.ParseUint(strings.TrimPrefix(l, "bound "), 10, 64)

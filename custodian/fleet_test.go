@@ -71,6 +71,7 @@ func TestIntegrationFleetPartitionFenced(t *testing.T) {
 	fb := fc
 	fb.Standby = true
 	b := startFleet(t, fb, "custodian-b")
+	b.waiting(t)
 	if l := b.next(t, time.Minute); !strings.HasPrefix(l, "claimed ") || !strings.HasSuffix(l, " 1") {
 		t.Fatalf("B's takeover: %q, want one key interrupted (p2)", l)
 	}
