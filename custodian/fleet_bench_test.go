@@ -159,7 +159,7 @@ func BenchmarkIntegrationFleetTakeover(b *testing.B) {
 		killed := time.Now()
 		owner.kill()
 		standby.bound(b)
-		if _, err := standby.exec(ctx, "first", "true"); err != nil {
+		if _, err := standby.exec(ctx, fmt.Sprintf("first-%d", i), "true"); err != nil { // the receiver keeps op keys per tuple: one per iteration
 			b.Fatalf("the standby's first op: %v", err)
 		}
 		took = append(took, time.Since(killed))
