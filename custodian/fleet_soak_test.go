@@ -96,6 +96,23 @@ type fleetSoak struct {
 	n         int
 	kills     int
 	takeovers []time.Duration
+	restarts  atomic.Int64 // etcd member restarts so far (restartEtcdMembers)
+}
+
+// minSoakRestarts: the soak's last op waits until this many etcd member
+// restarts happened while ops ran, however fast the machine.
+const minSoakRestarts = 2
+
+// awaitRestarts waits (bounded by ctx) until minSoakRestarts restarts
+// happened.
+func (s *fleetSoak) awaitRestarts(ctx context.Context) {
+	for s.restarts.Load() < minSoakRestarts {
+		select {
+		case <-ctx.Done():
+			s.t.Fatalf("only %d etcd member restarts: %v", s.restarts.Load(), ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 func (s *fleetSoak) run(ctx context.Context) {
@@ -104,6 +121,9 @@ func (s *fleetSoak) run(ctx context.Context) {
 	var killedAt atomic.Int64 // unix ns of the last kill whose takeover is not measured yet
 	budget, retries := s.budget(), 0
 	for i := 0; i < s.n; {
+		if i == s.n-1 {
+			s.awaitRestarts(ctx)
+		}
 		if budget == 0 {
 			go func(p *fleetProc) { // lands anywhere inside the next op
 				time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
@@ -155,13 +175,12 @@ func (s *fleetSoak) replace(p *fleetProc) *fleetProc {
 }
 
 // restartEtcdMembers stops and restarts one random member at a time
-// (quorum kept) until stop closes, and returns how many restarts it made.
-func restartEtcdMembers(t *testing.T, c *etcdtest.Cluster, stop chan struct{}) int {
-	n := 0
+// (quorum kept) until stop closes, counting the restarts in n.
+func restartEtcdMembers(t *testing.T, c *etcdtest.Cluster, stop chan struct{}, n *atomic.Int64) {
 	for {
 		select {
 		case <-stop:
-			return n
+			return
 		case <-time.After(time.Duration(700+rand.IntN(1300)) * time.Millisecond):
 		}
 		i := rand.IntN(c.Members())
@@ -169,9 +188,9 @@ func restartEtcdMembers(t *testing.T, c *etcdtest.Cluster, stop chan struct{}) i
 		time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
 		if err := c.Restart(i); err != nil {
 			t.Errorf("restart member %d: %v", i, err)
-			return n
+			return
 		}
-		n++
+		n.Add(1)
 	}
 }
 
@@ -194,16 +213,16 @@ func TestIntegrationFleetSoak(t *testing.T) {
 	defer cancel()
 	s := &fleetSoak{t: t, fc: newFleetConfig(t, c, rr, rr.tuple, "sess-soak"), n: n}
 	stop := make(chan struct{})
-	var restarts int
 	var wg sync.WaitGroup
-	wg.Go(func() { restarts = restartEtcdMembers(t, c, stop) })
+	wg.Go(func() { restartEtcdMembers(t, c, stop, &s.restarts) })
 	start := time.Now()
 	s.run(ctx)
 	close(stop)
 	wg.Wait()
+	restarts := s.restarts.Load()
 	t.Logf("%d ops in %s, %d custodian kills, %d etcd member restarts; takeover to the first answered op: %s",
 		n, time.Since(start).Round(time.Millisecond), s.kills, restarts, durationSummary(s.takeovers))
-	if s.kills < 2 || restarts < 2 {
+	if s.kills < 2 || restarts < minSoakRestarts {
 		t.Errorf("too few faults to mean anything: %d kills, %d restarts", s.kills, restarts)
 	}
 	checkFleetSoak(t, c, s.fc, rr, n)
