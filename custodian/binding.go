@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -69,7 +70,7 @@ type binding struct {
 
 	mu        sync.Mutex
 	state     bindState
-	fenceCode wire.Code
+	fenceCode errcode.Code
 	fenceWhy  string
 	epoch     uint64
 	grantGen  uint64
@@ -96,6 +97,13 @@ type terminal struct {
 	mu       sync.Mutex
 	exit     *wire.ExitStatus // the exit the custodian observed; nil until then
 	recorded bool             // the create receipt holds its final outcome
+	// final is the command's final output once an answer carried it
+	// (exec_wait, or exec_output showing the exit): terminal/output is
+	// then answered from it. goneRemote: the receiver forgot the terminal
+	// with its final wait (TerminalArgs.Release), so kill and release
+	// send nothing.
+	final      *wire.ExecOutputResult
+	goneRemote bool
 
 	// rel orders this session's releases of the terminal: one is sent at a
 	// time, a repeated one after a success sends nothing (relDone,
@@ -160,18 +168,18 @@ func (b *binding) usable(now time.Time) (uint64, error) {
 	defer b.mu.Unlock()
 	switch b.state {
 	case stateAwaitAttach:
-		return 0, acpmeta.NewError(wire.CodeFenced,
+		return 0, acpmeta.NewError(errcode.CodeFenced,
 			"session %s is bound but not attached; call %s first", b.sessionID, acpmeta.MethodAttach)
 	case stateFenced:
 		if b.fenceCode == codeRefusalBudget {
-			return 0, acpmeta.NewError(wire.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
+			return 0, acpmeta.NewError(errcode.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
 				b.sessionID, b.fenceCode, b.fenceWhy)
 		}
-		return 0, acpmeta.NewError(wire.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
+		return 0, acpmeta.NewError(errcode.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
 			b.sessionID, b.fenceCode, b.fenceWhy, acpmeta.MethodAttach)
 	}
 	if !now.Before(b.LeaseNotAfter) {
-		return 0, acpmeta.NewError(wire.CodeLeaseExpired, "session %s: lease ended at %s",
+		return 0, acpmeta.NewError(errcode.CodeLeaseExpired, "session %s: lease ended at %s",
 			b.sessionID, b.LeaseNotAfter.UTC().Format(time.RFC3339))
 	}
 	return b.epoch, nil
@@ -184,12 +192,12 @@ func (b *binding) usable(now time.Time) (uint64, error) {
 func (b *binding) selfAttachable() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.state == stateAwaitAttach || b.state == stateFenced && b.fenceCode == wire.CodeFateUnknown
+	return b.state == stateAwaitAttach || b.state == stateFenced && b.fenceCode == errcode.CodeFateUnknown
 }
 
 // fence moves an attached binding to fenced; it reports whether the state
 // changed (so the fence is audited once).
-func (b *binding) fence(code wire.Code, why string) bool {
+func (b *binding) fence(code errcode.Code, why string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state == stateFenced {
@@ -204,7 +212,7 @@ func (b *binding) fenceEpoch(epoch uint64, why string) bool {
 	b.mu.Lock()
 	attachedHere := b.state == stateActive && b.epoch == epoch
 	b.mu.Unlock()
-	return attachedHere && b.fence(wire.CodeFateUnknown, why)
+	return attachedHere && b.fence(errcode.CodeFateUnknown, why)
 }
 
 // attached records a confirmed attach on epoch.

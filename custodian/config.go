@@ -1,17 +1,15 @@
 package custodian
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/custodian/jail"
 	"github.com/tetherdev/tether/receiver/transport"
 )
@@ -111,16 +109,14 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(data, filepath.Dir(path))
 }
 
+// maxConfigBytes bounds the configuration file.
+const maxConfigBytes = 1 << 20
+
 // ParseConfig decodes a config whose relative paths are relative to dir.
 func ParseConfig(data []byte, dir string) (*Config, error) {
 	var c Config
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := strictjson.Decode(data, maxConfigBytes, &c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data after the config object", ErrConfig)
 	}
 	c.resolve(dir)
 	if err := c.Validate(); err != nil {

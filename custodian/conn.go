@@ -9,7 +9,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
 )
 
@@ -62,8 +62,10 @@ func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptio
 		stop: make(chan struct{})}
 	// The SDK starts reading inside its constructor; the gate holds that
 	// first read until its logger is set, so SetLogger cannot race with it.
-	g := &gatedReader{r: fromAgent, open: make(chan struct{})}
-	cn.acp = acp.NewClientSideConnection(&client{c: c, conn: cn}, toAgent, g)
+	out := &lockedWriter{w: toAgent}
+	cl := &client{c: c, conn: cn}
+	g := &gatedReader{r: splitLongLines(fromAgent, out, cl, c.log), open: make(chan struct{})}
+	cn.acp = acp.NewClientSideConnection(cl, out, g)
 	cn.acp.SetLogger(sdkLogger(c.log))
 	close(g.open)
 	cn.ended.Go(func() { // the agent's side ending ends every session

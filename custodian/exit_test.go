@@ -14,7 +14,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"

@@ -36,7 +36,7 @@ func (c *Custodian) recordExit(t *terminal, exit wire.ExitStatus, hashes map[str
 	outcome, checks := execOutcome(exit, t.expect, hashes)
 	c.completeLocked(t, func(r *opstore.Receipt) {
 		r.Outcome, r.Files, r.Note = outcome, checks, note
-		r.Exit = &opstore.Exit{ExitCode: exit.ExitCode, Signal: exit.Signal}
+		r.Exit = &exit
 	})
 }
 
@@ -52,13 +52,15 @@ func (t *terminal) observe(exit wire.ExitStatus) (recorded bool) {
 }
 
 // recordOutputExit records the exit terminal/output showed. With nothing
-// to verify the exit is the whole outcome; otherwise exec_wait (which
-// answers at once for an exited child) fetches the after-exit digests. The
+// to verify the exit is the whole outcome; otherwise the answer carries
+// the after-exit digests, and only when they did not fit in it does
+// exec_wait (which answers at once for an exited child) fetch them. The
 // fetch does not depend on the agent's request: a cancel arriving now must
 // not lose what was observed.
-func (cl *call) recordOutputExit(ctx context.Context, t *terminal, id string, exit wire.ExitStatus) {
-	if len(t.expect) == 0 {
-		cl.c.recordExit(t, exit, nil, "")
+func (cl *call) recordOutputExit(ctx context.Context, t *terminal, id string, out *wire.ExecOutputResult) {
+	exit := *out.Exit
+	if len(t.expect) == 0 || out.FileSHA256 != nil {
+		cl.c.recordExit(t, exit, out.FileSHA256, "")
 		return
 	}
 	if t.observe(exit) {

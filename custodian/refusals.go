@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Refusals are not one audit record each: an agent can cause them as
@@ -26,7 +26,7 @@ const (
 
 // codeRefusalBudget is the fence code (in the binding and in its fence
 // record) of a session that passed its refusal budget.
-const codeRefusalBudget wire.Code = "refusal_budget"
+const codeRefusalBudget errcode.Code = "refusal_budget"
 
 // refusalTally counts the refusals of one session (sessionID set) or of
 // the sessions not bound on one ACP connection (sessionID "").
@@ -55,7 +55,7 @@ func (c *Custodian) newTally(sessionID, tuple, principal string) *refusalTally {
 // since the last record arms the timer of the next one; on an ended tally
 // (a call still in flight when its session ended) the record is written
 // at once.
-func (rt *refusalTally) add(code wire.Code, ev audit.RefusalEvent) int64 {
+func (rt *refusalTally) add(code errcode.Code, ev audit.RefusalEvent) int64 {
 	if ev.Time.IsZero() {
 		ev.Time = rt.c.now().UTC()
 	}
@@ -69,7 +69,7 @@ func (rt *refusalTally) add(code wire.Code, ev audit.RefusalEvent) int64 {
 }
 
 // countLocked counts ev under code; rt.mu is held.
-func (rt *refusalTally) countLocked(code wire.Code, ev audit.RefusalEvent) int64 {
+func (rt *refusalTally) countLocked(code errcode.Code, ev audit.RefusalEvent) int64 {
 	rt.total++
 	n := rt.codes[string(code)]
 	if n == nil {
@@ -133,7 +133,7 @@ func (c *Custodian) flushRefusals() {
 
 // refusedBound counts a refusal of bound session b and fences b, once,
 // when its total passes the refusal budget.
-func (c *Custodian) refusedBound(b *binding, code wire.Code, ev audit.RefusalEvent) {
+func (c *Custodian) refusedBound(b *binding, code errcode.Code, ev audit.RefusalEvent) {
 	rt := b.tally(c)
 	total := rt.add(code, ev)
 	if c.opts.RefusalBudget < 0 || total <= int64(c.opts.RefusalBudget) {
@@ -187,7 +187,7 @@ func (b *binding) overBudget() bool {
 
 // refused counts a refusal on this connection: of its bound session b,
 // or, with b nil, of a session not bound here.
-func (cn *Conn) refused(b *binding, code wire.Code, ev audit.RefusalEvent) {
+func (cn *Conn) refused(b *binding, code errcode.Code, ev audit.RefusalEvent) {
 	if b != nil {
 		cn.c.refusedBound(b, code, ev)
 		return

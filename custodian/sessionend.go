@@ -9,6 +9,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -97,6 +98,12 @@ func (c *Custodian) releaseAtEnd(ctx context.Context, b *binding, id string, t *
 	if !first { // released, or a release is in flight
 		return
 	}
+	if t.releasedRemotely() { // the receiver forgot it with its final wait
+		b.markReleased(id)
+		c.recordRelease(t)
+		t.endRelease(true)
+		return
+	}
 	t.rel.order.Lock()
 	err := c.sendEndRelease(ctx, b, id)
 	t.rel.order.Unlock()
@@ -104,7 +111,7 @@ func (c *Custodian) releaseAtEnd(ctx context.Context, b *binding, id string, t *
 	case err == nil:
 		b.markReleased(id)
 		c.recordRelease(t)
-	case code == wire.CodeNotFound: // gone already: its exit is unknown here
+	case code == errcode.CodeNotFound: // gone already: its exit is unknown here
 		b.markReleased(id)
 		c.recordUnknownAtEnd(t)
 		err = nil
@@ -156,7 +163,10 @@ func (c *Custodian) claimTerminals(ctx context.Context, b *binding, epoch uint64
 	ctx, cancel := context.WithTimeout(ctx, c.opts.AttachTimeout)
 	defer cancel()
 	dl, _ := ctx.Deadline()
-	for id := range ids {
+	for id, t := range ids {
+		if t.releasedRemotely() { // the receiver forgot it with its final wait
+			continue
+		}
 		rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.sessionID, TupleSHA256: b.digest, Principal: b.Principal,
 			Method: acp.ClientMethodTerminalOutput, OpKey: newKey("claim"), TaggedBy: TaggedByCustodian}
 		if c.auditDispatch(rec) != nil {

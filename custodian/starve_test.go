@@ -16,7 +16,8 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"
@@ -98,8 +99,8 @@ func TestAttackRefusalFloodIsAggregatedAndFenced(t *testing.T) {
 		t.Fatalf("%d refusals grew the audit log by %d bytes, want at most 32 KiB", flood, grown)
 	}
 	_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/ok", Meta: h.op("after")})
-	wantCode(t, err, wire.CodeFenced)
-	wantCode(t, h.attach(), wire.CodeFenced) // the budget's fence is not lifted by an attach
+	wantCode(t, err, errcode.CodeFenced)
+	wantCode(t, h.attach(), errcode.CodeFenced) // the budget's fence is not lifted by an attach
 	rs := auditLog(t, h)
 	counts, _ := refusalCounts(rs)
 	if counts["path_escape"]+counts["fenced"] != flood+2 || counts["path_escape"] != 101 {
@@ -216,7 +217,7 @@ func TestCloseSessionReleasesTerminals(t *testing.T) {
 		t.Fatalf("%d releases at session end, want 2", n)
 	}
 	_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/x", Meta: h.op("late")})
-	wantCode(t, err, wire.CodeNotAdmitted)
+	wantCode(t, err, errcode.CodeNotAdmitted)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -360,7 +361,7 @@ func TestIntegrationTrailingSlashWritesNoFile(t *testing.T) {
 	for i, p := range []string{"name/", "dir/name/", "dir/other/.", "dir/x//"} {
 		_, err := s.agent.conn.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: "sess-real",
 			Path: s.rr.tuple.Root + "/" + p, Content: "x", Meta: s.op("slash-" + itoa(i))})
-		wantCode(t, err, wire.CodeInvalid)
+		wantCode(t, err, errcode.CodeInvalid)
 		name := strings.TrimRight(strings.TrimSuffix(p, "/."), "/")
 		if _, err := os.Lstat(s.rr.file(name)); err == nil {
 			t.Fatalf("a write to %q created %s", p, name)

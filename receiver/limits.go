@@ -39,7 +39,7 @@ type Limits struct {
 // DefaultLimits are used for every zero field of Limits (the per-tuple
 // terminals and the orphan grace at most max_terminals and max_runtime_s).
 var DefaultLimits = Limits{
-	MaxFileBytes:   768 << 10,
+	MaxFileBytes:   64 << 20,
 	MaxOutputBytes: 64 << 10,
 	MaxRuntimeS:    3600,
 	MaxListEntries: 4096,

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -31,7 +32,7 @@ func TestAttackTerminalsCappedPerTuple(t *testing.T) {
 	for range 9 {
 		res, err := f.call(f.grant, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}})
 		if err != nil {
-			if code(err) != wire.CodeDenied {
+			if code(err) != errcode.CodeDenied {
 				t.Fatalf("hoarding tuple's start %d: %v, want denied", started+1, err)
 			}
 			break
@@ -130,7 +131,7 @@ func TestAttackOrphanedCommandKilledAfterGrace(t *testing.T) {
 	waitDead(t, st.PID, 15*time.Second) // before: alive until its 600 s deadline
 	later := cs.open()
 	err := cs.call(later, wire.OpExecOutput, wire.TerminalArgs{TerminalID: st.TerminalID}, &wire.ExecOutputResult{})
-	if code(asWire(err)) != wire.CodeNotFound {
+	if code(asWire(err)) != errcode.CodeNotFound {
 		t.Fatalf("orphaned terminal after its grace: %v, want not_found (forgotten)", err)
 	}
 }
@@ -162,7 +163,7 @@ func TestReattachWithinGraceKeepsCommand(t *testing.T) {
 }
 
 func asWire(err error) error {
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		return we
 	}
@@ -225,10 +226,10 @@ func TestAttackLeasedFileAnswersBusy(t *testing.T) {
 	}
 	sum := sha256.Sum256([]byte("held\n"))
 	_, err = f.call(f.grant, wire.OpWrite, wire.WriteArgs{Path: "leased.txt", Content: "new\n", ExpectSHA256: hex.EncodeToString(sum[:])})
-	if code(err) != wire.CodeBusy {
+	if code(err) != errcode.CodeBusy {
 		t.Fatalf("edit of a leased file: %v, want busy", err)
 	}
-	if _, err := f.call(f.grant, wire.OpRead, wire.ReadArgs{Path: "leased.txt"}); code(err) != wire.CodeBusy {
+	if _, err := f.call(f.grant, wire.OpRead, wire.ReadArgs{Path: "leased.txt"}); code(err) != errcode.CodeBusy {
 		t.Fatalf("read of a leased file: %v, want busy", err)
 	}
 	unix.FcntlInt(lf.Fd(), unix.F_SETLEASE, unix.F_UNLCK)

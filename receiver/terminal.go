@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -152,7 +153,11 @@ func (t *terminal) status() *wire.ExitStatus {
 func (t *terminal) outputSoFar() *wire.ExecOutputResult {
 	exit := t.status()
 	out, trunc := t.out.Snapshot(exit != nil)
-	return &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: exit}
+	res := &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: exit}
+	if exit != nil {
+		res.FileSHA256 = t.hashes
+	}
+	return res
 }
 
 var signalNames = map[syscall.Signal]string{
@@ -223,21 +228,21 @@ func (ts *terminals) reserve(tuple, opKey string, maxProcs int, now time.Time) (
 	key := tuple + "\n" + opKey
 	switch {
 	case ts.closed:
-		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	case ts.opKeys[key] != "":
-		return nil, wire.Errorf(wire.CodeOpKeyConflict, "op_key %q already started terminal %s; a command never runs twice", opKey, ts.opKeys[key])
+		return nil, errcode.Errorf(errcode.CodeOpKeyConflict, "op_key %q already started terminal %s; a command never runs twice", opKey, ts.opKeys[key])
 	case len(ts.byID) >= ts.max && ts.evictStale(now) == 0:
-		return nil, wire.Errorf(wire.CodeDenied, "the receiver keeps %d terminals already; release finished ones", ts.max)
+		return nil, errcode.Errorf(errcode.CodeDenied, "the receiver keeps %d terminals already; release finished ones", ts.max)
 	}
 	held, running := ts.countLocked(tuple)
 	if ts.perTuple > 0 && held >= ts.perTuple && ts.evictStale(now) > 0 {
 		held, running = ts.countLocked(tuple)
 	}
 	if ts.perTuple > 0 && held >= ts.perTuple {
-		return nil, wire.Errorf(wire.CodeDenied, "this tuple keeps %d terminals, its limit; release finished ones", held)
+		return nil, errcode.Errorf(errcode.CodeDenied, "this tuple keeps %d terminals, its limit; release finished ones", held)
 	}
 	if maxProcs > 0 && running >= maxProcs {
-		return nil, wire.Errorf(wire.CodeDenied, "grant max_procs %d: %d commands are running", maxProcs, running)
+		return nil, errcode.Errorf(errcode.CodeDenied, "grant max_procs %d: %d commands are running", maxProcs, running)
 	}
 	id := newTerminalID()
 	ts.byID[id] = &terminal{id: id, tuple: tuple, pending: true} // get() skips it until commit

@@ -14,8 +14,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Kind is the closed set of audited events.
@@ -125,17 +126,9 @@ func (r *Record) encode() ([]byte, error) {
 
 // DecodeRecord strictly decodes one stored record.
 func DecodeRecord(data []byte) (*Record, error) {
-	if len(data) > MaxRecordBytes {
-		return nil, fmt.Errorf("%w: record of %d bytes exceeds %d", ErrCorrupt, len(data), MaxRecordBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var r Record
-	if err := dec.Decode(&r); err != nil {
+	if err := strictjson.Decode(data, MaxRecordBytes, &r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data after record", ErrCorrupt)
 	}
 	if !r.Kind.Valid() {
 		return nil, fmt.Errorf("%w: kind %q not in the closed set", ErrCorrupt, r.Kind)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // The op-key contract, written once and run against both backends: the
@@ -126,7 +128,7 @@ func contractPendingCompletes(t *testing.T, b backend) {
 	}
 	code := 0
 	err := s.Complete(ctx, testKey("exec"), func(r *Receipt) {
-		r.Outcome, r.Exit = Verified, &Exit{ExitCode: &code}
+		r.Outcome, r.Exit = Verified, &wire.ExitStatus{ExitCode: &code}
 		r.Response = json.RawMessage(`{"terminalId":"forged"}`)
 	})
 	if err != nil {

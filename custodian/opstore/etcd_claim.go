@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Claimed is what a successful claim of a session returns.
@@ -286,7 +287,7 @@ func (s *EtcdStore) Binding(ctx context.Context, sessionID string) (*BindingReco
 		return nil, fmt.Errorf("%w: binding of session %s", ErrNotFound, sessionID)
 	}
 	var b BindingRecord
-	if err := decodeStrict(resp.Kvs[0].Value, &b); err != nil {
+	if err := strictjson.Decode(resp.Kvs[0].Value, maxRecordBytes, &b); err != nil {
 		return nil, fmt.Errorf("%w: binding of session %s: %w", ErrCorrupt, sessionID, err)
 	}
 	if err := b.validate(); err != nil {

@@ -12,8 +12,9 @@
 // decide on (a binding error from the client, the check after glob and
 // grep).
 //
-// The package needs Linux (the plugin runs from a sealed memfd); on other
-// systems Load returns ErrUnimplemented.
+// Starting the plugin needs Linux (it runs from a sealed memfd, exe_linux.go);
+// on other systems the package is the same code, but Load returns
+// ErrUnimplemented before it starts anything.
 package host
 
 import (

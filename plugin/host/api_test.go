@@ -149,9 +149,9 @@ func exportedFields(s *ast.TypeSpec) *ast.TypeSpec {
 
 // TestExportedAPIIsGoNative: the API a host sees names no proto type (and
 // nothing of the plugin's own packages), only Go-native types, and it is
-// the same API on Linux and on the systems where the stub (x_other.go)
-// stands in for it. Removing a method from the stub, or exposing a proto
-// type, fails it.
+// the same API on Linux and on other systems (where only the sealed copy
+// of exe_other.go differs). Exposing a proto type, or an API that differs
+// between systems, fails it.
 func TestExportedAPIIsGoNative(t *testing.T) {
 	linux, named := exportedAPI(t, "linux")
 	if len(linux) < 40 {
@@ -179,15 +179,43 @@ func TestExportedAPIIsGoNative(t *testing.T) {
 	}
 }
 
-// TestCrossBuild: the package builds for systems without the sealed memfd
-// (its stub returns ErrUnimplemented), so a host agent that imports it
-// still builds there.
+// TestCrossBuild: the package and the plugin binary build for systems
+// without the sealed memfd (there Load returns ErrUnimplemented), so a
+// host agent that imports the package still builds there.
 func TestCrossBuild(t *testing.T) {
 	for _, goos := range []string{"darwin", "windows"} {
-		cmd := exec.Command("go", "build", ".")
+		cmd := exec.Command("go", "build", "-o", os.DevNull, ".", "../cmd/tether-plugin")
 		cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64", "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("GOOS=%s go build ./plugin/host/: %v\n%s", goos, err, out)
+			t.Errorf("GOOS=%s go build ./plugin/host/ ./plugin/cmd/tether-plugin/: %v\n%s", goos, err, out)
+		}
+	}
+}
+
+// TestOnlyTheMemfdIsLinuxOnly: on darwin and windows the package compiles
+// the same files as on Linux except the sealed copy (exe_linux.go becomes
+// exe_other.go), so everything but starting the plugin is the same code
+// everywhere. A new Linux-only file fails it.
+func TestOnlyTheMemfdIsLinuxOnly(t *testing.T) {
+	files := func(goos string) []string {
+		cmd := exec.Command("go", "list", "-f", "{{join .GoFiles \" \"}}", ".")
+		cmd.Env = append(os.Environ(), "GOOS="+goos, "GOARCH=amd64", "CGO_ENABLED=0")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("GOOS=%s go list: %v", goos, err)
+		}
+		return strings.Fields(string(out))
+	}
+	linux := files("linux")
+	if !slices.Contains(linux, "exe_linux.go") || len(linux) < 5 {
+		t.Fatalf("linux files: %v", linux)
+	}
+	for _, goos := range []string{"darwin", "windows"} {
+		want := slices.Clone(linux)
+		want[slices.Index(want, "exe_linux.go")] = "exe_other.go"
+		slices.Sort(want)
+		if got := files(goos); !slices.Equal(got, want) {
+			t.Errorf("GOOS=%s compiles %v, want %v", goos, got, want)
 		}
 	}
 }

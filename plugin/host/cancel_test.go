@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/host"
 )
 

@@ -19,7 +19,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/host"
 	"github.com/tetherdev/tether/plugin/impl"

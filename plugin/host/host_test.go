@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/host"
 	"github.com/tetherdev/tether/plugin/shared"
 )

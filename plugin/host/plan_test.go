@@ -14,12 +14,12 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/shared"
 	"github.com/tetherdev/tether/plugin/tools"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // These tests drive the host library against a plugin that stands in for
@@ -109,8 +109,8 @@ func newRig(t *testing.T) *rig {
 	return &rig{conn: conn, client: client, plugin: p, call: call, cut: cut}
 }
 
-var fenceCodes = []wire.Code{wire.CodeFateUnknown, wire.CodeFenced, wire.CodeLeaseExpired,
-	wire.CodeNotAdmitted, wire.CodeTupleMismatch, wire.CodeUnavailable}
+var fenceCodes = []errcode.Code{errcode.CodeFateUnknown, errcode.CodeFenced, errcode.CodeLeaseExpired,
+	errcode.CodeNotAdmitted, errcode.CodeTupleMismatch, errcode.CodeUnavailable}
 
 // plan wraps a step as the plugin would.
 func (r *rig) plan(st shared.Step) shared.Plan {
@@ -257,13 +257,13 @@ func TestTerminalSequence(t *testing.T) {
 		st.WaitMeta = must(other.Run(shared.RunTool{Command: "/bin/true"})).WaitMeta
 		x := &toolCall{c: r.conn, tool: "run_command", plan: r.plan(st)}
 		_, err := x.commandResult(ctx, x.terminal(ctx, st))
-		if code, _ := acpmeta.CodeOf(err); code != wire.CodeTupleMismatch || methods(r.client) != "create,wait_for_exit,release" ||
+		if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch || methods(r.client) != "create,wait_for_exit,release" ||
 			r.client.Running() != 0 {
 			t.Fatalf("%v; client saw %s", err, methods(r.client))
 		}
 		reps := r.plugin.reported()
 		if len(reps) != 1 || len(reps[0].Failures) != 1 || reps[0].Failures[0].Request != "terminal/wait_for_exit" ||
-			reps[0].Failures[0].Code != wire.CodeTupleMismatch || reps[0].Ticket != "ticket" {
+			reps[0].Failures[0].Code != errcode.CodeTupleMismatch || reps[0].Ticket != "ticket" {
 			t.Fatalf("reports: %+v", reps)
 		}
 	})
@@ -278,21 +278,21 @@ func TestOnlyFenceCodesAreReported(t *testing.T) {
 	read := must(r.call.Read("missing.txt", 0, 0))
 	r.plugin.plan = func(shared.ToolCall) (shared.Plan, error) { return r.plan(read), nil }
 	_, err := r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "missing.txt", 0, 0)
-	if code, _ := acpmeta.CodeOf(err); code != wire.CodeNotFound || len(r.plugin.reported()) != 0 {
+	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound || len(r.plugin.reported()) != 0 {
 		t.Fatalf("not_found: %v, %d reports", err, len(r.plugin.reported()))
 	}
 	r.client.Bind("s1", strings.Repeat("0", 64))
 	_, err = r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "missing.txt", 0, 0)
 	reps := r.plugin.reported()
-	if code, _ := acpmeta.CodeOf(err); code != wire.CodeTupleMismatch || len(reps) != 1 ||
-		reps[0].Failures[0].Code != wire.CodeTupleMismatch || !strings.Contains(reps[0].Failures[0].Message, "is not the binding's") {
+	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch || len(reps) != 1 ||
+		reps[0].Failures[0].Code != errcode.CodeTupleMismatch || !strings.Contains(reps[0].Failures[0].Message, "is not the binding's") {
 		t.Fatalf("tuple_mismatch: %v, reports %+v", err, reps)
 	}
 	r.cut()
 	<-r.conn.asc.Done()
 	_, err = r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "missing.txt", 0, 0)
 	reps = r.plugin.reported()
-	if code, _ := acpmeta.CodeOf(err); code != wire.CodeFateUnknown || len(reps) != 2 || !reps[1].Failures[0].Transport {
+	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeFateUnknown || len(reps) != 2 || !reps[1].Failures[0].Transport {
 		t.Fatalf("lost connection: %v, reports %+v", err, reps)
 	}
 }

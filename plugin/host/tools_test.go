@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/host"
 	"github.com/tetherdev/tether/plugin/tools"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // bound returns a link with session "s1" bound to a tuple rooted at the
@@ -301,12 +301,12 @@ func TestAttachRefusalNamesCodeAndMessage(t *testing.T) {
 	lease := time.Now().Add(time.Hour)
 	client := newClient(t, lease)
 	client.Attach = func(context.Context, acpmeta.AttachRequest) (acpmeta.AttachResponse, error) {
-		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeLeaseExpired, "grant for tuple abc ended at 12:00")
+		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeLeaseExpired, "grant for tuple abc ended at 12:00")
 	}
 	l := newLink(t, p, client, "alice")
 	_, err := l.conn.OpenSession(ctxT(t), host.MethodNew, "s1", bindMeta(t, tuple("alice", client.Root), lease))
 	wantCode(t, err, "lease_expired")
-	var we *wire.Error
+	var we *errcode.Error
 	if !errors.As(err, &we) || we.Message != `_tether/attach for session "s1" refused: grant for tuple abc ended at 12:00` {
 		t.Fatalf("attach refusal message: %v", err)
 	}

@@ -6,17 +6,17 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/shared"
 	"github.com/tetherdev/tether/plugin/tools"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // fenceCodes are the client's answers that mean the binding itself is in
 // doubt: a request refused with one of them fences the binding (rule 6),
 // as does a lost connection. Every plan carries them.
-var fenceCodes = []wire.Code{wire.CodeFateUnknown, wire.CodeFenced, wire.CodeLeaseExpired,
-	wire.CodeNotAdmitted, wire.CodeTupleMismatch, wire.CodeUnavailable}
+var fenceCodes = []errcode.Code{errcode.CodeFateUnknown, errcode.CodeFenced, errcode.CodeLeaseExpired,
+	errcode.CodeNotAdmitted, errcode.CodeTupleMismatch, errcode.CodeUnavailable}
 
 // reportSlack is how long past a call's clean-up its reports are still
 // accepted.
@@ -58,7 +58,7 @@ func (s *Server) Authorize(ctx context.Context, tc shared.ToolCall) (shared.Plan
 func (s *Server) deadline(timeout time.Duration, g binding.Grant) (time.Time, error) {
 	switch {
 	case timeout < 0 || timeout > MaxToolTimeout:
-		return time.Time{}, wire.Errorf(wire.CodeInvalid, "timeout_ms must be 0..%d", MaxToolTimeout.Milliseconds())
+		return time.Time{}, errcode.Errorf(errcode.CodeInvalid, "timeout_ms must be 0..%d", MaxToolTimeout.Milliseconds())
 	case timeout == 0:
 		timeout = DefaultToolTimeout
 	}
@@ -87,7 +87,7 @@ func planStep(c tools.Call, t shared.Tool) (shared.Step, error) {
 	case shared.GrepTool:
 		return c.Grep(t.Pattern, t.Dir, t.Fixed, t.IgnoreCase)
 	}
-	return nil, wire.Errorf(wire.CodeInvalid, "unknown tool %T", t)
+	return nil, errcode.Errorf(errcode.CodeInvalid, "unknown tool %T", t)
 }
 
 // Report implements shared.Plugin. The ticket must be one this plugin
@@ -112,16 +112,16 @@ func (s *Server) Report(ctx context.Context, r shared.Report) error {
 		return nil
 	}
 	if s.tickets.expired(tk) {
-		return wire.Errorf(wire.CodeTimeout, "report: the call's time is over; its result cannot be checked")
+		return errcode.Errorf(errcode.CodeTimeout, "report: the call's time is over; its result cannot be checked")
 	}
 	return s.table.Check(g)
 }
 
 // fenceCode is the code a failure fences with: a lost connection is
 // fate_unknown.
-func fenceCode(f shared.Failure) wire.Code {
+func fenceCode(f shared.Failure) errcode.Code {
 	if f.Transport {
-		return wire.CodeFateUnknown
+		return errcode.CodeFateUnknown
 	}
 	return f.Code
 }

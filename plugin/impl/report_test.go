@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // clock is a settable time source.
@@ -56,7 +56,7 @@ func boundServer(t *testing.T) (*Server, *clock, string) {
 	return s, clk, conn
 }
 
-func wantCode(t *testing.T, err error, code wire.Code) {
+func wantCode(t *testing.T, err error, code errcode.Code) {
 	t.Helper()
 	if got, _ := acpmeta.CodeOf(err); got != code {
 		t.Fatalf("error %v, want code %s", err, code)
@@ -72,7 +72,7 @@ func state(t *testing.T, s *Server, conn string) binding.Status {
 	return st
 }
 
-var mismatch = shared.Failure{Request: "fs/read_text_file", Code: wire.CodeTupleMismatch, Message: "digest is not the binding's"}
+var mismatch = shared.Failure{Request: "fs/read_text_file", Code: errcode.CodeTupleMismatch, Message: "digest is not the binding's"}
 
 // TestReportNeedsTheCallsTicket attacks Report: a ticket another plugin
 // minted, an altered ticket, or a genuine one presented on another
@@ -99,13 +99,13 @@ func TestReportNeedsTheCallsTicket(t *testing.T) {
 		"another_connection": {ConnID: conn2, Ticket: plan.Ticket, Failures: []shared.Failure{mismatch}},
 		"garbage":            {ConnID: conn, Ticket: "x", Failures: []shared.Failure{mismatch}},
 	} {
-		wantCode(t, s.Report(ctx, r), wire.CodeInvalid)
+		wantCode(t, s.Report(ctx, r), errcode.CodeInvalid)
 		if st := state(t, s, conn); st.State != binding.Bound {
 			t.Fatalf("%s: a refused report changed the binding to %v", name, st.State)
 		}
 	}
 	// A failure without a fence code fences nothing.
-	notFound := shared.Failure{Request: "fs/read_text_file", Code: wire.CodeNotFound, Message: "no such file"}
+	notFound := shared.Failure{Request: "fs/read_text_file", Code: errcode.CodeNotFound, Message: "no such file"}
 	if err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: plan.Ticket, Failures: []shared.Failure{notFound}}); err != nil {
 		t.Fatal(err)
 	}
@@ -116,11 +116,11 @@ func TestReportNeedsTheCallsTicket(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := state(t, s, conn)
-	if st.State != binding.Fenced || st.Code != wire.CodeTupleMismatch || !strings.Contains(st.Message, "is not the binding's") {
+	if st.State != binding.Fenced || st.Code != errcode.CodeTupleMismatch || !strings.Contains(st.Message, "is not the binding's") {
 		t.Fatalf("after the genuine report: %+v", st)
 	}
 	_, err = s.Authorize(ctx, shared.ToolCall{ConnID: conn, SessionID: "s1", Tool: shared.ReadTool{Path: "f"}})
-	wantCode(t, err, wire.CodeFenced)
+	wantCode(t, err, errcode.CodeFenced)
 }
 
 // TestReportCheckAndStaleTickets: Check holds while the binding the call
@@ -146,7 +146,7 @@ func TestReportCheckAndStaleTickets(t *testing.T) {
 	if err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: old.Ticket, Failures: []shared.Failure{lost}}); err != nil {
 		t.Fatal(err)
 	}
-	if st := state(t, s, conn); st.State != binding.Fenced || st.Code != wire.CodeFateUnknown {
+	if st := state(t, s, conn); st.State != binding.Fenced || st.Code != errcode.CodeFateUnknown {
 		t.Fatalf("a lost connection did not fence: %+v", st)
 	}
 	lease := clk.Now().Add(2 * time.Hour)
@@ -162,11 +162,11 @@ func TestReportCheckAndStaleTickets(t *testing.T) {
 	if st := state(t, s, conn); st.State != binding.Bound {
 		t.Fatalf("a stale ticket fenced the reattached binding: %+v", st)
 	}
-	wantCode(t, s.Report(ctx, shared.Report{ConnID: conn, Ticket: old.Ticket, Check: true}), wire.CodeFenced)
+	wantCode(t, s.Report(ctx, shared.Report{ConnID: conn, Ticket: old.Ticket, Check: true}), errcode.CodeFenced)
 	fresh := authorize()
 	clk.add(time.Minute) // past the call's deadline, clean-up and slack
 	err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: fresh.Ticket, Check: true})
-	if wantCode(t, err, wire.CodeTimeout); errors.Is(err, context.DeadlineExceeded) {
+	if wantCode(t, err, errcode.CodeTimeout); errors.Is(err, context.DeadlineExceeded) {
 		t.Fatal("untyped timeout")
 	}
 }
@@ -182,7 +182,7 @@ func FuzzTicketOpen(f *testing.F) {
 	f.Fuzz(func(t *testing.T, conn, s string) {
 		got, err := tk.open(conn, s)
 		if err != nil {
-			if code, _ := acpmeta.CodeOf(err); code != wire.CodeInvalid {
+			if code, _ := acpmeta.CodeOf(err); code != errcode.CodeInvalid {
 				t.Fatalf("refusal %v is not invalid", err)
 			}
 			return

@@ -6,20 +6,19 @@
 package impl
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Timeouts of a tool call.
@@ -60,7 +59,7 @@ func randomID(prefix string) (string, error) {
 // authenticated identity for the connection; an empty one is refused.
 func (s *Server) Connect(ctx context.Context, principal string) (string, error) {
 	if principal == "" {
-		return "", wire.Errorf(wire.CodeDenied, "connect: the host authenticated no principal")
+		return "", errcode.Errorf(errcode.CodeDenied, "connect: the host authenticated no principal")
 	}
 	id, err := randomID("conn-")
 	if err != nil {
@@ -80,7 +79,7 @@ func (s *Server) Disconnect(ctx context.Context, connID string) error {
 	s.mu.Unlock()
 	s.table.Disconnect(connID)
 	if !ok {
-		return wire.Errorf(wire.CodeInvalid, "disconnect: unknown connection %q", connID)
+		return errcode.Errorf(errcode.CodeInvalid, "disconnect: unknown connection %q", connID)
 	}
 	return nil
 }
@@ -91,7 +90,7 @@ func (s *Server) principal(connID string) (string, error) {
 	defer s.mu.Unlock()
 	p, ok := s.conns[connID]
 	if !ok {
-		return "", wire.Errorf(wire.CodeInvalid, "unknown connection %q (closed or never connected)", connID)
+		return "", errcode.Errorf(errcode.CodeInvalid, "unknown connection %q (closed or never connected)", connID)
 	}
 	return p, nil
 }
@@ -107,7 +106,7 @@ func (s *Server) OpenSession(ctx context.Context, req shared.OpenRequest, attach
 }
 
 // attachFunc calls `_tether/attach` through the host and decodes the
-// result strictly. A refusal comes back as a *wire.Error with the client's
+// result strictly. A refusal comes back as a *errcode.Error with the client's
 // tether code (or not_admitted when it named none) and the client's own
 // message.
 func attachFunc(attach shared.Attacher) binding.AttachFunc {
@@ -119,10 +118,8 @@ func attachFunc(attach shared.Attacher) binding.AttachFunc {
 			return time.Time{}, 0, attachRefusal(err)
 		}
 		var resp acpmeta.AttachResponse
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&resp); err != nil {
-			return time.Time{}, 0, wire.Errorf(wire.CodeNotAdmitted, "_tether/attach result malformed: %v", err)
+		if err := strictjson.Decode(raw, acpmeta.MaxValueBytes, &resp); err != nil {
+			return time.Time{}, 0, errcode.Errorf(errcode.CodeNotAdmitted, "_tether/attach result malformed: %v", err)
 		}
 		return resp.LeaseNotAfter, resp.GrantGeneration, nil
 	}
@@ -130,18 +127,18 @@ func attachFunc(attach shared.Attacher) binding.AttachFunc {
 
 // attachRefusal names why `_tether/attach` failed: the client's code and
 // message, the lost connection (fate_unknown), or the attach timeout.
-func attachRefusal(err error) *wire.Error {
+func attachRefusal(err error) *errcode.Error {
 	code, ok := acpmeta.CodeOf(err)
 	switch {
 	case ok:
 	case errors.Is(err, shared.ErrTransport):
-		code = wire.CodeFateUnknown
+		code = errcode.CodeFateUnknown
 	case errors.Is(err, context.DeadlineExceeded):
-		return wire.Errorf(wire.CodeTimeout, "no answer within %v", shared.AttachTimeout)
+		return errcode.Errorf(errcode.CodeTimeout, "no answer within %v", shared.AttachTimeout)
 	default:
-		code = wire.CodeNotAdmitted
+		code = errcode.CodeNotAdmitted
 	}
-	return &wire.Error{Code: code, Message: shared.PeerMessage(err)}
+	return &errcode.Error{Code: code, Message: shared.PeerMessage(err)}
 }
 
 // Status implements shared.Plugin. Only the principal that opened the
@@ -157,9 +154,9 @@ func (s *Server) Status(ctx context.Context, connID, sessionID string) (binding.
 // ToolPolicy implements shared.Plugin: a refusal names the tool.
 func (s *Server) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error {
 	err := s.table.Policy(connID, sessionID, kind)
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
-		return &wire.Error{Code: we.Code, Message: fmt.Sprintf("host tool %q: %s", tool, we.Message)}
+		return &errcode.Error{Code: we.Code, Message: fmt.Sprintf("host tool %q: %s", tool, we.Message)}
 	}
 	return err
 }

@@ -1,7 +1,6 @@
 package impl
 
 import (
-	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,7 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // ticket is what a plan's ticket says: the call was authorized on Conn
@@ -44,6 +44,9 @@ func newTicketer(now func() time.Time) *ticketer {
 
 var b64 = base64.RawURLEncoding
 
+// maxTicketBytes bounds a ticket's JSON: two IDs and two numbers.
+const maxTicketBytes = 4 << 10
+
 func (t *ticketer) mac(payload []byte) []byte {
 	m := hmac.New(sha256.New, t.key[:])
 	m.Write(payload)
@@ -67,16 +70,14 @@ func (t *ticketer) open(connID, s string) (ticket, error) {
 	payload, perr := b64.DecodeString(enc)
 	mac, merr := b64.DecodeString(sig)
 	if !ok || perr != nil || merr != nil || !hmac.Equal(mac, t.mac(payload)) {
-		return ticket{}, wire.Errorf(wire.CodeInvalid, "report: the ticket is not one this plugin issued")
+		return ticket{}, errcode.Errorf(errcode.CodeInvalid, "report: the ticket is not one this plugin issued")
 	}
 	var tk ticket
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&tk); err != nil {
-		return ticket{}, wire.Errorf(wire.CodeInvalid, "report: ticket: %v", err)
+	if err := strictjson.Decode(payload, maxTicketBytes, &tk); err != nil {
+		return ticket{}, errcode.Errorf(errcode.CodeInvalid, "report: ticket: %v", err)
 	}
 	if tk.Conn != connID {
-		return ticket{}, wire.Errorf(wire.CodeInvalid, "report: the ticket was issued on another connection")
+		return ticket{}, errcode.Errorf(errcode.CodeInvalid, "report: the ticket was issued on another connection")
 	}
 	return tk, nil
 }

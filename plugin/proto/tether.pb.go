@@ -12,11 +12,12 @@
 package proto
 
 import (
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
+
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
 
 const (
@@ -252,7 +253,7 @@ func (x *JsonRpcError) GetDataJson() []byte {
 }
 
 // ToolError is a refusal: code is a member of the closed tether code set
-// (receiver/wire.Codes), message names the failed check.
+// (admission/errcode.Codes), message names the failed check.
 type ToolError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Code          string                 `protobuf:"bytes,1,opt,name=code,proto3" json:"code,omitempty"`

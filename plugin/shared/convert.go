@@ -8,9 +8,9 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/binding"
 	pb "github.com/tetherdev/tether/plugin/proto"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // The conversions between the Go contract and plugin/proto, used by the
@@ -60,7 +60,7 @@ func statusPB(st binding.Status) *pb.SessionStatus {
 
 func statusFromPB(s *pb.SessionStatus) (binding.Status, error) {
 	st := binding.Status{SessionID: s.GetSessionId(), State: statesPB[s.GetState()], TupleSHA256: s.GetTupleSha256(),
-		GrantGeneration: s.GetGrantGeneration(), Code: wire.Code(s.GetCode()), Message: s.GetMessage()}
+		GrantGeneration: s.GetGrantGeneration(), Code: errcode.Code(s.GetCode()), Message: s.GetMessage()}
 	if st.State == 0 {
 		return binding.Status{}, fmt.Errorf("plugin sent binding state %v", s.GetState())
 	}
@@ -157,7 +157,7 @@ func toolCallFromPB(c *pb.ToolCall) (ToolCall, error) {
 		g := t.Grep
 		out.Tool = GrepTool{Pattern: g.GetPattern(), Dir: g.GetDir(), Fixed: g.GetFixed(), IgnoreCase: g.GetIgnoreCase()}
 	default:
-		return ToolCall{}, wire.Errorf(wire.CodeInvalid, "tool call names no tool")
+		return ToolCall{}, errcode.Errorf(errcode.CodeInvalid, "tool call names no tool")
 	}
 	return out, nil
 }
@@ -204,7 +204,7 @@ func planFromPB(p *pb.Plan) (Plan, error) {
 	out := Plan{Ticket: p.GetTicket(), SessionID: p.GetSessionId(), OpKey: p.GetOpKey(),
 		Deadline: time.UnixMilli(p.GetDeadlineUnixMs())}
 	for _, c := range p.GetFenceCodes() {
-		out.FenceCodes = append(out.FenceCodes, wire.Code(c))
+		out.FenceCodes = append(out.FenceCodes, errcode.Code(c))
 	}
 	switch s := p.GetStep().(type) {
 	case *pb.Plan_Read:
@@ -243,7 +243,7 @@ func reportPB(r Report) *pb.ReportRequest {
 func reportFromPB(r *pb.ReportRequest) Report {
 	out := Report{ConnID: r.GetConnId(), Ticket: r.GetTicket(), Check: r.GetCheck()}
 	for _, f := range r.GetFailures() {
-		out.Failures = append(out.Failures, Failure{Request: f.GetRequest(), Code: wire.Code(f.GetCode()),
+		out.Failures = append(out.Failures, Failure{Request: f.GetRequest(), Code: errcode.Code(f.GetCode()),
 			Message: f.GetMessage(), Transport: f.GetTransport()})
 	}
 	return out

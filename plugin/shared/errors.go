@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	pb "github.com/tetherdev/tether/plugin/proto"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // MaxMessageBytes bounds one gRPC message in either direction (a plan
@@ -28,10 +28,10 @@ func toolErrorStatus(err error) error {
 		return status.FromContextError(err).Err()
 	}
 	if !ok {
-		code = wire.CodeInternal
+		code = errcode.CodeInternal
 	}
 	msg := err.Error()
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		msg = we.Message
 	}
@@ -43,7 +43,7 @@ func toolErrorStatus(err error) error {
 }
 
 // toolErrorFromStatus is the inverse on the host side: a ToolError becomes
-// a *wire.Error (acpmeta.CodeOf reads it; a code outside the closed set is
+// a *errcode.Error (acpmeta.CodeOf reads it; a code outside the closed set is
 // internal); the host's own abandoning of the call stays a context error;
 // anything else means the plugin is unreachable (ErrTransport).
 func toolErrorFromStatus(ctx context.Context, err error) error {
@@ -53,11 +53,11 @@ func toolErrorFromStatus(ctx context.Context, err error) error {
 	st, _ := status.FromError(err)
 	for _, d := range st.Details() {
 		if te, ok := d.(*pb.ToolError); ok {
-			code := wire.Code(te.GetCode())
+			code := errcode.Code(te.GetCode())
 			if !code.Valid() {
-				code = wire.CodeInternal
+				code = errcode.CodeInternal
 			}
-			return &wire.Error{Code: code, Message: te.GetMessage()}
+			return &errcode.Error{Code: code, Message: te.GetMessage()}
 		}
 	}
 	if ctx.Err() != nil {

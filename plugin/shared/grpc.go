@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/binding"
 	pb "github.com/tetherdev/tether/plugin/proto"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // PluginClient is the host's Plugin: each call is one gRPC call to the
@@ -75,7 +75,7 @@ func (c *PluginClient) OpenSession(ctx context.Context, req OpenRequest, attach 
 		case ac == nil:
 			return binding.Status{}, fmt.Errorf("%w: plugin sent an empty open-session message", ErrTransport)
 		case attached || ac.GetSessionId() != req.SessionID:
-			return binding.Status{}, wire.Errorf(wire.CodeInternal,
+			return binding.Status{}, errcode.Errorf(errcode.CodeInternal,
 				"plugin asked to attach session %q while opening %q (at most once, for that session): nothing sent", ac.GetSessionId(), req.SessionID)
 		}
 		actx, acancel := context.WithTimeout(ctx, AttachTimeout)
@@ -94,7 +94,7 @@ func metaJSON(m map[string]any) ([]byte, error) {
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return nil, wire.Errorf(wire.CodeInvalid, "_meta does not marshal: %v", err)
+		return nil, errcode.Errorf(errcode.CodeInvalid, "_meta does not marshal: %v", err)
 	}
 	return b, nil
 }
@@ -108,7 +108,7 @@ func (c *PluginClient) Status(ctx context.Context, connID, sessionID string) (bi
 	return statusFromPB(resp)
 }
 
-// ToolPolicy implements Plugin: a refusal is a *wire.Error with the
+// ToolPolicy implements Plugin: a refusal is a *errcode.Error with the
 // plugin's code (denied if it named none from the closed set).
 func (c *PluginClient) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error {
 	resp, err := call(ctx, c.client.ToolPolicy, &pb.ToolPolicyRequest{ConnId: connID, SessionId: sessionID, Tool: tool, Kind: kinds[kind]})
@@ -118,11 +118,11 @@ func (c *PluginClient) ToolPolicy(ctx context.Context, connID, sessionID, tool s
 	case resp.GetAllow():
 		return nil
 	}
-	code := wire.Code(resp.GetCode())
+	code := errcode.Code(resp.GetCode())
 	if !code.Valid() {
-		code = wire.CodeDenied
+		code = errcode.CodeDenied
 	}
-	return &wire.Error{Code: code, Message: resp.GetMessage()}
+	return &errcode.Error{Code: code, Message: resp.GetMessage()}
 }
 
 // Authorize implements Plugin.
@@ -175,11 +175,11 @@ func (s *pluginServer) OpenSession(stream pb.Plugin_OpenSessionServer) error {
 	}
 	meta, err := MetaFromJSON(open.GetMetaJson())
 	if err != nil {
-		return toolErrorStatus(wire.Errorf(wire.CodeInvalid, "open session: %v", err))
+		return toolErrorStatus(errcode.Errorf(errcode.CodeInvalid, "open session: %v", err))
 	}
 	method := methodsPB[open.GetMethod()]
 	if method == 0 {
-		return toolErrorStatus(wire.Errorf(wire.CodeInvalid, "open session: method must be new or load"))
+		return toolErrorStatus(errcode.Errorf(errcode.CodeInvalid, "open session: method must be new or load"))
 	}
 	req := OpenRequest{ConnID: open.GetConnId(), SessionID: open.GetSessionId(), Method: method, Meta: meta}
 	st, err := s.impl.OpenSession(stream.Context(), req, streamAttacher(stream))
@@ -234,7 +234,7 @@ func (s *pluginServer) ToolPolicy(ctx context.Context, req *pb.ToolPolicyRequest
 	if err == nil {
 		return &pb.ToolPolicyResponse{Allow: true}, nil
 	}
-	var we *wire.Error
+	var we *errcode.Error
 	if !errors.As(err, &we) {
 		return nil, toolErrorStatus(err)
 	}

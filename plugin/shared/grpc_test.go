@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/binding"
 	pb "github.com/tetherdev/tether/plugin/proto"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // attachingPlugin stands in for the plugin's side of OpenSession: it asks
@@ -68,11 +68,11 @@ func TestOpenSessionAttachesOnlyTheSessionBeingOpened(t *testing.T) {
 	for name, c := range map[string]struct {
 		calls []*pb.AttachCall
 		sent  int
-		code  wire.Code
+		code  errcode.Code
 	}{
 		"one_for_the_session": {[]*pb.AttachCall{ok}, 1, ""},
-		"another_session":     {[]*pb.AttachCall{{SessionId: "s2", TupleSha256: "abc"}}, 0, wire.CodeInternal},
-		"twice":               {[]*pb.AttachCall{ok, ok}, 1, wire.CodeInternal},
+		"another_session":     {[]*pb.AttachCall{{SessionId: "s2", TupleSha256: "abc"}}, 0, errcode.CodeInternal},
+		"twice":               {[]*pb.AttachCall{ok, ok}, 1, errcode.CodeInternal},
 	} {
 		client := clientFor(t, &attachingPlugin{calls: c.calls})
 		var sent []string

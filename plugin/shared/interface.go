@@ -51,7 +51,7 @@ func PluginSets(versions []int, impl Plugin) map[int]goplugin.PluginSet {
 }
 
 // Plugin is what tether-plugin serves. Every method refuses with a
-// *wire.Error that carries a tether code (acpmeta.CodeOf) and names the
+// *errcode.Error that carries a tether code (acpmeta.CodeOf) and names the
 // failed check.
 type Plugin interface {
 	// Connect names one ACP connection of the host; principal is the
@@ -68,7 +68,7 @@ type Plugin interface {
 	// principal.
 	Status(ctx context.Context, connID, sessionID string) (binding.Status, error)
 	// ToolPolicy decides whether the host may run its own tool: nil
-	// allows it; a refusal is a *wire.Error.
+	// allows it; a refusal is a *errcode.Error.
 	ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error
 	// Authorize authorizes one tool call and returns its plan, or the
 	// refusal; nothing may be sent for a refused call.

@@ -6,7 +6,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // Limits both sides enforce.
@@ -121,7 +121,7 @@ type Plan struct {
 	// FenceCodes: a request refused with one of these codes, or whose
 	// connection is lost, is reported (Report.Failures) before the call
 	// returns; the plugin then fences the binding.
-	FenceCodes []wire.Code
+	FenceCodes []errcode.Code
 	Step       Step
 }
 
@@ -180,7 +180,7 @@ func (TerminalStep) isStep() {}
 // or whose connection was lost.
 type Failure struct {
 	Request   string // the ACP method
-	Code      wire.Code
+	Code      errcode.Code
 	Message   string // the client's own message
 	Transport bool   // the connection was lost: fate unknown
 }

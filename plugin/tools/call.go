@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // MaxCallerOpKey is the longest operation key a caller may supply: the
@@ -50,7 +50,7 @@ func OpKey(callerKey string) (string, error) {
 		return "op-" + hex.EncodeToString(b[:]), nil
 	}
 	if len(callerKey) > MaxCallerOpKey || !acpmeta.ValidOpKey(callerKey) {
-		return "", wire.Errorf(wire.CodeInvalid, "op_key must be 1-%d of [A-Za-z0-9._:-]", MaxCallerOpKey)
+		return "", errcode.Errorf(errcode.CodeInvalid, "op_key must be 1-%d of [A-Za-z0-9._:-]", MaxCallerOpKey)
 	}
 	return callerKey, nil
 }
@@ -78,17 +78,17 @@ func encodeMeta(key string, v any) shared.Meta {
 // and is the authority on confinement.
 func Resolve(root, p string) (string, error) {
 	if p == "" {
-		return "", wire.Errorf(wire.CodeInvalid, "path is required")
+		return "", errcode.Errorf(errcode.CodeInvalid, "path is required")
 	}
 	if strings.ContainsAny(p, "\x00") {
-		return "", wire.Errorf(wire.CodeInvalid, "path contains NUL")
+		return "", errcode.Errorf(errcode.CodeInvalid, "path contains NUL")
 	}
 	abs := path.Clean(p)
 	if !path.IsAbs(p) {
 		abs = path.Join(root, p)
 	}
 	if !within(root, abs) {
-		return "", wire.Errorf(wire.CodePathEscape, "path %q resolves to %q, outside the tuple root %q", p, abs, root)
+		return "", errcode.Errorf(errcode.CodePathEscape, "path %q resolves to %q, outside the tuple root %q", p, abs, root)
 	}
 	return abs, nil
 }

@@ -5,8 +5,8 @@ import (
 	"encoding/hex"
 	"strings"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Read plans one fs/read_text_file. line is 1-based (0 = from the start);
@@ -17,7 +17,7 @@ func (c Call) Read(p string, line, limit int) (shared.ReadStep, error) {
 		return shared.ReadStep{}, err
 	}
 	if line < 0 || limit < 0 {
-		return shared.ReadStep{}, wire.Errorf(wire.CodeInvalid, "line and limit must not be negative")
+		return shared.ReadStep{}, errcode.Errorf(errcode.CodeInvalid, "line and limit must not be negative")
 	}
 	st := shared.ReadStep{Path: abs, Meta: c.meta("read", c.Deadline)}
 	if line > 0 {
@@ -41,7 +41,7 @@ func (c Call) Write(p, content string) (shared.WriteStep, error) {
 		return shared.WriteStep{}, err
 	}
 	if content == "" {
-		return shared.WriteStep{}, wire.Errorf(wire.CodeInvalid, "write_text_file %s: %s", abs, emptyContentMsg)
+		return shared.WriteStep{}, errcode.Errorf(errcode.CodeInvalid, "write_text_file %s: %s", abs, emptyContentMsg)
 	}
 	return shared.WriteStep{Path: abs, Content: content, Meta: c.meta("write", c.Deadline)}, nil
 }
@@ -56,7 +56,7 @@ func (c Call) Edit(p, oldText, newText string) (shared.EditStep, error) {
 		return shared.EditStep{}, err
 	}
 	if oldText == "" {
-		return shared.EditStep{}, wire.Errorf(wire.CodeInvalid, "edit_text_file: old_text must not be empty")
+		return shared.EditStep{}, errcode.Errorf(errcode.CodeInvalid, "edit_text_file: old_text must not be empty")
 	}
 	return shared.EditStep{Path: abs, OldText: oldText, NewText: newText,
 		ReadMeta: c.meta("read", c.Deadline), WriteMeta: c.meta("write", c.Deadline)}, nil
@@ -68,12 +68,12 @@ func (c Call) Edit(p, oldText, newText string) (shared.EditStep, error) {
 // carry it.
 func ApplyEdit(path, content, oldText, newText string) (updated, expectSHA256 string, err error) {
 	if n := strings.Count(content, oldText); n != 1 || oldText == "" {
-		return "", "", wire.Errorf(wire.CodePrecondition,
+		return "", "", errcode.Errorf(errcode.CodePrecondition,
 			"edit_text_file %s: old_text occurs %d times; it must occur exactly once", path, n)
 	}
 	updated = strings.Replace(content, oldText, newText, 1)
 	if updated == "" {
-		return "", "", wire.Errorf(wire.CodeInvalid, "edit_text_file %s: result is empty: %s", path, emptyContentMsg)
+		return "", "", errcode.Errorf(errcode.CodeInvalid, "edit_text_file %s: result is empty: %s", path, emptyContentMsg)
 	}
 	return updated, SHA256Hex(content), nil
 }

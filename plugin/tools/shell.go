@@ -8,8 +8,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // The scripts list_directory, glob and grep run inside the computer with
@@ -63,15 +63,15 @@ type ShellRun struct {
 func (r ShellRun) checked() (string, int, error) {
 	switch {
 	case r.TimedOut:
-		return "", 0, wire.Errorf(wire.CodeTimeout, "command timed out before it finished")
+		return "", 0, errcode.Errorf(errcode.CodeTimeout, "command timed out before it finished")
 	case r.Truncated:
-		return "", 0, wire.Errorf(wire.CodeTooLarge, "output exceeds %d bytes; narrow the request", ShellOutputLimit)
+		return "", 0, errcode.Errorf(errcode.CodeTooLarge, "output exceeds %d bytes; narrow the request", ShellOutputLimit)
 	case r.ExitCode == nil:
 		sig := "unknown"
 		if r.Signal != nil {
 			sig = *r.Signal
 		}
-		return "", 0, wire.Errorf(wire.CodeInternal, "command ended without an exit code (signal %s)", sig)
+		return "", 0, errcode.Errorf(errcode.CodeInternal, "command ended without an exit code (signal %s)", sig)
 	}
 	return r.Output, *r.ExitCode, nil
 }
@@ -99,7 +99,7 @@ func FinishList(dir string, r ShellRun) ([]Entry, error) {
 		return nil, err
 	}
 	if code != 0 {
-		return nil, wire.Errorf(wire.CodeNotFound, "list_directory %s: exit %d: %s", dir, code, clip(out))
+		return nil, errcode.Errorf(errcode.CodeNotFound, "list_directory %s: exit %d: %s", dir, code, clip(out))
 	}
 	return ParseListing(out)
 }
@@ -115,9 +115,9 @@ func ParseListing(out string) ([]Entry, error) {
 		typ, name, ok := strings.Cut(rec, "/")
 		switch {
 		case !ok || name == "" || strings.Contains(name, "/"):
-			return nil, wire.Errorf(wire.CodeInternal, "list_directory: malformed record %q", clip(rec))
+			return nil, errcode.Errorf(errcode.CodeInternal, "list_directory: malformed record %q", clip(rec))
 		case typ != "dir" && typ != "file" && typ != "symlink" && typ != "other":
-			return nil, wire.Errorf(wire.CodeInternal, "list_directory: unknown entry type %q", clip(typ))
+			return nil, errcode.Errorf(errcode.CodeInternal, "list_directory: unknown entry type %q", clip(typ))
 		}
 		entries = append(entries, Entry{Name: name, Type: typ})
 	}
@@ -149,7 +149,7 @@ func FinishGlob(dir, pattern string, r ShellRun) ([]string, error) {
 		return nil, err
 	}
 	if code != 0 {
-		return nil, wire.Errorf(wire.CodeNotFound, "glob %s: exit %d: %s", dir, code, clip(out))
+		return nil, errcode.Errorf(errcode.CodeNotFound, "glob %s: exit %d: %s", dir, code, clip(out))
 	}
 	var matches []string
 	for _, rec := range strings.Split(out, "\x00") {
@@ -173,7 +173,7 @@ type GrepMatch struct {
 // flags from a closed set.
 func (c Call) Grep(pattern, dir string, fixed, ignoreCase bool) (shared.TerminalStep, error) {
 	if pattern == "" {
-		return shared.TerminalStep{}, wire.Errorf(wire.CodeInvalid, "grep: pattern is required")
+		return shared.TerminalStep{}, errcode.Errorf(errcode.CodeInvalid, "grep: pattern is required")
 	}
 	abs, err := c.Resolve(orDot(dir))
 	if err != nil {
@@ -193,7 +193,7 @@ func FinishGrep(dir string, r ShellRun) ([]GrepMatch, error) {
 	case code == 1:
 		return nil, nil
 	case code != 0:
-		return nil, wire.Errorf(wire.CodeNotFound, "grep %s: exit %d: %s", dir, code, clip(out))
+		return nil, errcode.Errorf(errcode.CodeNotFound, "grep %s: exit %d: %s", dir, code, clip(out))
 	}
 	return ParseGrep(dir, out)
 }
@@ -220,11 +220,11 @@ func ParseGrep(dir, out string) ([]GrepMatch, error) {
 		}
 		rest, ok := strings.CutPrefix(ln, "./")
 		if !ok {
-			return nil, wire.Errorf(wire.CodeInternal, "grep: malformed line %q", clip(ln))
+			return nil, errcode.Errorf(errcode.CodeInternal, "grep: malformed line %q", clip(ln))
 		}
 		p, n, text, ok := splitGrepLine(rest)
 		if !ok {
-			return nil, wire.Errorf(wire.CodeInternal, "grep: malformed line %q", clip(ln))
+			return nil, errcode.Errorf(errcode.CodeInternal, "grep: malformed line %q", clip(ln))
 		}
 		ms = append(ms, GrepMatch{Path: path.Join(dir, p), Line: n, Text: text})
 	}

@@ -6,9 +6,9 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Output limits of terminal/create (bytes kept; the client truncates from
@@ -29,9 +29,9 @@ const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
 func validate(cmd shared.RunTool) error {
 	switch {
 	case cmd.Command == "":
-		return wire.Errorf(wire.CodeInvalid, "run_command: command is required")
+		return errcode.Errorf(errcode.CodeInvalid, "run_command: command is required")
 	case cmd.OutputLimit < 0 || cmd.OutputLimit > MaxOutputLimit:
-		return wire.Errorf(wire.CodeInvalid, "run_command: output limit must be 0..%d bytes", MaxOutputLimit)
+		return errcode.Errorf(errcode.CodeInvalid, "run_command: output limit must be 0..%d bytes", MaxOutputLimit)
 	}
 	return nil
 }
@@ -100,7 +100,7 @@ func (c Call) verifyMeta(files map[string]string) (shared.Meta, error) {
 		return nil, nil
 	}
 	if len(files) > acpmeta.MaxVerifyFiles {
-		return nil, wire.Errorf(wire.CodeInvalid, "run_command: verify names %d files; at most %d", len(files), acpmeta.MaxVerifyFiles)
+		return nil, errcode.Errorf(errcode.CodeInvalid, "run_command: verify names %d files; at most %d", len(files), acpmeta.MaxVerifyFiles)
 	}
 	out := make(map[string]string, len(files))
 	for p, d := range files {
@@ -112,17 +112,17 @@ func (c Call) verifyMeta(files map[string]string) (shared.Meta, error) {
 		sum := strings.ToLower(d)
 		switch _, dup := out[rel]; {
 		case rel == "":
-			return nil, wire.Errorf(wire.CodeInvalid, "run_command: verify names the tuple root %q; name a file", p)
+			return nil, errcode.Errorf(errcode.CodeInvalid, "run_command: verify names the tuple root %q; name a file", p)
 		case !acpmeta.ValidDigest(sum):
-			return nil, wire.Errorf(wire.CodeInvalid, "run_command: verify: the digest for %q is not a hex SHA-256", p)
+			return nil, errcode.Errorf(errcode.CodeInvalid, "run_command: verify: the digest for %q is not a hex SHA-256", p)
 		case dup:
-			return nil, wire.Errorf(wire.CodeInvalid, "run_command: verify names %q twice", rel)
+			return nil, errcode.Errorf(errcode.CodeInvalid, "run_command: verify names %q twice", rel)
 		}
 		out[rel] = sum
 	}
 	v := acpmeta.Verify{Files: out}
 	if err := v.Validate(); err != nil {
-		return nil, wire.Errorf(wire.CodeInvalid, "run_command: %v", err)
+		return nil, errcode.Errorf(errcode.CodeInvalid, "run_command: %v", err)
 	}
 	return encodeMeta(acpmeta.KeyVerify, v), nil
 }

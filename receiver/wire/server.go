@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/internal/ratelog"
 )
 
@@ -231,7 +232,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	conns := s.beginDrain()
 	var notices sync.WaitGroup
 	for _, sc := range conns {
-		notices.Go(func() { sc.notice(CodeUnavailable, "receiver shutting down") })
+		notices.Go(func() { sc.notice(errcode.CodeUnavailable, "receiver shutting down") })
 	}
 	notices.Wait()
 	var err error
@@ -309,7 +310,7 @@ func (s *Server) track(ctx context.Context, conn io.ReadWriteCloser) (*serverCon
 	}
 	s.mu.Unlock()
 	sc := newServerConn(s, context.Background(), conn, peer)
-	sc.notice(CodeUnavailable, "receiver shutting down")
+	sc.notice(errcode.CodeUnavailable, "receiver shutting down")
 	sc.cancel(ErrServerClosed)
 	_ = conn.Close()
 	return nil, ErrServerClosed
