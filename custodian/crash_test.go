@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 		os.Exit(custodianHelper())
 	}
 	slog.SetDefault(slog.New(slog.DiscardHandler)) // acp-go-sdk's connection diagnostics
+	grantUID, grantGID = realrecv.GrantIDs()
 	code := m.Run()
 	realrecv.Cleanup()
 	os.Exit(code)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/fixtures/testids"
 	"github.com/tetherdev/tether/receiver/caps"
 )
 
@@ -25,18 +27,22 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == HelperArg {
 		HelperMain()
 	}
+	ids := testids.MustForTree("TETHER_SPAWN_TEST_IDS", 4) // noKillMain's process checks the same uid
+	uid, gid, groups = ids[0], ids[1], ids[2:]
+	slices.Sort(groups) // as the kernel lists them in /proc/PID/status
 	if os.Getenv(noKillEnv) != "" {
 		noKillMain()
 	}
 	os.Exit(m.Run())
 }
 
-const (
-	uid = 60201
-	gid = 60202
+// The child's ids are this test process's own (fixtures/testids), set by
+// TestMain: tests count, wait for and kill every process of uid, which
+// another test binary running at the same time must never add to or lose.
+var (
+	uid, gid uint32
+	groups   []uint32
 )
-
-var groups = []uint32{60203, 60204}
 
 var modes = map[string]Mode{"thread": ModeThread, "helper": ModeHelper}
 
@@ -49,7 +55,7 @@ func workDir(t testing.TB) (*os.File, string) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Chown(dir, uid, gid); err != nil {
+	if err := os.Chown(dir, int(uid), int(gid)); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY, 0)

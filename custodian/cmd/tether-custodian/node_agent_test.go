@@ -78,7 +78,8 @@ func TestIntegrationNodeAgent(t *testing.T) {
 					t.Errorf("check %s did not pass; agent said:\n%s", c, strings.Join(msgs, "\n"))
 				}
 			}
-			uid := fmt.Sprintf("uid=%d", realrecv.GrantUID)
+			grantUID, _ := realrecv.GrantIDs()
+			uid := fmt.Sprintf("uid=%d", grantUID)
 			for _, c := range []string{"exec_bare", "exec_shell"} {
 				if !slices.Contains(msgs, "PASS "+c+" "+uid) {
 					t.Errorf("%s did not run as the grant's uid: %v", c, msgs)
@@ -134,11 +135,12 @@ func agentMessages(t *testing.T, stdout []byte) []string {
 // agent, tagged_by custodian (and for the tether agent not); the audit log
 // verifies.
 func checkNodeRunOnHost(t *testing.T, rr *realrecv.Receiver, dir string, plain bool) {
+	grantUID, _ := realrecv.GrantIDs()
 	for _, f := range []string{"ran.txt", "hello.txt"} {
 		fi, err := os.Stat(rr.File(f))
 		realrecv.Must(t, err)
-		if st := fi.Sys().(*syscall.Stat_t); st.Uid != realrecv.GrantUID {
-			t.Errorf("%s owned by uid %d, want the grant's %d", f, st.Uid, realrecv.GrantUID)
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != grantUID {
+			t.Errorf("%s owned by uid %d, want the grant's %d", f, st.Uid, grantUID)
 		}
 	}
 	rs, err := opstore.ReadOnly(filepath.Join(dir, "state", custodian.OpKeysDir))
@@ -199,8 +201,8 @@ func TestIntegrationNodeAgentBigFile(t *testing.T) {
 	}
 	fi, err := os.Stat(rr.File("big.txt"))
 	realrecv.Must(t, err)
-	if st := fi.Sys().(*syscall.Stat_t); st.Uid != realrecv.GrantUID {
-		t.Fatalf("big.txt owned by uid %d", st.Uid)
+	if uid, _ := realrecv.GrantIDs(); fi.Sys().(*syscall.Stat_t).Uid != uid {
+		t.Fatalf("big.txt owned by uid %d, want the grant's %d", fi.Sys().(*syscall.Stat_t).Uid, uid)
 	}
 	rs, err := opstore.ReadOnly(filepath.Join(dir, "state", custodian.OpKeysDir))
 	realrecv.Must(t, err)
