@@ -124,6 +124,15 @@ func TestRunFindsTheFlake(t *testing.T) {
 	if onDisk.Config.Count != 4 || onDisk.Config.Rounds != 2 || onDisk.Config.Race {
 		t.Errorf("config %+v", onDisk.Config)
 	}
+	// The raw output of a round, read back alone, counts the same.
+	again, err := Run(ctx, Options{Dir: moduleRoot(t), Out: t.TempDir(), Count: 1,
+		Inputs: []string{filepath.Join(out, "round-1.json")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Totals.Failures != 2 || again.Totals.TestRuns != 12 {
+		t.Errorf("round-1.json read back: %+v", again.Totals)
+	}
 }
 
 // TestRunCountsACrash: a test binary that panics mid-test fails that

@@ -31,6 +31,7 @@ type Options struct {
 	Timeout  time.Duration // -timeout of each round; 0 means 30m per run of a test binary
 	VMRuns   int           // runs of ci/vm-receipts after the rounds
 	VMArgs   []string      // arguments for ci/vm-receipts (e.g. --suite native-client --accel tcg)
+	Inputs   []string      // go test -json files of earlier runs (e.g. make test's .cache/test.json) to count too
 	Log      io.Writer     // progress; nil discards it
 }
 
@@ -41,7 +42,7 @@ func (o *Options) check() error {
 	case o.Count < 1 || o.Rounds < 0 || o.VMRuns < 0 || o.Timeout < 0:
 		return fmt.Errorf("%w: -count %d must be at least 1; -rounds %d, -vm %d and -timeout %s not negative",
 			ErrOptions, o.Count, o.Rounds, o.VMRuns, o.Timeout)
-	case o.Rounds == 0 && o.VMRuns == 0:
+	case o.Rounds == 0 && o.VMRuns == 0 && len(o.Inputs) == 0:
 		return fmt.Errorf("%w: -rounds 0 and -vm 0: nothing to run", ErrOptions)
 	}
 	if len(o.Packages) == 0 {
@@ -88,6 +89,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{Started: time.Now().UTC(), Config: o.config()}
 	ty := NewTally()
 	var errs []error
+	for _, in := range o.Inputs {
+		errs = append(errs, readFile(in, ty))
+	}
 	for i := 1; i <= o.Rounds && ctx.Err() == nil; i++ {
 		fmt.Fprintf(o.Log, "flakes: round %d of %d: go %s\n", i, o.Rounds, strings.Join(o.goTestArgs(), " "))
 		errs = append(errs, o.round(ctx, i, ty))
@@ -131,10 +135,20 @@ func (o *Options) round(ctx context.Context, n int, ty *Tally) error {
 	return errors.Join(rerr, err)
 }
 
+// readFile counts the events of a go test -json file.
+func readFile(path string, ty *Tally) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return ty.Read(f, nil)
+}
+
 func (o *Options) config() Config {
 	c := Config{GoTest: append([]string{"go"}, o.goTestArgs()...), Count: o.Count, Rounds: o.Rounds, Race: o.Race,
 		UID: os.Geteuid(), Require: os.Getenv("TETHER_TEST_REQUIRE"), VMRuns: o.VMRuns, VMArgs: o.VMArgs,
-		NumCPU: runtime.NumCPU(), Packages: o.Packages}
+		NumCPU: runtime.NumCPU(), Packages: o.Packages, Inputs: o.Inputs}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		c.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}

@@ -43,6 +43,7 @@ type Config struct {
 	NumCPU   int      `json:"num_cpu"`
 	LoadAvg  string   `json:"load_avg_at_start"`
 	Packages []string `json:"packages"`
+	Inputs   []string `json:"inputs,omitempty"` // earlier go test -json files counted too
 }
 
 // Totals count the hunt's results.

@@ -63,7 +63,7 @@ func parse(args []string, stderr io.Writer) (flakehunt.Options, error) {
 	fs := flag.NewFlagSet("tether-flakes", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o flakehunt.Options
-	var vmArgs string
+	var vmArgs, inputs string
 	fs.IntVar(&o.Count, "count", 20, "runs of every test per round (go test -count)")
 	fs.IntVar(&o.Rounds, "rounds", 1, "separate go test invocations (fresh test processes); 0 runs only the VM suites")
 	fs.BoolVar(&o.Race, "race", true, "build with the race detector")
@@ -74,6 +74,7 @@ func parse(args []string, stderr io.Writer) (flakehunt.Options, error) {
 	fs.StringVar(&o.Out, "out", ".cache/flakes", "directory for the report, raw test output and VM receipts")
 	fs.IntVar(&o.VMRuns, "vm", 0, "runs of ci/vm-receipts after the go test rounds (as root, after ci/setup)")
 	fs.StringVar(&vmArgs, "vm-args", "", "arguments for ci/vm-receipts, e.g. \"--suite native-client --accel tcg\"")
+	fs.StringVar(&inputs, "read", "", "comma-separated go test -json files of earlier runs to count too (use with -rounds 0 to only count them)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ci/flakes [flags] [packages]   (default packages: ./...)\n")
 		fs.PrintDefaults()
@@ -82,6 +83,9 @@ func parse(args []string, stderr io.Writer) (flakehunt.Options, error) {
 		return o, err
 	}
 	o.Packages, o.VMArgs = fs.Args(), strings.Fields(vmArgs)
+	if inputs != "" {
+		o.Inputs = strings.Split(inputs, ",")
+	}
 	dir, err := os.Getwd()
 	if err != nil {
 		return o, err
