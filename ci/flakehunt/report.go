@@ -105,8 +105,15 @@ func (r *Report) summarize() []string {
 	if c.Race {
 		race = ", -race"
 	}
-	out := []string{fmt.Sprintf("flakes: %s: %d tests, %d runs (-count %d x %d rounds%s, uid %d), %d failures in %d tests (%d flaky); %d package failures in %d package runs; %s",
-		verdict, tt.Tests, tt.TestRuns, c.Count, c.Rounds, race, c.UID, tt.Failures, tt.FailedTests, tt.FlakyTests,
+	how := fmt.Sprintf("-count %d x %d rounds%s", c.Count, c.Rounds, race)
+	if c.Rounds == 0 {
+		how = "no go test rounds"
+	}
+	if len(c.Inputs) > 0 {
+		how += fmt.Sprintf(", plus %d earlier go test -json files", len(c.Inputs))
+	}
+	out := []string{fmt.Sprintf("flakes: %s: %d tests, %d runs (%s, uid %d), %d failures in %d tests (%d flaky); %d package failures in %d package runs; %s",
+		verdict, tt.Tests, tt.TestRuns, how, c.UID, tt.Failures, tt.FailedTests, tt.FlakyTests,
 		tt.PackageFailures, tt.PackageRuns, r.Ended.Sub(r.Started).Round(time.Second))}
 	for _, t := range r.Failed {
 		out = append(out, fmt.Sprintf("  FAIL %d/%d %s %s", t.Failures, t.Runs, t.Package, t.Name))
