@@ -54,6 +54,8 @@ func TestTallyCounts(t *testing.T) {
 		`{"Action":"output","Package":"p","Test":"TestHang","Output":"waiting\n"}`,
 		`{"Action":"output","Package":"p","Output":"panic: test timed out after 1s\n"}`,
 		`{"Action":"fail","Package":"p"}`,
+		`{"Action":"run","Package":"r","Test":"TestR"}`, `{"Action":"fail","Package":"r","Test":"TestR"}`,
+		`{"Action":"fail","Package":"r"}`,
 		`{"Action":"build-output","ImportPath":"q","Output":"q/x.go:1: syntax error\n"}`,
 		`{"Action":"build-fail","ImportPath":"q"}`,
 		`not json at all`)
@@ -70,9 +72,12 @@ func TestTallyCounts(t *testing.T) {
 	if h := find(t, ty, "p", "TestHang"); h.Failures != 1 || !strings.Contains(h.Outputs[0], "waiting") {
 		t.Errorf("a test cut off by its package's end: %+v", h)
 	}
+	// p timed out (a package failure), q did not build (one too), r
+	// failed only because TestR failed (no package failure).
 	pk := ty.Packages()
-	if len(pk) != 2 || pk[0].Package != "p" || pk[0].Failures != 1 || !strings.Contains(pk[0].Outputs[0], "timed out") ||
-		pk[1].Package != "q" || pk[1].Failures != 1 || !strings.Contains(pk[1].Outputs[0], "syntax error") {
+	if len(pk) != 3 || pk[0].Package != "p" || pk[0].Failures != 1 || !strings.Contains(pk[0].Outputs[0], "timed out") ||
+		pk[1].Package != "q" || pk[1].Failures != 1 || !strings.Contains(pk[1].Outputs[0], "syntax error") ||
+		pk[2].Package != "r" || pk[2].Runs != 1 || pk[2].Failures != 0 {
 		t.Errorf("packages: %+v", pk)
 	}
 }
@@ -106,7 +111,8 @@ func TestRunFindsTheFlake(t *testing.T) {
 	if err := json.Unmarshal(data, &onDisk); err != nil {
 		t.Fatal(err)
 	}
-	if onDisk.Clean() || r.Clean() || onDisk.Totals.FailedTests != 1 || onDisk.Totals.Failures != 4 || onDisk.Totals.FlakyTests != 1 {
+	if onDisk.Clean() || r.Clean() || onDisk.Totals.FailedTests != 1 || onDisk.Totals.Failures != 4 || onDisk.Totals.FlakyTests != 1 ||
+		onDisk.Totals.PackageFailures != 0 || onDisk.Totals.PackageRuns != 2 {
 		t.Fatalf("report totals %+v\n%s", onDisk.Totals, strings.Join(onDisk.Summary, "\n"))
 	}
 	f := onDisk.Failed[0]
@@ -135,8 +141,8 @@ func TestRunFindsTheFlake(t *testing.T) {
 	}
 }
 
-// TestRunCountsACrash: a test binary that panics mid-test fails that
-// test and its package, in the report.
+// TestRunCountsACrash: a test that panics (ending its binary) is a failed
+// test in the report, and the report is not clean.
 func TestRunCountsACrash(t *testing.T) {
 	t.Setenv("FLAKY_CRASH", "1")
 	r, err := Run(context.Background(), Options{Dir: moduleRoot(t), Out: t.TempDir(),
@@ -144,7 +150,7 @@ func TestRunCountsACrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Clean() || r.Totals.PackageFailures != 1 || len(r.Failed) != 1 || r.Failed[0].Name != "TestCrash" {
+	if r.Clean() || len(r.Failed) != 1 || r.Failed[0].Name != "TestCrash" || !strings.Contains(r.Failed[0].Outputs[0], "crash on purpose") {
 		t.Fatalf("a crash: %+v\n%s", r.Totals, strings.Join(r.Summary, "\n"))
 	}
 }

@@ -42,8 +42,9 @@ type TestTally struct {
 func (t *TestTally) Flaky() bool { return t.Failures > 0 && t.Passes > 0 }
 
 // PackageTally is what one package's test binary did: runs that failed
-// outside any single test (a build failure, a panic, a timeout) are
-// counted here, with the output the package printed.
+// outside any single test (a build failure, a panic, a timeout, a
+// TestMain that failed) are counted here, with the output the package
+// printed. A run that failed only because tests failed is not.
 type PackageTally struct {
 	Package  string   `json:"package"`
 	Runs     int      `json:"runs"`
@@ -57,12 +58,13 @@ type Tally struct {
 	pkgs  map[string]*PackageTally
 	out   map[string]*strings.Builder // output of the current run of each test
 	open  map[string]map[string]bool  // package -> tests running, not yet finished
+	fails map[string]int              // package -> tests failed in its current binary run
 }
 
 // NewTally returns an empty tally.
 func NewTally() *Tally {
 	return &Tally{tests: map[string]*TestTally{}, pkgs: map[string]*PackageTally{},
-		out: map[string]*strings.Builder{}, open: map[string]map[string]bool{}}
+		out: map[string]*strings.Builder{}, open: map[string]map[string]bool{}, fails: map[string]int{}}
 }
 
 // Read adds every event of a `go test -json` stream; lines that are not
@@ -104,6 +106,9 @@ func (ty *Tally) Add(e event) {
 		}
 	case "pass", "fail", "skip":
 		delete(ty.opened(e.Package), e.Test)
+		if e.Action == "fail" {
+			ty.fails[e.Package]++
+		}
 		ty.result(e.Package, e.Test, e.Action, ty.text(key))
 		delete(ty.out, key)
 	}
@@ -170,7 +175,8 @@ func (ty *Tally) addPackage(e event) {
 			ty.pkgs[e.Package] = p
 		}
 		p.Runs++
-		if e.Action != "pass" {
+		cut := len(ty.open[e.Package]) > 0
+		if e.Action != "pass" && (cut || ty.fails[e.Package] == 0) {
 			p.Failures++
 			if len(p.Outputs) < keepFailures {
 				p.Outputs = append(p.Outputs, lastLines(ty.text(key), tailLines))
@@ -178,6 +184,7 @@ func (ty *Tally) addPackage(e event) {
 		}
 		ty.closeOpen(e.Package)
 		delete(ty.out, key)
+		delete(ty.fails, e.Package)
 	}
 }
 
