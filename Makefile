@@ -54,3 +54,9 @@ proto:
 
 clean:
 	rm -rf $(BIN) .cache
+
+# demo-view boots a VM computer with a screen and prints live view links
+# (tether-qmp view): watch it, take over, hand back, pause. Ctrl-C ends it.
+.PHONY: demo-view
+demo-view: build
+	@$(BIN)/tether-demo view

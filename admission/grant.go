@@ -20,12 +20,30 @@ const (
 	OpKill  Op = "kill"
 )
 
-// Limits bound what a grant's holder may consume.
+// Limits bound what a grant's holder may consume. The first four are the
+// receiver's, checked per request; the resource limits after them bound
+// the whole computer (every process of the grant's uid together) and are
+// enforced by the computer the receiver runs in, which the receiver
+// checks before every command (docs/admission.md): 0 (absent) means the
+// grant sets no such bound.
 type Limits struct {
 	MaxProcs       int   `json:"max_procs"`
 	MaxRuntimeS    int64 `json:"max_runtime_s"`
 	MaxOutputBytes int64 `json:"max_output_bytes"`
 	MaxFileBytes   int64 `json:"max_file_bytes"`
+
+	// MaxPids bounds the computer's processes and threads (pids.max and
+	// RLIMIT_NPROC).
+	MaxPids int64 `json:"max_pids,omitempty"`
+	// MaxMemoryBytes bounds the computer's memory, swap excluded
+	// (memory.max with no swap).
+	MaxMemoryBytes int64 `json:"max_memory_bytes,omitempty"`
+	// MaxDiskBytes bounds the root's file system.
+	MaxDiskBytes int64 `json:"max_disk_bytes,omitempty"`
+	// MaxOpenFiles bounds each process's descriptors (RLIMIT_NOFILE).
+	MaxOpenFiles int64 `json:"max_open_files,omitempty"`
+	// MaxFileSizeBytes bounds each file a process writes (RLIMIT_FSIZE).
+	MaxFileSizeBytes int64 `json:"max_file_size_bytes,omitempty"`
 }
 
 // Grant admits one tuple: the unprivileged identity its children run as,
@@ -39,7 +57,25 @@ type Grant struct {
 	Ops      []Op      `json:"ops"`
 	Limits   Limits    `json:"limits"`
 	NotAfter time.Time `json:"not_after"`
+	// Env is merged over the receiver's default environment for the
+	// grant's commands (a request's own env is merged over it); nil adds
+	// nothing. A list of name/value pairs, as ACP writes an environment
+	// (every key of the admission file is snake_case, so names cannot be
+	// keys). The receiver refuses loader variables at exec time.
+	Env []EnvVar `json:"env,omitempty"`
 }
+
+// EnvVar is one environment variable of a grant.
+type EnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// MaxGrantEnv bounds a grant's env entries; MaxGrantEnvValue one value.
+const (
+	MaxGrantEnv      = 64
+	MaxGrantEnvValue = 4096
+)
 
 // Allows reports whether g lists op.
 func (g Grant) Allows(op Op) bool {

@@ -50,7 +50,7 @@ func grantFor(tu Tuple, notAfter time.Time, ops ...Op) Grant {
 		ops = []Op{OpRead, OpWrite, OpList, OpExec, OpKill}
 	}
 	return Grant{Tuple: tu, UID: 60001, GID: 60001, Groups: []uint32{}, Ops: ops,
-		Limits: Limits{64, 600, 1 << 20, 64 << 20}, NotAfter: notAfter}
+		Limits: Limits{MaxProcs: 64, MaxRuntimeS: 600, MaxOutputBytes: 1 << 20, MaxFileBytes: 64 << 20}, NotAfter: notAfter}
 }
 
 func inputWith(gen uint64, notAfter time.Time, grants ...Grant) PublishInput {

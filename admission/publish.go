@@ -102,6 +102,24 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 // when omitted) and replaces the file atomically. A reader sees the old
 // file or the new one, never a mix. ctx bounds the wait for the lock.
 func (p *Publisher) Publish(ctx context.Context, in PublishInput) (Published, error) {
+	return p.publish(ctx, in, nil)
+}
+
+// PublishFenced publishes like Publish on behalf of an elected leader
+// whose election revision is leader. Under the same lock it refuses a
+// leader revision lower than the highest one any fenced publish recorded
+// in the directory (ErrDeposed, nothing written), then records leader
+// (temp file, fsync, rename, fsync of the directory) before the snapshot
+// is replaced. A leader that lost its election to a later one can
+// therefore never publish again, however late its publish arrives.
+func (p *Publisher) PublishFenced(ctx context.Context, in PublishInput, leader uint64) (Published, error) {
+	if leader == 0 {
+		return Published{}, fmt.Errorf("%w: leader revision 0", ErrDeposed)
+	}
+	return p.publish(ctx, in, &leader)
+}
+
+func (p *Publisher) publish(ctx context.Context, in PublishInput, leader *uint64) (Published, error) {
 	if err := p.checkInput(in); err != nil {
 		return Published{}, err
 	}
@@ -115,6 +133,11 @@ func (p *Publisher) Publish(ctx context.Context, in PublishInput) (Published, er
 		return Published{}, err
 	}
 	defer unlock()
+	if leader != nil {
+		if err := checkLeader(dir, *leader); err != nil {
+			return Published{}, err
+		}
+	}
 	current, err := p.currentGeneration(ctx, dir)
 	if err != nil {
 		return Published{}, err
@@ -126,6 +149,11 @@ func (p *Publisher) Publish(ctx context.Context, in PublishInput) (Published, er
 	data, err := p.envelope(ctx, gen, in)
 	if err != nil {
 		return Published{}, err
+	}
+	if leader != nil {
+		if err := recordLeader(dir, *leader); err != nil {
+			return Published{}, err
+		}
 	}
 	if err := replaceFile(dir, data); err != nil {
 		return Published{}, err
@@ -315,7 +343,7 @@ func removeStaleTemps(dir *os.File) {
 		return
 	}
 	for _, n := range names {
-		if strings.HasPrefix(n, tempPrefix) {
+		if strings.HasPrefix(n, tempPrefix) || strings.HasPrefix(n, leaderName+".tmp-") {
 			unlinkAt(dir, n)
 		}
 	}

@@ -149,6 +149,7 @@ func (r *Refresher) checkFresh(snap *Snapshot, now time.Time) error {
 func cloneGrant(g Grant) Grant {
 	g.Groups = slices.Clone(g.Groups)
 	g.Ops = slices.Clone(g.Ops)
+	g.Env = slices.Clone(g.Env)
 	return g
 }
 

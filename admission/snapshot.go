@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -58,6 +59,28 @@ func (g Grant) Validate() error {
 	if g.NotAfter.IsZero() {
 		return fmt.Errorf("%w: not_after is required", ErrInvalidGrant)
 	}
+	return validateEnv(g.Env)
+}
+
+// validateEnv checks a grant's env: at most MaxGrantEnv entries, each name
+// not empty, free of '=' and NUL and named once, each value free of NUL
+// and at most MaxGrantEnvValue bytes.
+func validateEnv(env []EnvVar) error {
+	if len(env) > MaxGrantEnv {
+		return fmt.Errorf("%w: env has %d entries, at most %d", ErrInvalidGrant, len(env), MaxGrantEnv)
+	}
+	seen := make(map[string]bool, len(env))
+	for _, e := range env {
+		switch {
+		case e.Name == "" || strings.ContainsAny(e.Name, "=\x00"):
+			return fmt.Errorf("%w: env name %q is empty or contains '=' or NUL", ErrInvalidGrant, e.Name)
+		case seen[e.Name]:
+			return fmt.Errorf("%w: env names %s twice", ErrInvalidGrant, e.Name)
+		case strings.IndexByte(e.Value, 0) >= 0 || len(e.Value) > MaxGrantEnvValue:
+			return fmt.Errorf("%w: env %s: value contains NUL or exceeds %d bytes", ErrInvalidGrant, e.Name, MaxGrantEnvValue)
+		}
+		seen[e.Name] = true
+	}
 	return nil
 }
 
@@ -78,7 +101,8 @@ func validateOps(ops []Op) error {
 	return nil
 }
 
-// Validate requires every limit to be > 0.
+// Validate requires the receiver's limits to be > 0 and the computer's
+// resource limits to be >= 0 (0: the grant sets no bound).
 func (l Limits) Validate() error {
 	for _, f := range []struct {
 		name string
@@ -91,6 +115,20 @@ func (l Limits) Validate() error {
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("%w: limits.%s must be > 0", ErrInvalidGrant, f.name)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"max_pids", l.MaxPids},
+		{"max_memory_bytes", l.MaxMemoryBytes},
+		{"max_disk_bytes", l.MaxDiskBytes},
+		{"max_open_files", l.MaxOpenFiles},
+		{"max_file_size_bytes", l.MaxFileSizeBytes},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: limits.%s must be >= 0 (0: no bound)", ErrInvalidGrant, f.name)
 		}
 	}
 	return nil

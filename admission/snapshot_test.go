@@ -27,8 +27,15 @@ func TestDecodePublishInputIssueExample(t *testing.T) {
 	}
 	g := in.Grants[0]
 	if !g.Tuple.Equal(exampleTuple()) || g.UID != 60001 || g.GID != 60001 || len(g.Ops) != 5 ||
-		g.Limits != (Limits{64, 600, 1048576, 67108864}) || !g.NotAfter.Equal(want) {
+		g.Limits != (Limits{MaxProcs: 64, MaxRuntimeS: 600, MaxOutputBytes: 1048576, MaxFileBytes: 67108864}) || !g.NotAfter.Equal(want) {
 		t.Fatalf("grant %+v", g)
+	}
+	withResources := strings.Replace(issueInput, `"max_procs": 64`, `"max_procs": 64, "max_pids": 256, `+
+		`"max_memory_bytes": 1073741824, "max_disk_bytes": 2147483648, "max_open_files": 4096, "max_file_size_bytes": 1048576`, 1)
+	in, err = DecodePublishInput([]byte(withResources))
+	if err != nil || in.Grants[0].Limits != (Limits{MaxProcs: 64, MaxRuntimeS: 600, MaxOutputBytes: 1048576, MaxFileBytes: 67108864,
+		MaxPids: 256, MaxMemoryBytes: 1 << 30, MaxDiskBytes: 2 << 30, MaxOpenFiles: 4096, MaxFileSizeBytes: 1 << 20}) {
+		t.Fatalf("resource limits: %+v, %v", in.Grants[0].Limits, err)
 	}
 	omitted := strings.Replace(issueInput, `"generation": 7, `, "", 1)
 	in, err = DecodePublishInput([]byte(omitted))
@@ -39,21 +46,26 @@ func TestDecodePublishInputIssueExample(t *testing.T) {
 
 // mutations of issueInput that must be refused, with the check they hit.
 var refusedInputs = map[string][2]string{
-	"uid 0":                  {`"uid": 60001`, `"uid": 0`},
-	"gid 0":                  {`"gid": 60001`, `"gid": 0`},
-	"group 0":                {`"groups": []`, `"groups": [5, 0]`},
-	"negative uid":           {`"uid": 60001`, `"uid": -1`},
-	"uid too large":          {`"uid": 60001`, `"uid": 4294967296`},
-	"unknown op":             {`"kill"]`, `"kill","sudo"]`},
-	"duplicate op":           {`"kill"]`, `"kill","read"]`},
-	"empty ops":              {`["read","write","list","exec","kill"]`, `[]`},
-	"null ops":               {`["read","write","list","exec","kill"]`, `null`},
-	"max_procs 0":            {`"max_procs": 64`, `"max_procs": 0`},
-	"max_runtime_s negative": {`"max_runtime_s": 600`, `"max_runtime_s": -1`},
-	"max_output_bytes 0":     {`"max_output_bytes": 1048576`, `"max_output_bytes": 0`},
-	"max_file_bytes 0":       {`"max_file_bytes": 67108864`, `"max_file_bytes": 0`},
-	"limits missing":         {`"limits": {"max_procs": 64, "max_runtime_s": 600, "max_output_bytes": 1048576, "max_file_bytes": 67108864},`, ``},
-	"grant after snapshot":   {`"not_after": "2026-12-01T00:00:00Z"}]`, `"not_after": "2026-12-01T00:00:01Z"}]`},
+	"uid 0":                   {`"uid": 60001`, `"uid": 0`},
+	"gid 0":                   {`"gid": 60001`, `"gid": 0`},
+	"group 0":                 {`"groups": []`, `"groups": [5, 0]`},
+	"negative uid":            {`"uid": 60001`, `"uid": -1`},
+	"uid too large":           {`"uid": 60001`, `"uid": 4294967296`},
+	"unknown op":              {`"kill"]`, `"kill","sudo"]`},
+	"duplicate op":            {`"kill"]`, `"kill","read"]`},
+	"empty ops":               {`["read","write","list","exec","kill"]`, `[]`},
+	"null ops":                {`["read","write","list","exec","kill"]`, `null`},
+	"max_procs 0":             {`"max_procs": 64`, `"max_procs": 0`},
+	"max_runtime_s negative":  {`"max_runtime_s": 600`, `"max_runtime_s": -1`},
+	"max_output_bytes 0":      {`"max_output_bytes": 1048576`, `"max_output_bytes": 0`},
+	"max_file_bytes 0":        {`"max_file_bytes": 67108864`, `"max_file_bytes": 0`},
+	"max_pids negative":       {`"max_procs": 64`, `"max_procs": 64, "max_pids": -1`},
+	"max_memory negative":     {`"max_procs": 64`, `"max_procs": 64, "max_memory_bytes": -1`},
+	"max_disk negative":       {`"max_procs": 64`, `"max_procs": 64, "max_disk_bytes": -2`},
+	"max_open_files negative": {`"max_procs": 64`, `"max_procs": 64, "max_open_files": -1`},
+	"max_file_size negative":  {`"max_procs": 64`, `"max_procs": 64, "max_file_size_bytes": -1`},
+	"limits missing":          {`"limits": {"max_procs": 64, "max_runtime_s": 600, "max_output_bytes": 1048576, "max_file_bytes": 67108864},`, ``},
+	"grant after snapshot":    {`"not_after": "2026-12-01T00:00:00Z"}]`, `"not_after": "2026-12-01T00:00:01Z"}]`},
 	"grant not_after missing": {`,
              "not_after": "2026-12-01T00:00:00Z"}]`, `}]`},
 	"snapshot not_after zero": {`"not_after": "2026-12-01T00:00:00Z",
@@ -125,7 +137,7 @@ func TestSnapshotMaxGrants(t *testing.T) {
 		tu := exampleTuple()
 		tu.Session = fmt.Sprintf("s%d", i)
 		s.Grants = append(s.Grants, Grant{Tuple: tu, UID: 60001, GID: 60001, Ops: []Op{OpRead},
-			Limits: Limits{1, 1, 1, 1}, NotAfter: na})
+			Limits: Limits{MaxProcs: 1, MaxRuntimeS: 1, MaxOutputBytes: 1, MaxFileBytes: 1}, NotAfter: na})
 	}
 	if err := s.Validate(); !errors.Is(err, ErrInvalidSnapshot) {
 		t.Fatalf("%d grants: err = %v", len(s.Grants), err)
@@ -158,6 +170,29 @@ func TestStrictJSONDepth(t *testing.T) {
 		_, err := DecodePublishInput([]byte(doc(maxJSONDepth - 1)))
 		if errors.Is(err, errTooDeep) || !errors.Is(err, ErrStrictJSON) {
 			t.Errorf("%s nested %d deep: err = %v, want a type refusal, not the depth check", name, maxJSONDepth-1, err)
+		}
+	}
+}
+
+// TestGrantEnv: a grant's env is a list of name/value pairs; a name given
+// twice, with '=' or empty, a value with NUL, or a map are refused.
+func TestGrantEnv(t *testing.T) {
+	with := func(env string) string {
+		return strings.Replace(issueInput, `"uid": 60001`, `"env": `+env+`, "uid": 60001`, 1)
+	}
+	s, err := DecodeSnapshot([]byte(with(`[{"name": "HOME", "value": "/w"}, {"name": "LANG", "value": "C.UTF-8"}]`)))
+	if err != nil || len(s.Grants[0].Env) != 2 || s.Grants[0].Env[0] != (EnvVar{"HOME", "/w"}) {
+		t.Fatalf("DecodeSnapshot = %+v, %v", s, err)
+	}
+	for name, env := range map[string]string{
+		"twice":      `[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]`,
+		"equals":     `[{"name": "A=B", "value": "1"}]`,
+		"empty name": `[{"name": "", "value": "1"}]`,
+		"NUL value":  `[{"name": "A", "value": "a\u0000b"}]`,
+		"a map":      `{"a": "1"}`,
+	} {
+		if _, err := DecodeSnapshot([]byte(with(env))); !errors.Is(err, ErrInvalidSnapshot) {
+			t.Errorf("%s: err = %v, want ErrInvalidSnapshot", name, err)
 		}
 	}
 }

@@ -15,7 +15,10 @@ import (
 // tuple digest (else tuple_mismatch, and the binding is fenced); the
 // binding is attached, on the live connection, within its lease (else
 // fenced or lease_expired); and the deadline, min(the request's, the
-// command budget, the lease's end), has not passed.
+// command budget, the lease's end), has not passed. For a plain agent's
+// binding a missing tag is minted by the custodian (tagOf) and a binding
+// awaiting attach, or fenced by a transport loss, is attached by the
+// custodian itself (selfAttach).
 func (h *client) admit(ctx context.Context, method, sessionID string, meta map[string]any) (*call, error) {
 	c := h.c
 	b := h.conn.table.get(sessionID)
@@ -23,32 +26,69 @@ func (h *client) admit(ctx context.Context, method, sessionID string, meta map[s
 		c.auditRefusal(sessionID, nil, method, "", wire.CodeNotAdmitted)
 		return nil, acpmeta.NewError(wire.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
 	}
-	op, err := acpmeta.OpFromMeta(meta)
-	if err != nil && !sameDigest(meta, b.digest) {
-		return nil, h.mismatch(b, method, "%s: %v", acpmeta.KeyOp, err)
-	}
+	op, taggedBy, err := h.tagOf(b, method, meta)
 	if err != nil {
-		c.auditRefusal(sessionID, b, method, "", wire.CodeInvalid)
-		return nil, acpmeta.NewError(wire.CodeInvalid, "%v", err)
+		return nil, err
 	}
-	if op.TupleSHA256 != b.digest {
-		return nil, h.mismatch(b, method, "%s names tuple_sha256 %s, the session is bound to %s",
-			acpmeta.KeyOp, op.TupleSHA256, b.digest)
-	}
+	cl := &call{c: c, b: b, method: method, op: op, taggedBy: taggedBy}
 	now := c.now()
 	epoch, err := b.usable(now)
+	if err != nil && b.Plain && b.selfAttachable() {
+		if aerr := h.conn.selfAttach(ctx, b); aerr == nil {
+			epoch, err = b.usable(now)
+		}
+	}
 	if err != nil {
-		code, _ := acpmeta.CodeOf(err)
-		c.auditRefusal(sessionID, b, method, op.OpKey, code)
-		return nil, err
+		return nil, cl.refused(err)
 	}
 	deadline, err := c.deadline(now, op.Deadline, b.lease())
 	if err != nil {
-		code, _ := acpmeta.CodeOf(err)
-		c.auditRefusal(sessionID, b, method, op.OpKey, code)
-		return nil, err
+		return nil, cl.refused(err)
 	}
-	return &call{c: c, b: b, epoch: epoch, method: method, op: op, deadline: deadline}, nil
+	cl.epoch, cl.deadline = epoch, deadline
+	return cl, nil
+}
+
+// TaggedByCustodian is the tagged_by of receipts and audit records of a
+// plain agent's callback whose op tag the custodian minted.
+const TaggedByCustodian = "custodian"
+
+// tagOf returns the callback's op tag: the agent's own, checked against
+// the binding (a wrong digest fences), or, for a plain agent's callback
+// with no tag at all, one the custodian mints: the binding's digest, a
+// fresh op key, no deadline of its own (the command budget and the lease
+// bound it).
+func (h *client) tagOf(b *binding, method string, meta map[string]any) (acpmeta.Op, string, error) {
+	if _, present := meta[acpmeta.KeyOp]; !present && b.Plain {
+		return acpmeta.Op{TupleSHA256: b.digest, OpKey: newKey("plain")}, TaggedByCustodian, nil
+	}
+	op, err := acpmeta.OpFromMeta(meta)
+	if err != nil && !sameDigest(meta, b.digest) {
+		return acpmeta.Op{}, "", h.mismatch(b, method, "%s: %v", acpmeta.KeyOp, err)
+	}
+	if err != nil {
+		h.c.auditRefusal(b.sessionID, b, method, "", wire.CodeInvalid)
+		return acpmeta.Op{}, "", acpmeta.NewError(wire.CodeInvalid, "%v", err)
+	}
+	if op.TupleSHA256 != b.digest {
+		return acpmeta.Op{}, "", h.mismatch(b, method, "%s names tuple_sha256 %s, the session is bound to %s",
+			acpmeta.KeyOp, op.TupleSHA256, b.digest)
+	}
+	return op, "", nil
+}
+
+// refused audits a refusal of cl before anything was sent and returns it.
+func (cl *call) refused(err error) error {
+	code, _ := acpmeta.CodeOf(err)
+	cl.refuse(code)
+	return err
+}
+
+// refuse audits that cl was refused with code before anything was sent.
+func (cl *call) refuse(code wire.Code) {
+	r := cl.record(audit.KindRefusal)
+	r.Code = string(code)
+	cl.c.audit(r)
 }
 
 // mismatch refuses a callback whose op tag does not name the binding's
@@ -74,11 +114,13 @@ func sameDigest(meta map[string]any, digest string) bool {
 }
 
 // deadline is min(the request's deadline, now + the command budget, the
-// lease's end); a deadline already passed is refused before dispatch.
+// lease's end); a deadline already passed is refused before dispatch. A
+// zero requested deadline (a tag the custodian minted) leaves the budget
+// and the lease.
 func (c *Custodian) deadline(now, requested, lease time.Time) (time.Time, error) {
-	d := requested
-	if budget := now.Add(c.opts.CommandBudget); budget.Before(d) {
-		d = budget
+	d := now.Add(c.opts.CommandBudget)
+	if !requested.IsZero() && requested.Before(d) {
+		d = requested
 	}
 	if lease.Before(d) {
 		d = lease

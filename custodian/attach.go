@@ -55,27 +55,44 @@ func (h *client) attach(ctx context.Context, req acpmeta.AttachRequest) (any, er
 		return nil, h.mismatch(b, acpmeta.MethodAttach, "attach names tuple_sha256 %s, the session is bound to %s",
 			req.TupleSHA256, b.digest)
 	}
+	return h.conn.attachBinding(ctx, b, "")
+}
+
+// selfAttach attaches a plain agent's binding on the custodian's own
+// initiative (the agent knows no `_tether/attach`); its audit record says
+// tagged_by custodian.
+func (cn *Conn) selfAttach(ctx context.Context, b *binding) error {
+	_, err := cn.attachBinding(ctx, b, TaggedByCustodian)
+	return err
+}
+
+// attachBinding asks the receiver whether a current grant covers b's tuple
+// and, if so, (re)activates b on the live connection.
+func (cn *Conn) attachBinding(ctx context.Context, b *binding, taggedBy string) (acpmeta.AttachResponse, error) {
+	c := cn.c
 	if err := c.auditErr(); err != nil {
-		return nil, err
+		return acpmeta.AttachResponse{}, err
 	}
+	rec := audit.Record{Kind: audit.KindAttach, SessionID: b.sessionID, TupleSHA256: b.digest,
+		Principal: b.Principal, Method: acpmeta.MethodAttach, TaggedBy: taggedBy}
 	lease := b.lease()
 	if !c.now().Before(lease) {
-		c.auditRefusal(req.SessionID, b, acpmeta.MethodAttach, "", wire.CodeLeaseExpired)
-		return nil, acpmeta.NewError(wire.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
+		rec.Kind, rec.Code = audit.KindRefusal, string(wire.CodeLeaseExpired)
+		c.audit(rec)
+		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
 	}
 	res, epoch, err := c.askReceiver(ctx, b)
-	rec := audit.Record{Kind: audit.KindAttach, SessionID: req.SessionID, TupleSHA256: b.digest,
-		Principal: b.Principal, Method: acpmeta.MethodAttach, GrantGeneration: res.GrantGeneration}
+	rec.GrantGeneration = res.GrantGeneration
 	if err == nil {
 		err = checkGrant(res, c.now())
 	}
 	if err != nil {
 		rec.Code = string(codeOrInternal(err))
 		c.audit(rec)
-		return nil, refusal(err)
+		return acpmeta.AttachResponse{}, refusal(err)
 	}
 	b.attached(epoch, res.GrantGeneration)
-	h.conn.watch(b.Receiver)
+	cn.watch(b.Receiver)
 	c.audit(rec)
 	return acpmeta.AttachResponse{LeaseNotAfter: lease.UTC(), GrantGeneration: res.GrantGeneration}, nil
 }

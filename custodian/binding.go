@@ -35,6 +35,15 @@ type Binding struct {
 	LeaseNotAfter time.Time
 	Principal     string
 	Receiver      *Receiver
+	// Plain says the agent knows nothing of tether (docs/custodian.md
+	// "Plain agents"): the custodian attaches the session itself once the
+	// agent answered session/new or session/load, and again after a
+	// transport loss; it tags a callback that carries no
+	// `_meta["tether/op"]` itself (the binding's digest, a fresh op key,
+	// min(command budget, lease) as the deadline), recording
+	// tagged_by "custodian". A present but wrong tag still fences, and a
+	// callback naming another session is still refused.
+	Plain bool
 }
 
 // validate refuses a binding the custodian could not enforce.
@@ -65,18 +74,78 @@ type binding struct {
 	epoch     uint64
 	grantGen  uint64
 	terminals map[string]*terminal
+	released  []string // ids of released terminals still in terminals, oldest first
 }
+
+// maxReleasedKept bounds the released terminals a binding remembers so that
+// a repeated terminal/release or terminal/kill is answered without error;
+// an older one is forgotten (not_found, nothing forwarded).
+const maxReleasedKept = 1024
 
 // terminal is a child started through this binding.
 type terminal struct {
 	createKey string            // op key of the terminal/create receipt
 	expect    map[string]string // relative path -> expected SHA-256
+	// deadline is its terminal/create's deadline: the receiver kills the
+	// command at it at the latest.
+	deadline time.Time
 
 	// mu orders the recording of the exec's exit: whichever of
 	// wait_for_exit, output or release observes it first records it.
 	mu       sync.Mutex
 	exit     *wire.ExitStatus // the exit the custodian observed; nil until then
 	recorded bool             // the create receipt holds its final outcome
+
+	// rel orders this session's releases of the terminal: one is sent at a
+	// time, a repeated one after a success sends nothing (relDone,
+	// released).
+	rel relState
+}
+
+// relState is where a terminal's release is: relDone is non-nil while one
+// is in flight and closed when it has its answer; released is set once a
+// release succeeded (the receiver has forgotten the terminal). order is
+// held for reading by a kill while it is sent and for writing by a release
+// while it is sent, so a kill never reaches the receiver after the release
+// that made it forget the terminal.
+type relState struct {
+	mu       sync.Mutex
+	relDone  chan struct{}
+	released bool
+	order    sync.RWMutex
+}
+
+// beginRelease claims the release of t for the caller (first) unless t is
+// released already; otherwise it returns the channel of the release in
+// flight, to wait on before asking again.
+func (t *terminal) beginRelease() (first, released bool, inFlight <-chan struct{}) {
+	t.rel.mu.Lock()
+	defer t.rel.mu.Unlock()
+	switch {
+	case t.rel.released:
+		return false, true, nil
+	case t.rel.relDone != nil:
+		return false, false, t.rel.relDone
+	}
+	t.rel.relDone = make(chan struct{})
+	return true, false, nil
+}
+
+// endRelease settles the release the caller claimed; after a failure the
+// next release is sent again.
+func (t *terminal) endRelease(ok bool) {
+	t.rel.mu.Lock()
+	defer t.rel.mu.Unlock()
+	t.rel.released = ok
+	close(t.rel.relDone)
+	t.rel.relDone = nil
+}
+
+// releaseState reports whether t is released or a release is in flight.
+func (t *terminal) releaseState() (released, inFlight bool) {
+	t.rel.mu.Lock()
+	defer t.rel.mu.Unlock()
+	return t.rel.released, t.rel.relDone != nil
 }
 
 func newBinding(sessionID string, b Binding) *binding {
@@ -101,6 +170,16 @@ func (b *binding) usable(now time.Time) (uint64, error) {
 			b.sessionID, b.LeaseNotAfter.UTC().Format(time.RFC3339))
 	}
 	return b.epoch, nil
+}
+
+// selfAttachable reports whether the custodian may attach a plain agent's
+// binding itself: it awaits its first attach, or was fenced by a transport
+// loss. A binding fenced because a callback named another tuple is not:
+// only an explicit `_tether/attach` lifts that fence.
+func (b *binding) selfAttachable() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state == stateAwaitAttach || b.state == stateFenced && b.fenceCode == wire.CodeFateUnknown
 }
 
 // fence moves an attached binding to fenced; it reports whether the state
@@ -164,8 +243,15 @@ func (b *binding) terminal(id string) (*terminal, bool) {
 	return t, ok
 }
 
-func (b *binding) dropTerminal(id string) {
+// markReleased keeps a released terminal known, so a repeated release or
+// kill is answered without error, forgetting the oldest beyond
+// maxReleasedKept.
+func (b *binding) markReleased(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.terminals, id)
+	b.released = append(b.released, id)
+	if len(b.released) > maxReleasedKept {
+		delete(b.terminals, b.released[0])
+		b.released = b.released[1:]
+	}
 }

@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/custodian/jail"
 	"github.com/tetherdev/tether/receiver/transport"
 )
 
@@ -37,15 +39,36 @@ type Config struct {
 	// Retention keeps operation keys ("48h"); default and minimum 24h.
 	Retention Duration `json:"retention,omitempty"`
 	// Permission answers the agent's permission requests: "reject"
-	// (default) or "allow_once".
+	// (default), "allow_once" or "allow_always" (PermissionPolicy).
 	Permission string `json:"permission,omitempty"`
+	// Agent is "tether" (default: the strict protocol the plugin speaks)
+	// or "plain" (an agent that knows nothing of tether; Binding.Plain).
+	Agent string `json:"agent,omitempty"`
+	// SessionMeta is merged into the `_meta` of session/new and
+	// session/load, next to `tether/bind` (per-agent session options, e.g.
+	// claude-code-acp's claudeCode.options). Keys beginning with
+	// "tether/" are refused.
+	SessionMeta map[string]any `json:"session_meta,omitempty"`
+	// Jail confines the agent process: allowlists that extend the
+	// defaults, the network, the agent's ids (docs/custodian.md "The
+	// agent jail").
+	Jail jail.Config `json:"jail,omitempty"`
 }
+
+// Agent kinds of Config.Agent.
+const (
+	AgentTether = "tether"
+	AgentPlain  = "plain"
+)
 
 // ReceiverConfig names the receiver endpoint in the same vocabulary as
 // the receiver's own listen entries (receiver/transport.Config):
 //   - {"kind":"tls","address","server_name","ca_file","cert_file",
 //     "key_file"[,"ca_spki_sha256"]}: mutual TLS 1.3, the receiver's
 //     certificate signed directly by the one CA (pinned, no system roots);
+//     with "path" (and optionally "peer_uids", default root) instead of
+//     "address", the same over a unix socket whose listener's uid is
+//     checked first (a computer in its own network namespace);
 //   - {"kind":"unix","path","host_only":true[,"peer_uids"]}: a unix socket
 //     (also QEMU's host end of a virtio-serial port);
 //   - {"kind":"vsock","cid","port","host_only":true}.
@@ -111,12 +134,18 @@ func (c *Config) resolve(dir string) {
 	abs(&c.StateDir)
 	abs(&c.AuditKeyFile)
 	r := &c.Receiver
-	if r.Kind == transport.KindUnix || r.Kind == transport.KindStream {
+	if r.Kind == transport.KindUnix || r.Kind == transport.KindStream || r.Kind == transport.KindTLS {
 		abs(&r.Path)
 	}
 	abs(&r.CAFile)
 	abs(&r.CertFile)
 	abs(&r.KeyFile)
+	for i := range c.Jail.Read {
+		abs(&c.Jail.Read[i])
+	}
+	for i := range c.Jail.Exec {
+		abs(&c.Jail.Exec[i])
+	}
 }
 
 // Validate names the first failed check.
@@ -138,10 +167,20 @@ func (c *Config) Validate() error {
 		return bad("state_dir is required")
 	case c.AuditKeyFile == "":
 		return bad("audit_key_file is required")
-	case c.Permission != "" && c.Permission != "reject" && c.Permission != "allow_once":
-		return bad("permission %q: want reject or allow_once", c.Permission)
+	case !validPermission(c.Permission):
+		return bad("permission %q: want reject, allow_once or allow_always", c.Permission)
+	case c.Agent != "" && c.Agent != AgentTether && c.Agent != AgentPlain:
+		return bad("agent %q: want tether or plain", c.Agent)
 	case c.Retention != 0 && time.Duration(c.Retention) < 24*time.Hour:
 		return bad("retention %s is below the minimum 24h", time.Duration(c.Retention))
+	}
+	for k := range c.SessionMeta {
+		if strings.HasPrefix(k, "tether/") {
+			return bad("session_meta key %q: the tether/ keys are the custodian's own", k)
+		}
+	}
+	if err := c.Jail.Validate(); err != nil {
+		return bad("%v", err)
 	}
 	return validateReceiver(c.Receiver)
 }
@@ -154,12 +193,12 @@ func validateReceiver(r ReceiverConfig) error {
 	switch r.Kind {
 	case transport.KindTLS:
 		switch {
-		case r.Address == "" || r.ServerName == "":
-			return bad("tls needs address and server_name")
+		case (r.Address == "") == (r.Path == "") || r.ServerName == "":
+			return bad("tls needs server_name and exactly one of address and path (a unix socket)")
 		case r.CAFile == "" || r.CertFile == "" || r.KeyFile == "":
 			return bad("tls needs ca_file, cert_file and key_file")
-		case r.HostOnly || r.Path != "" || r.SocketMode != 0 || len(r.PeerUIDs) > 0 || r.CID != 0 || r.Port != 0 || r.PeerCID != 0:
-			return bad("tls takes only address, server_name, ca_file, ca_spki_sha256, cert_file and key_file")
+		case r.HostOnly || r.SocketMode != 0 || r.Path == "" && len(r.PeerUIDs) > 0 || r.CID != 0 || r.Port != 0 || r.PeerCID != 0:
+			return bad("tls takes only address or path (with peer_uids), server_name, ca_file, ca_spki_sha256, cert_file and key_file")
 		}
 		return nil
 	case transport.KindUnix, transport.KindVsock, transport.KindStream:

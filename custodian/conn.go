@@ -20,7 +20,8 @@ type ConnOptions struct {
 	OnUpdate func(ctx context.Context, n acp.SessionNotification) error
 	// Permission answers session/request_permission. Nil picks the first
 	// reject option offered (or cancels): the custodian grants nothing on
-	// its own.
+	// its own (PermissionPolicy builds one from a policy name). Every
+	// answer is recorded in the audit log.
 	Permission func(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error)
 }
 
@@ -101,7 +102,21 @@ func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Bin
 		return resp, cerr
 	}
 	cn.auditBind(bnd)
-	return resp, nil
+	return resp, cn.attachPlain(ctx, bnd)
+}
+
+// attachPlain attaches a plain agent's freshly bound session before
+// anything else is sent to the agent (its first prompt); a tether agent
+// attaches by itself. A failure leaves the session awaiting attach and is
+// returned, naming the check.
+func (cn *Conn) attachPlain(ctx context.Context, b *binding) error {
+	if !b.Plain {
+		return nil
+	}
+	if err := cn.selfAttach(ctx, b); err != nil {
+		return fmt.Errorf("%w: the custodian's attach for plain session %s: %w", ErrBind, b.sessionID, err)
+	}
+	return nil
 }
 
 // LoadSession sends session/load carrying `_meta["tether/bind"]` for b. A
@@ -130,7 +145,7 @@ func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b B
 		return resp, err
 	}
 	cn.auditBind(bnd)
-	return resp, nil
+	return resp, cn.attachPlain(ctx, bnd)
 }
 
 // bindMeta validates b and adds its bind entry to meta.
@@ -212,17 +227,4 @@ func (h *client) SessionUpdate(ctx context.Context, n acp.SessionNotification) e
 		return nil
 	}
 	return h.conn.opts.OnUpdate(ctx, n)
-}
-
-// RequestPermission answers with ConnOptions.Permission, or rejects.
-func (h *client) RequestPermission(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
-	if h.conn.opts.Permission != nil {
-		return h.conn.opts.Permission(ctx, req)
-	}
-	for _, o := range req.Options {
-		if o.Kind == acp.PermissionOptionKindRejectOnce || o.Kind == acp.PermissionOptionKindRejectAlways {
-			return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(o.OptionId)}, nil
-		}
-	}
-	return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}, nil
 }

@@ -3,9 +3,11 @@ package custodian
 import (
 	"context"
 	"sort"
+	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/custodian/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -14,50 +16,96 @@ import (
 // KillTerminal serves terminal/kill: the receiver signals the child's
 // whole process group. Keyed, so a retry is answered from its receipt;
 // a SIGKILL repeated on the same group changes nothing, so the key spends
-// no durable write (keyed.idempotent).
+// no durable write (keyed.idempotent). A kill after the child exited is
+// forwarded and acknowledged by the receiver; a kill of a terminal this
+// session released (or is releasing: the release kills it) is answered
+// without error and sends nothing, as other ACP clients answer it, and
+// its receipt and audit record say so.
 func (h *client) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (acp.KillTerminalResponse, error) {
 	cl, err := h.admit(ctx, acp.ClientMethodTerminalKill, string(p.SessionId), p.Meta)
 	if err != nil {
 		return acp.KillTerminalResponse{}, err
 	}
-	if _, err := cl.terminalOf(p.TerminalId); err != nil {
+	t, err := cl.knownTerminal(p.TerminalId)
+	if err != nil {
 		return acp.KillTerminalResponse{}, err
 	}
-	raw, err := cl.keyed(ctx, cl.control(wire.OpExecKill, p.TerminalId, acp.KillTerminalResponse{}, audit.KindCancel))
+	t.rel.order.RLock() // a release claimed after this check waits until the kill is answered
+	defer t.rel.order.RUnlock()
+	notSent := ""
+	if released, inFlight := t.releaseState(); released || inFlight {
+		notSent = noteAlreadyReleased
+	}
+	raw, err := cl.keyed(ctx, cl.control(wire.OpExecKill, p.TerminalId, acp.KillTerminalResponse{}, audit.KindCancel, notSent))
 	return decodeResponse[acp.KillTerminalResponse](raw, err)
 }
+
+// noteAlreadyReleased is the receipt note of a kill or release answered
+// without sending anything, because this session released the terminal.
+const noteAlreadyReleased = "the terminal was already released by this session; nothing was sent"
 
 // ReleaseTerminal serves terminal/release: the receiver kills the group if
 // it still runs and forgets the terminal. Keyed without a durable write
 // (releasing a released terminal changes nothing). The exec's receipt
 // then records the exit the custodian observed, or, if it never observed
-// one, failed.
+// one, failed. One release of a terminal is sent at a time: a second one
+// waits for the first, and after a success it is answered without error
+// and sends nothing (recorded as such), as other ACP clients answer it.
 func (h *client) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalRequest) (acp.ReleaseTerminalResponse, error) {
 	cl, err := h.admit(ctx, acp.ClientMethodTerminalRelease, string(p.SessionId), p.Meta)
 	if err != nil {
 		return acp.ReleaseTerminalResponse{}, err
 	}
-	t, err := cl.terminalOf(p.TerminalId)
+	t, err := cl.knownTerminal(p.TerminalId)
 	if err != nil {
 		return acp.ReleaseTerminalResponse{}, err
 	}
-	raw, err := cl.keyed(ctx, cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, ""))
+	first, err := cl.claimRelease(ctx, t)
+	if err != nil {
+		return acp.ReleaseTerminalResponse{}, err
+	}
+	if !first {
+		return decodeResponse[acp.ReleaseTerminalResponse](cl.keyed(ctx,
+			cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", noteAlreadyReleased)))
+	}
+	t.rel.order.Lock() // kills already past their check are answered first
+	raw, err := cl.keyed(ctx, cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", ""))
+	t.rel.order.Unlock()
 	if err == nil {
-		cl.b.dropTerminal(p.TerminalId)
+		cl.b.markReleased(p.TerminalId)
 		cl.c.recordRelease(t)
 	}
+	t.endRelease(err == nil)
 	return decodeResponse[acp.ReleaseTerminalResponse](raw, err)
 }
 
-// control is the keyed request of kill and release.
-func (cl *call) control(op wire.Op, id string, resp any, kind audit.Kind) keyed {
-	return keyed{op: op, args: &wire.TerminalArgs{TerminalID: id}, result: &wire.Empty{}, idempotent: true,
+// claimRelease returns true when this call is to send t's release, false
+// when t is released already (waiting first for a release in flight).
+func (cl *call) claimRelease(ctx context.Context, t *terminal) (bool, error) {
+	for {
+		first, released, inFlight := t.beginRelease()
+		if first || released {
+			return first, nil
+		}
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+			return false, acp.NewRequestCancelled(nil)
+		case <-time.After(time.Until(cl.deadline)):
+			return false, acpmeta.NewError(wire.CodeTimeout, "a release of this terminal was still in flight at the deadline")
+		}
+	}
+}
+
+// control is the keyed request of kill and release; notSent answers it
+// without sending anything (keyed.notSent).
+func (cl *call) control(op wire.Op, id string, resp any, kind audit.Kind, notSent string) keyed {
+	return keyed{op: op, args: &wire.TerminalArgs{TerminalID: id}, result: &wire.Empty{}, idempotent: true, notSent: notSent,
 		settle: func() (any, *opstore.Receipt) {
-			if kind != "" {
-				rec := cl.record(kind)
-				cl.c.audit(rec)
+			if kind != "" && notSent == "" {
+				cl.c.audit(cl.record(kind))
 			}
-			return resp, &opstore.Receipt{Outcome: opstore.NeedsReview, TerminalID: id}
+			return resp, &opstore.Receipt{Outcome: opstore.NeedsReview, TerminalID: id, Note: notSent}
 		}}
 }
 

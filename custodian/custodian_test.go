@@ -2,6 +2,7 @@ package custodian
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -290,4 +291,36 @@ func auditRecords(t *testing.T, h *harness) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// TestReadOfAMissingFileIsResourceNotFound: the receiver's not_found for a
+// read reaches the agent as ACP's own "resource not found" (-32002, message
+// "Resource not found: PATH", data.uri), which agents recognise as a
+// missing file, with data.tether still not_found; a write's not_found keeps
+// tether's -32010.
+func TestReadOfAMissingFileIsResourceNotFound(t *testing.T) {
+	h := newHarness(t)
+	h.fr.on(wire.OpRead, func(_ context.Context, _ *wire.Request, a any) (any, error) {
+		return nil, wire.Errorf(wire.CodeNotFound, "%s does not exist", a.(*wire.ReadArgs).Path)
+	})
+	h.fr.on(wire.OpWrite, func(_ context.Context, _ *wire.Request, a any) (any, error) {
+		return nil, wire.Errorf(wire.CodeNotFound, "the directory of %s does not exist", a.(*wire.WriteArgs).Path)
+	})
+	h.bind()
+	path := h.tuple.Root + "/new/missing.txt"
+	_, err := h.agent.conn.ReadTextFile(context.Background(), acp.ReadTextFileRequest{SessionId: sid(h), Path: path, Meta: h.op("r1")})
+	wantCode(t, err, wire.CodeNotFound)
+	var re *acp.RequestError
+	if !errors.As(err, &re) || re.Code != -32002 || re.Message != "Resource not found: "+path {
+		t.Fatalf("read of a missing file answered %v; want code -32002, message %q", err, "Resource not found: "+path)
+	}
+	data, _ := re.Data.(map[string]any)
+	if data["uri"] != path || data["message"] != "new/missing.txt does not exist" {
+		t.Errorf("data %v: want uri %s and the receiver's message", re.Data, path)
+	}
+	_, err = h.agent.conn.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: sid(h), Path: path, Content: "x", Meta: h.op("w1")})
+	wantCode(t, err, wire.CodeNotFound)
+	if !errors.As(err, &re) || re.Code != acpmeta.ErrorCode {
+		t.Errorf("write's not_found answered %v; want tether's code %d", err, acpmeta.ErrorCode)
+	}
 }

@@ -78,7 +78,7 @@ func loadTLS(r ReceiverConfig) (transport.TLS, error) {
 	if !ca.IsCA || !ca.BasicConstraintsValid {
 		return transport.TLS{}, fmt.Errorf("%w: ca_file %s is not a CA certificate", ErrConfig, r.CAFile)
 	}
-	return transport.TLS{Address: r.Address, CA: ca, CASPKISHA256: r.CASPKISHA256,
+	return transport.TLS{Address: r.Address, Path: r.Path, PeerUIDs: r.PeerUIDs, CA: ca, CASPKISHA256: r.CASPKISHA256,
 		Certificate: pair, ServerName: r.ServerName}, nil
 }
 

@@ -196,6 +196,9 @@ func TestConfigRefusesPlaintextAndUnflaggedUnix(t *testing.T) {
 		"vsock not host-only":  `{"kind":"vsock","cid":3,"port":7000}`,
 		"unknown field":        `{"kind":"unix","path":"/run/r.sock","host_only":true,"proxy":"x"}`,
 		"unix with tls fields": `{"kind":"unix","path":"/run/r.sock","host_only":true,"cert_file":"c"}`,
+		"tls address and path": `{"kind":"tls","address":"127.0.0.1:1","path":"/run/r.sock","server_name":"r","ca_file":"a","cert_file":"b","key_file":"c"}`,
+		"tls path socket_mode": `{"kind":"tls","path":"/run/r.sock","socket_mode":438,"server_name":"r","ca_file":"a","cert_file":"b","key_file":"c"}`,
+		"tls uids, no path":    `{"kind":"tls","address":"127.0.0.1:1","peer_uids":[0],"server_name":"r","ca_file":"a","cert_file":"b","key_file":"c"}`,
 	}
 	for name, recv := range bad {
 		if _, err := ParseConfig([]byte(sprintf(base, recv)), "/etc/tether"); !errors.Is(err, ErrConfig) {
@@ -206,9 +209,30 @@ func TestConfigRefusesPlaintextAndUnflaggedUnix(t *testing.T) {
 	if err != nil || c.StateDir != "/etc/tether/state" || c.Receiver.Path != "/etc/tether/r.sock" {
 		t.Fatalf("relative paths: %+v %v", c, err)
 	}
+	c, err = ParseConfig([]byte(sprintf(base, `{"kind":"tls","path":"run/r.sock","peer_uids":[0],"server_name":"r","ca_file":"a","cert_file":"b","key_file":"c"}`)), "/etc/tether")
+	if err != nil || c.Receiver.Path != "/etc/tether/run/r.sock" {
+		t.Fatalf("tls over a unix socket: %+v %v", c, err)
+	}
 	foreign := sprintf(base, `{"kind":"unix","path":"/r","host_only":true}`)
 	foreign = replaceOnce(foreign, `"principal":"alice"`, `"principal":"mallory"`)
 	if _, err := ParseConfig([]byte(foreign), "/"); !errors.Is(err, ErrConfig) {
 		t.Errorf("principal other than the owner accepted: %v", err)
+	}
+}
+
+// TestConfigAgentPermissionSessionMeta: agent is tether or plain,
+// permission reject, allow_once or allow_always, and session_meta may not
+// carry the custodian's own tether/ keys.
+func TestConfigAgentPermissionSessionMeta(t *testing.T) {
+	base := `{"tuple":{"owner":"alice","allocation":"a1","session":"s1","workspace":"w1","sandbox":"sb1","generation":1,"executor":"e1","site":"local","root":"/srv/w1"},
+"lease_not_after":"2030-01-01T00:00:00Z","principal":"alice","state_dir":"state","audit_key_file":"audit.key","receiver":{"kind":"unix","path":"r.sock","host_only":true}%s}`
+	c, err := ParseConfig([]byte(sprintf(base, `,"agent":"plain","permission":"allow_always","session_meta":{"claudeCode":{"options":{}}}`)), "/etc/tether")
+	if err != nil || c.Agent != AgentPlain || c.Permission != PermissionAllowAlways || c.SessionMeta["claudeCode"] == nil {
+		t.Fatalf("ParseConfig = %+v, %v", c, err)
+	}
+	for _, bad := range []string{`,"agent":"clever"`, `,"permission":"allow"`, `,"session_meta":{"tether/bind":{}}`, `,"session_meta":{"tether/op":1}`, `,"session_meta":[]`} {
+		if _, err := ParseConfig([]byte(sprintf(base, bad)), "/etc/tether"); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: err = %v, want ErrConfig", bad, err)
+		}
 	}
 }

@@ -19,13 +19,14 @@ type call struct {
 	epoch    uint64
 	method   string
 	op       acpmeta.Op
+	taggedBy string // TaggedByCustodian when the custodian minted op
 	deadline time.Time
 }
 
 // record returns an audit record describing this call.
 func (cl *call) record(kind audit.Kind) audit.Record {
 	return audit.Record{Kind: kind, SessionID: cl.b.sessionID, TupleSHA256: cl.b.digest,
-		Principal: cl.b.Principal, Method: cl.method, OpKey: cl.op.OpKey}
+		Principal: cl.b.Principal, Method: cl.method, OpKey: cl.op.OpKey, TaggedBy: cl.taggedBy}
 }
 
 // readOnly sends a request that changes nothing in the computer. It is not
@@ -94,7 +95,16 @@ type keyed struct {
 	// digestArgs, if set, stands for args in the request digest (a write's
 	// content is covered by its SHA-256, not encoded again).
 	digestArgs any
+	// notSent, if set, answers the request without sending it (a release
+	// or kill of a terminal already released): the receipt holds this
+	// note and the settled answer, the audit result record says
+	// codeNotSent, and no dispatch record is written.
+	notSent string
 }
+
+// codeNotSent is the audit result code of a keyed request answered
+// without sending it (keyed.notSent).
+const codeNotSent = "not_sent"
 
 // keyed runs a request at most once per op key: the dispatch is made
 // durable (one fdatasync) before the receiver sees it, unless the request
@@ -122,7 +132,7 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	t, replay, err := begin(ctx, cl.intent(digest))
 	switch {
 	case errors.Is(err, opstore.ErrConflict):
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeOpKeyConflict)
+		cl.refuse(wire.CodeOpKeyConflict)
 		return nil, acpmeta.NewError(wire.CodeOpKeyConflict, "%v", err)
 	case err != nil:
 		return nil, acpmeta.NewError(wire.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
@@ -138,11 +148,14 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 func (cl *call) intent(digest string) opstore.Intent {
 	return opstore.Intent{OpKey: cl.op.OpKey, RequestSHA256: digest, Method: cl.method,
 		SessionID: cl.b.sessionID, TupleSHA256: cl.b.digest, Principal: cl.b.Principal,
-		LeaseNotAfter: cl.b.lease()}
+		LeaseNotAfter: cl.b.lease(), TaggedBy: cl.taggedBy}
 }
 
 // dispatch sends a claimed keyed request and records its receipt.
 func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, k keyed) (json.RawMessage, error) {
+	if k.notSent != "" {
+		return cl.settle(t, k)
+	}
 	conn, err := cl.conn()
 	if err != nil {
 		cl.finish(t, &opstore.Receipt{Outcome: opstore.Failed, Error: resultError(err), Note: "not sent"})
@@ -173,6 +186,12 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 		cl.finish(t, &opstore.Receipt{Outcome: outcome, Error: &opstore.ResultError{Code: string(code), Message: msg}})
 		return nil, acpmeta.NewError(code, "%s", msg)
 	}
+	return cl.settle(t, k)
+}
+
+// settle records the receipt of a request answered without error and
+// returns its ACP result.
+func (cl *call) settle(t *opstore.Ticket, k keyed) (json.RawMessage, error) {
 	resp, r := k.settle()
 	raw, err := json.Marshal(resp)
 	if err != nil {
@@ -196,6 +215,9 @@ func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) {
 	}
 	if r.Exit != nil {
 		rec.ExitCode, rec.Signal = r.Exit.ExitCode, r.Exit.Signal
+	}
+	if r.Note == noteAlreadyReleased {
+		rec.Code = codeNotSent
 	}
 	cl.c.audit(rec)
 }

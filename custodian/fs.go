@@ -2,6 +2,7 @@ package custodian
 
 import (
 	"context"
+	"errors"
 
 	acp "github.com/coder/acp-go-sdk"
 
@@ -30,6 +31,12 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 		r.Digests = map[string]string{"path": sha256Hex([]byte(rel)), "file": res.SHA256}
 		r.Sizes = map[string]int64{"file": res.Size, "content": int64(len(res.Content))}
 	})
+	var re *acp.RequestError
+	if errors.As(err, &re) {
+		// A missing file is answered the way ACP defines it (-32002), so
+		// an agent that reads before it writes can create a new file.
+		return acp.ReadTextFileResponse{}, acpmeta.ResourceNotFound(re, p.Path)
+	}
 	if err != nil {
 		return acp.ReadTextFileResponse{}, err
 	}
@@ -52,7 +59,7 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	}
 	exp, _, err := acpmeta.ExpectFromMeta(p.Meta)
 	if err != nil {
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeInvalid)
+		cl.refuse(wire.CodeInvalid)
 		return acp.WriteTextFileResponse{}, acpmeta.NewError(wire.CodeInvalid, "%v", err)
 	}
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
@@ -97,7 +104,7 @@ func (cl *call) path(p string) (string, error) {
 	rel, err := relPath(cl.b.Tuple.Root, p)
 	if err != nil {
 		code, _ := acpmeta.CodeOf(err)
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, code)
+		cl.refuse(code)
 	}
 	return rel, err
 }

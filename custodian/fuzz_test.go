@@ -51,6 +51,11 @@ func FuzzParseConfig(f *testing.F) {
 		if c.Principal != c.Tuple.Owner {
 			t.Fatal("accepted a principal other than the owner")
 		}
+		for k := range c.SessionMeta {
+			if strings.HasPrefix(k, "tether/") {
+				t.Fatalf("accepted session_meta key %q", k)
+			}
+		}
 	})
 }
 

@@ -45,7 +45,7 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	if err == nil {
 		// Also on a replay: the same digest means the same request (and the
 		// same files to verify), so the terminal is this session's.
-		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: cl.op.OpKey, expect: verify})
+		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: cl.op.OpKey, expect: verify, deadline: cl.deadline})
 	}
 	if err == nil && ctx.Err() != nil {
 		cl.kill(resp.TerminalId, "terminal/create cancelled by the agent")
@@ -54,8 +54,28 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	return resp, err
 }
 
-// execArgs maps a terminal/create request onto exec_start args.
+// Shell is what runs a terminal/create command that has no args: ACP
+// agents send a whole shell line in command ("echo ran > ran.txt && id
+// -u"), so it runs as Shell -c COMMAND inside the computer, as the grant's
+// user, like any other command.
+const Shell = "/bin/sh"
+
+// argv is the command line of a terminal/create: command and args exec'd
+// as they are, or, with no args, the command as a shell line.
+func argv(command string, args []string) []string {
+	if len(args) == 0 {
+		return []string{Shell, "-c", command}
+	}
+	return append([]string{command}, args...)
+}
+
+// execArgs maps a terminal/create request onto exec_start args: no cwd is
+// the tuple's root; the env is merged by the receiver over the
+// computer's default environment (PATH, HOME, LANG).
 func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[string]string, error) {
+	if p.Command == "" {
+		return nil, nil, cl.invalid("command is empty")
+	}
 	cwd := "."
 	if p.Cwd != nil {
 		var err error
@@ -79,29 +99,43 @@ func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
-	var limit int64
+	var limit *int64
 	if p.OutputByteLimit != nil {
 		if *p.OutputByteLimit < 0 {
 			return nil, nil, cl.invalid("outputByteLimit is negative")
 		}
-		limit = int64(*p.OutputByteLimit)
+		limit = new(int64(*p.OutputByteLimit))
 	}
-	return &wire.ExecStartArgs{Argv: append([]string{p.Command}, p.Args...), Cwd: cwd, Env: env,
+	return &wire.ExecStartArgs{Argv: argv(p.Command, p.Args), Cwd: cwd, Env: env,
 		OutputLimit: limit, HashAfterExit: paths}, v.Files, nil
 }
 
 func (cl *call) invalid(format string, args ...any) error {
-	cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeInvalid)
+	cl.refuse(wire.CodeInvalid)
 	return acpmeta.NewError(wire.CodeInvalid, format, args...)
 }
 
-// terminalOf returns a terminal this binding started; a terminal of
-// another session, or of an earlier custodian process, is not_found and
-// nothing is forwarded.
+// terminalOf returns a terminal this binding started and has not
+// released; a terminal of another session, of an earlier custodian
+// process, or released, is not_found and nothing is forwarded.
 func (cl *call) terminalOf(id string) (*terminal, error) {
+	t, err := cl.knownTerminal(id)
+	if err != nil {
+		return nil, err
+	}
+	if released, _ := t.releaseState(); released {
+		cl.refuse(wire.CodeNotFound)
+		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
+	}
+	return t, nil
+}
+
+// knownTerminal returns a terminal this binding started, released or not
+// (kill and release answer a released one without error).
+func (cl *call) knownTerminal(id string) (*terminal, error) {
 	t, ok := cl.b.terminal(id)
 	if !ok {
-		cl.c.auditRefusal(cl.b.sessionID, cl.b, cl.method, cl.op.OpKey, wire.CodeNotFound)
+		cl.refuse(wire.CodeNotFound)
 		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
 	}
 	return t, nil
@@ -121,6 +155,7 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 	if err != nil {
 		return acp.WaitForTerminalExitResponse{}, err
 	}
+	cl.waitPastCommandEnd(t)
 	var res wire.ExecWaitResult
 	err = cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, exitAnnotate(&res.Exit))
 	if err != nil {
@@ -161,6 +196,26 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 		cl.recordOutputExit(ctx, t, p.TerminalId, *res.Exit)
 	}
 	return out, nil
+}
+
+// exitGrace is how long after a command's own deadline a wait the
+// custodian tagged still waits: the receiver kills the command at its
+// deadline, then reaps it, drains its output and empties its cgroup (at
+// most 10 s) before the exit is final.
+const exitGrace = 15 * time.Second
+
+// waitPastCommandEnd lets a plain agent's wait_for_exit observe the end of
+// a command its own deadline kills. Both deadlines come from the same
+// command budget, so without this the wait would end at the very moment
+// the command is killed and answer fate_unknown instead of the exit. A
+// tether agent's wait keeps the deadline of its own tag.
+func (cl *call) waitPastCommandEnd(t *terminal) {
+	if cl.taggedBy != TaggedByCustodian || t.deadline.IsZero() {
+		return
+	}
+	if end := t.deadline.Add(exitGrace); end.After(cl.deadline) {
+		cl.deadline = end
+	}
 }
 
 func exitAnnotate(e *wire.ExitStatus) func(*audit.Record) {

@@ -70,6 +70,8 @@ type Adapter struct {
 	typeLimit *rate.Limiter
 	opMu      sync.Mutex // one capture or input operation at a time
 	handover  Handover
+	pauseMu   sync.Mutex // one Pause or Resume at a time
+	paused    atomic.Pointer[pauseState]
 	closeOnce sync.Once
 }
 
@@ -181,6 +183,9 @@ func (a *Adapter) gate() error { return a.agentGate(ErrFenced) }
 func (a *Adapter) agentGate(sentinel error) error {
 	if actor, ok := a.handover.active(); ok {
 		return fmt.Errorf("%w (held by %s)", sentinel, actor)
+	}
+	if p := a.paused.Load(); p != nil && sentinel == ErrFenced {
+		return fmt.Errorf("%w (VM paused by %s)", sentinel, p.actor)
 	}
 	if a.conn.fatal() != nil {
 		return fmt.Errorf("%w: %w", ErrClosed, a.conn.fatal())

@@ -15,6 +15,7 @@ var codes = []struct {
 	{ErrKeyNotAllowed, "key_not_allowed"}, {ErrTextNotAllowed, "text_not_allowed"},
 	{ErrScrollNotAllowed, "scroll_not_allowed"}, {ErrPoolFull, "pool_full"}, {ErrCapture, "capture_invalid"},
 	{ErrFenced, "fenced"}, {ErrMasked, "masked"}, {ErrHandoverActive, "handover_active"},
+	{ErrPaused, "paused"}, {ErrNotPaused, "not_paused"},
 	{ErrUnsupported, "unsupported"}, {ErrConfig, "config"}, {ErrScript, "script"},
 }
 

@@ -64,6 +64,10 @@ var (
 	ErrMasked = errors.New("capture masked by handover")
 	// ErrHandoverActive: a handover began while another one holds input.
 	ErrHandoverActive = errors.New("handover already active")
+	// ErrPaused: Pause while the VM is already paused.
+	ErrPaused = errors.New("vm already paused")
+	// ErrNotPaused: Resume while Pause did not freeze the VM.
+	ErrNotPaused = errors.New("vm not paused")
 
 	// ErrUnsupported: exec, files, clipboard and browser operations do not
 	// exist in this adapter and never fall through to another backend.

@@ -151,7 +151,7 @@ func (f *fakeQMP) okScreendumpAndInput(cmd fakeCmd) []string {
 			return []string{fmt.Sprintf(`{"error": {"class": "GenericError", "desc": %q}, "id": %d}`, err.Error(), cmd.ID)}
 		}
 		return []string{fmt.Sprintf(`{"return": {}, "id": %d}`, cmd.ID)}
-	case "input-send-event":
+	case "input-send-event", "stop", "cont":
 		return []string{fmt.Sprintf(`{"return": {}, "id": %d}`, cmd.ID)}
 	}
 	return nil

@@ -2,10 +2,8 @@ package qmpinput
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
 )
 
 // MaxHandoverTTL bounds one handover.
@@ -20,6 +18,9 @@ const (
 	EndTTL      EndReason = "ttl"      // the TTL passed
 	EndRevoked  EndReason = "revoked"  // Hold.Revoke or Handover.Revoke
 	EndClosed   EndReason = "closed"   // Adapter.Close
+	// EndDisconnected: the person's connection closed (the live view ends
+	// a hold when the holder's WebSocket closes).
+	EndDisconnected EndReason = "disconnected"
 )
 
 // AuditEvent records a handover beginning or ending. It never carries
@@ -52,9 +53,12 @@ type Hold struct {
 	tmu   sync.Mutex
 	timer *time.Timer
 	begin chan struct{} // closed once the begin record is out
-	once  sync.Once
-	done  chan struct{}
-	why   EndReason
+	// release, if set, runs once when the hold ends, before the fence
+	// lifts: the person's own input stops before the agent's resumes.
+	release func(EndReason)
+	once    sync.Once
+	done    chan struct{}
+	why     EndReason
 }
 
 // Handover returns the adapter's handover control.
@@ -65,14 +69,23 @@ func (a *Adapter) Handover() *Handover { return &a.handover }
 // pixel space of the last capture is dropped: after the handover the agent
 // must capture again before it points anywhere.
 func (h *Handover) Begin(ttl time.Duration, actor string) (*Hold, error) {
+	return h.BeginWith(ttl, actor, nil)
+}
+
+// BeginWith is Begin with a release function that runs exactly once when
+// the hold ends (by any route), before agent input is unfenced. The live
+// view uses it to stop the person's input and lift their held keys first,
+// so the two parties never hold input at the same time. release must not
+// end the hold itself.
+func (h *Handover) BeginWith(ttl time.Duration, actor string, release func(EndReason)) (*Hold, error) {
 	if h.a.cfg.Audit == nil {
 		return nil, fmt.Errorf("%w: a handover needs an Audit callback", ErrConfig)
 	}
 	if ttl <= 0 || ttl > MaxHandoverTTL {
 		return nil, fmt.Errorf("%w: handover ttl %v outside (0, %v]", ErrConfig, ttl, MaxHandoverTTL)
 	}
-	if actor == "" || len(actor) > 128 || strings.IndexFunc(actor, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
-		return nil, fmt.Errorf("%w: handover actor must be 1..128 printable characters", ErrConfig)
+	if err := checkActor(actor); err != nil {
+		return nil, err
 	}
 	h.mu.Lock()
 	if h.cur != nil {
@@ -80,7 +93,7 @@ func (h *Handover) Begin(ttl time.Duration, actor string) (*Hold, error) {
 		h.mu.Unlock()
 		return nil, fmt.Errorf("%w (held by %s)", ErrHandoverActive, actor)
 	}
-	hold := &Hold{h: h, actor: actor, begun: h.a.now(), ttl: ttl, done: make(chan struct{}), begin: make(chan struct{})}
+	hold := &Hold{h: h, actor: actor, begun: h.a.now(), ttl: ttl, done: make(chan struct{}), begin: make(chan struct{}), release: release}
 	h.cur = hold
 	h.mu.Unlock()
 	// Wait out the in-flight agent operation; it stops at its next gate.
@@ -122,6 +135,10 @@ func (o *Hold) End() { o.end(EndExplicit) }
 // Revoke ends the handover as revoked.
 func (o *Hold) Revoke() { o.end(EndRevoked) }
 
+// EndWith ends the handover for the given reason (for example
+// EndDisconnected).
+func (o *Hold) EndWith(why EndReason) { o.end(why) }
+
 // Done is closed when the handover has ended.
 func (o *Hold) Done() <-chan struct{} { return o.done }
 
@@ -143,15 +160,20 @@ func (o *Hold) end(why EndReason) {
 			o.timer.Stop()
 		}
 		o.tmu.Unlock()
+		if o.release != nil {
+			o.release(why)
+		}
+		o.why = why
+		ev := o.event("handover_end")
+		ev.Duration, ev.Reason = o.h.a.now().Sub(o.begun), why
+		o.h.a.cfg.Audit(ev)
+		// The fence lifts only once the end is recorded, so the agent's
+		// next action always follows the end record.
 		o.h.mu.Lock()
 		if o.h.cur == o {
 			o.h.cur = nil
 		}
 		o.h.mu.Unlock()
-		o.why = why
-		ev := o.event("handover_end")
-		ev.Duration, ev.Reason = o.h.a.now().Sub(o.begun), why
-		o.h.a.cfg.Audit(ev)
 		close(o.done)
 	})
 }

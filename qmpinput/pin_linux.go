@@ -105,3 +105,23 @@ func checkPeer(c *net.UnixConn, p string, owner uint32) error {
 	}
 	return nil
 }
+
+// PeerUID returns the uid of the process at the other end of c
+// (SO_PEERCRED).
+func PeerUID(c *net.UnixConn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("%w: SO_PEERCRED: %w", ErrSocketOwner, cerr)
+	}
+	return cred.Uid, nil
+}

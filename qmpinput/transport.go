@@ -18,14 +18,21 @@ import (
 
 // The closed set of QMP commands the adapter can send. qmp_capabilities
 // is allowed exactly once, during the handshake; the others only after it.
+// stop and cont freeze and unfreeze the VM for the live view's Pause and
+// Resume (Adapter.Pause, Adapter.Resume); no script verb reaches them.
 const (
 	cmdCapabilities = "qmp_capabilities"
 	cmdScreendump   = "screendump"
 	cmdInputSend    = "input-send-event"
+	cmdStop         = "stop"
+	cmdCont         = "cont"
 )
 
 // AllowedCommands lists the closed command set, for documentation and tests.
-var AllowedCommands = []string{cmdCapabilities, cmdScreendump, cmdInputSend}
+var AllowedCommands = []string{cmdCapabilities, cmdScreendump, cmdInputSend, cmdStop, cmdCont}
+
+// afterHandshake is the set allowed once capabilities are negotiated.
+var afterHandshake = map[string]bool{cmdScreendump: true, cmdInputSend: true, cmdStop: true, cmdCont: true}
 
 // Transport limits.
 const (
@@ -226,7 +233,7 @@ func (c *conn) admit(command []byte) (string, json.RawMessage, error) {
 	}
 	switch {
 	case cmd.Execute == cmdCapabilities && !c.ready.Load():
-	case (cmd.Execute == cmdScreendump || cmd.Execute == cmdInputSend) && c.ready.Load():
+	case afterHandshake[cmd.Execute] && c.ready.Load():
 	default:
 		return "", nil, fmt.Errorf("%w: %q (closed set: %v)", ErrCommandNotAllowed, cmd.Execute, AllowedCommands)
 	}

@@ -37,6 +37,10 @@ type CgroupConfig struct {
 	// directory that belongs to this receiver alone (it holds a lock on
 	// it while it runs). Required with CgroupRequired.
 	Parent string `json:"parent,omitempty"`
+	// V1 lists cgroup v1 hierarchies (pids, memory) every command starts
+	// in, where the cgroup2 mount lacks those controllers (a hybrid
+	// host): the computer keeps its limits there. Independent of Mode.
+	V1 []CgroupV1Config `json:"v1,omitempty"`
 }
 
 // ErrCgroup wraps every refusal of the cgroup checks; the message names
@@ -44,6 +48,11 @@ type CgroupConfig struct {
 var ErrCgroup = errors.New("cgroup containment")
 
 func (c CgroupConfig) validate() error {
+	for i, v := range c.V1 {
+		if !absClean(v.Commands) || !absClean(v.Receiver) || v.Commands == v.Receiver {
+			return fmt.Errorf("v1[%d]: commands %q and receiver %q must be two absolute clean paths", i, v.Commands, v.Receiver)
+		}
+	}
 	switch c.Mode {
 	case "", CgroupOff:
 		if c.Parent != "" && !absClean(c.Parent) {

@@ -78,7 +78,7 @@ func TestCgroupKillsEscapees(t *testing.T) {
 			case <-time.After(30 * time.Second): // a bound for a slow guest, not a wait
 				t.Fatalf("%s: the command did not end", how)
 			}
-			if out, _ := tm.out.Snapshot(); out != "escaped\n" { // printed after the sleeper's setsid
+			if out, _ := tm.out.Snapshot(true); out != "escaped\n" { // printed after the sleeper's setsid
 				t.Fatalf("%s: output %q: the sleeper did not escape first", how, out)
 			}
 			if _, err := os.Stat(filepath.Join(parent, st.TerminalID)); !errors.Is(err, os.ErrNotExist) {
@@ -122,12 +122,12 @@ func waitOutput(t *testing.T, tm *terminal, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
 	for time.Now().Before(deadline) {
-		if out, _ := tm.out.Snapshot(); out == want {
+		if out, _ := tm.out.Snapshot(true); out == want {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	out, _ := tm.out.Snapshot()
+	out, _ := tm.out.Snapshot(true)
 	t.Fatalf("output %q, want %q", out, want)
 }
 

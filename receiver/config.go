@@ -28,6 +28,10 @@ type Config struct {
 	Cgroup CgroupConfig `json:"cgroup,omitempty"`
 	// Spawn is "thread" (default) or "helper".
 	Spawn string `json:"spawn,omitempty"`
+	// ChildEnv is the default environment of every command (absent:
+	// DefaultChildEnv; {} none). A grant's env and a request's env are
+	// merged over it; HOME defaults to the grant root.
+	ChildEnv map[string]string `json:"child_env,omitempty"`
 	// Limits are the receiver's own bounds (zero fields take defaults).
 	Limits Limits `json:"limits,omitempty"`
 	// MaxFrame lowers the wire frame limit (0 keeps 1 MiB; never higher).
@@ -102,6 +106,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.spawnMode(); err != nil {
 		return err
+	}
+	if err := validateChildEnv(c.ChildEnv); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if _, err := c.Limits.withDefaults(); err != nil {
 		return fmt.Errorf("%w: limits: %w", ErrConfig, err)

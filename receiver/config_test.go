@@ -28,6 +28,11 @@ func TestDecodeConfig(t *testing.T) {
 	if m, _ := c.spawnMode(); m != spawn.ModeThread {
 		t.Fatalf("spawn mode %v", m)
 	}
+	c, err = DecodeConfig([]byte(strings.Replace(goodConfig, `"spawn": "thread"`,
+		`"spawn": "thread", "child_env": {"PATH": "/usr/bin:/bin", "HOME": "/home/w"}`, 1)))
+	if err != nil || c.ChildEnv["PATH"] != "/usr/bin:/bin" || c.ChildEnv["HOME"] != "/home/w" {
+		t.Fatalf("child_env: %+v, %v", c.ChildEnv, err)
+	}
 }
 
 func TestDecodeConfigRefuses(t *testing.T) {
@@ -50,6 +55,9 @@ func TestDecodeConfigRefuses(t *testing.T) {
 		"duplicate key":       {`"mode": "required"`, `"mode": "required", "mode": "off"`},
 		"negative max_frame":  {`"spawn": "thread"`, `"spawn": "thread", "max_frame": -1}`},
 		"max_frame above 1Mi": {`"spawn": "thread"`, `"spawn": "thread", "max_frame": 2097152`},
+		"child_env loader":    {`"spawn": "thread"`, `"spawn": "thread", "child_env": {"LD_PRELOAD": "/x.so"}`},
+		"child_env bad name":  {`"spawn": "thread"`, `"spawn": "thread", "child_env": {"A=B": "x"}`},
+		"child_env not a map": {`"spawn": "thread"`, `"spawn": "thread", "child_env": ["PATH=/bin"]`},
 	}
 	for name, c := range cases {
 		in := strings.Replace(goodConfig, c[0], c[1], 1)
@@ -83,6 +91,11 @@ func FuzzDecodeConfig(f *testing.F) {
 		}
 		if c.Cgroup.Mode == CgroupRequired && (!filepath.IsAbs(c.Cgroup.Parent) || filepath.Clean(c.Cgroup.Parent) != c.Cgroup.Parent) {
 			t.Fatalf("accepted cgroup parent %q", c.Cgroup.Parent)
+		}
+		for _, v := range c.Cgroup.V1 {
+			if !absClean(v.Commands) || !absClean(v.Receiver) || v.Commands == v.Receiver {
+				t.Fatalf("accepted cgroup v1 %+v", v)
+			}
 		}
 	})
 }

@@ -107,7 +107,7 @@ func (d *Daemon) build(ctx context.Context, cfg Config) error {
 		return err
 	}
 	mode, _ := cfg.spawnMode()
-	if d.handler, err = NewHandler(Options{Grants: d.refresher, Limits: cfg.Limits, Landlock: cfg.Landlock,
+	if d.handler, err = NewHandler(Options{Grants: d.refresher, Limits: cfg.Limits, Landlock: cfg.Landlock, ChildEnv: cfg.ChildEnv,
 		Cgroup: cfg.Cgroup, SpawnMode: mode, Log: d.log}); err != nil {
 		return err
 	}

@@ -21,7 +21,8 @@ import (
 // execPlan is everything exec_start decided before anything starts.
 type execPlan struct {
 	path     string   // absolute, or a bare name spawn looks up in search
-	search   []string // the absolute directories of the request's PATH
+	search   []string // the absolute directories of the merged PATH
+	pathVar  string   // the merged PATH, for the not_found message
 	argv     []string
 	env      []string
 	limit    int64
@@ -34,22 +35,22 @@ func (h *Handler) planExec(req *wire.Request, a *wire.ExecStartArgs, g admission
 	if len(a.Argv) == 0 || a.Argv[0] == "" {
 		return execPlan{}, wire.Errorf(wire.CodeInvalid, "argv is empty")
 	}
-	if a.OutputLimit < 0 {
+	if a.OutputLimit != nil && *a.OutputLimit < 0 {
 		return execPlan{}, wire.Errorf(wire.CodeInvalid, "output_limit is negative")
 	}
 	if len(a.HashAfterExit) > h.limits.MaxHashPaths {
 		return execPlan{}, wire.Errorf(wire.CodeTooLarge, "hash_after_exit names %d paths, limit %d", len(a.HashAfterExit), h.limits.MaxHashPaths)
 	}
-	env, err := buildEnv(a.Env)
+	env, merged, err := childEnv(h.childEnv, g, a.Env)
 	if err != nil {
 		return execPlan{}, err
 	}
-	search, err := searchPath(a.Argv[0], a.Env["PATH"])
+	search, err := searchPath(a.Argv[0], merged["PATH"])
 	if err != nil {
 		return execPlan{}, err
 	}
-	p := execPlan{path: a.Argv[0], search: search, argv: slices.Clone(a.Argv), env: env,
-		limit: min64(a.OutputLimit, g.Limits.MaxOutputBytes, h.limits.MaxOutputBytes)}
+	p := execPlan{path: a.Argv[0], search: search, pathVar: merged["PATH"], argv: slices.Clone(a.Argv), env: env,
+		limit: outputLimit(a.OutputLimit, g.Limits.MaxOutputBytes, h.limits.MaxOutputBytes)}
 	p.deadline = earliest(req.Deadline, g.NotAfter,
 		addSeconds(now, g.Limits.MaxRuntimeS), now.Add(h.limits.maxRuntime()))
 	if !p.deadline.After(now) {
@@ -58,28 +59,22 @@ func (h *Handler) planExec(req *wire.Request, a *wire.ExecStartArgs, g admission
 	return p, nil
 }
 
-// buildEnv turns the request's map into the child's whole environment,
-// sorted by name, refusing loader variables by name.
-func buildEnv(m map[string]string) ([]string, error) {
-	env := make([]string, 0, len(m))
-	for k, v := range m {
-		env = append(env, k+"="+v)
+// outputLimit is the number of output bytes a command keeps: the
+// request's outputByteLimit when set (0 keeps nothing, as ACP says),
+// never more than the grant's and the receiver's bounds.
+func outputLimit(requested *int64, grant, receiver int64) int64 {
+	limit := min64(grant, receiver)
+	if requested != nil && *requested < limit {
+		limit = *requested
 	}
-	slices.Sort(env)
-	if err := spawn.CheckEnv(env); err != nil {
-		code := wire.CodeInvalid
-		if errors.Is(err, spawn.ErrLoaderEnv) {
-			code = wire.CodeDenied
-		}
-		return nil, wire.Errorf(code, "env: %v", err)
-	}
-	return env, nil
+	return limit
 }
 
 // searchPath checks argv[0] and returns where a bare name is looked up:
-// the absolute directories of the request's PATH (nothing of the
-// receiver's own environment). An absolute argv[0] needs no lookup. The
-// lookup itself runs in spawn.Start with the grant's uid, gid and groups
+// the absolute directories of the merged PATH (nothing of the receiver's
+// own environment). An absolute argv[0] needs no lookup; a relative path
+// with a slash is refused. The lookup itself runs in spawn.Start with the
+// grant's uid, gid and groups, inside the child's Landlock view
 // (spawn.Spec.Search), never with the receiver's privileges.
 func searchPath(name, pathVar string) ([]string, error) {
 	if strings.Contains(name, "/") {
@@ -130,6 +125,9 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 	if err != nil {
 		return nil, err
 	}
+	if err := h.enforced.check(g); err != nil {
+		return nil, err
+	}
 	slot, err := h.terms.reserve(req.TupleSHA256, req.OpKey, g.Limits.MaxProcs, now)
 	if err != nil {
 		return nil, err
@@ -138,8 +136,8 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 	t, err := h.startTerminal(slot.id, req.TupleSHA256, plan, a, g, now, onThisThread)
 	if errors.Is(err, spawn.ErrNotFound) { // nothing ran: the op key may be used again
 		slot.forget()
-		return nil, wire.Errorf(wire.CodeNotFound, "argv[0] %q not found in the request's PATH %q as the grant's user sees it",
-			a.Argv[0], a.Env["PATH"])
+		return nil, wire.Errorf(wire.CodeNotFound, "argv[0] %q not found in PATH %q (the request's env merged over the defaults) as the grant's user sees it inside the root's view",
+			a.Argv[0], plan.pathVar)
 	}
 	if err != nil {
 		slot.cancel()
@@ -220,13 +218,18 @@ func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admissi
 		return nil, nil, err
 	}
 	defer rs.Close()
+	v1, release, err := h.cgv1.acquire()
+	if err != nil {
+		return nil, nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+	}
+	defer release()
 	rd, wr, err := outputPipe()
 	if err != nil {
 		return nil, nil, err
 	}
 	child, err := spawn.Start(spawn.Spec{Mode: h.mode, HelperPath: h.helper, Path: plan.path, Search: plan.search, Argv: plan.argv,
 		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs,
-		Cgroup: tc.file(), OnCallingThread: onThisThread})
+		Cgroup: tc.file(), CgroupsV1: v1, OnCallingThread: onThisThread})
 	wr.Close()
 	if err != nil {
 		rd.Close()
@@ -244,8 +247,7 @@ func (h *Handler) terminalOp(ctx context.Context, req *wire.Request, a *wire.Ter
 	}
 	switch req.Op {
 	case wire.OpExecOutput:
-		out, trunc := t.out.Snapshot()
-		return &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: t.status()}, nil
+		return t.outputSoFar(), nil
 	case wire.OpExecWait:
 		return h.wait(ctx, t)
 	case wire.OpExecKill:

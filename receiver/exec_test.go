@@ -74,7 +74,7 @@ func TestExecRoundTrip(t *testing.T) {
 				t.Fatalf("file digests = %v", w.FileSHA256)
 			}
 			out := f.output(f.grant, id)
-			want := "hi b\n" + f.grant.Tuple.Root + "\nA=b\nPATH=/usr/bin:/bin\nPWD=" + f.grant.Tuple.Root + "\n"
+			want := "hi b\n" + f.grant.Tuple.Root + "\nA=b\nHOME=" + f.grant.Tuple.Root + "\nLANG=C.UTF-8\nPATH=/usr/bin:/bin\nPWD=" + f.grant.Tuple.Root + "\n"
 			if out.Output != want || out.Truncated || out.Exit == nil || exitCode(*out.Exit) != 3 {
 				t.Fatalf("output = %+v\nwant %q", out, want)
 			}
@@ -94,7 +94,8 @@ func TestExecRefusals(t *testing.T) {
 		{"LD_LIBRARY_PATH", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"LD_LIBRARY_PATH": "/tmp"}}, wire.CodeDenied},
 		{"GLIBC_TUNABLES", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"GLIBC_TUNABLES": "x"}}, wire.CodeDenied},
 		{"relative argv0", wire.ExecStartArgs{Argv: []string{"./x"}}, wire.CodeInvalid},
-		{"no PATH", wire.ExecStartArgs{Argv: []string{"true"}}, wire.CodeNotFound},
+		{"PATH without the name", wire.ExecStartArgs{Argv: []string{"true"}, Env: map[string]string{"PATH": "/nonexistent"}}, wire.CodeNotFound},
+		{"relative path with a slash", wire.ExecStartArgs{Argv: []string{"bin/sh"}}, wire.CodeInvalid},
 		{"missing binary", wire.ExecStartArgs{Argv: []string{"/nonexistent/x"}}, wire.CodeNotFound},
 		{"cwd escape", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Cwd: "../.."}, wire.CodePathEscape},
 		{"cwd missing", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Cwd: "nope"}, wire.CodeNotFound},
@@ -116,14 +117,14 @@ func TestOutputTruncatedOnRuneBoundary(t *testing.T) {
 	testenv.Require(t, "root")
 	f := newFixture(t, Options{})
 	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", `i=0; while [ $i -lt 3000 ]; do printf 'x€€€'; i=$((i+1)); done; printf END`},
-		OutputLimit: 1000})
+		OutputLimit: new(int64(1000))})
 	f.wait(f.grant, id)
 	out := f.output(f.grant, id)
 	if !out.Truncated || len(out.Output) > 1000 || len(out.Output) < 996 || !utf8.ValidString(out.Output) || !strings.HasSuffix(out.Output, "END") {
 		t.Fatalf("truncated=%v len=%d valid=%v tail=%q", out.Truncated, len(out.Output), utf8.ValidString(out.Output), out.Output[max(0, len(out.Output)-8):])
 	}
 	id = f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", "head -c 100000 /dev/zero | tr '\\0' y"},
-		OutputLimit: 1 << 30})
+		OutputLimit: new(int64(1 << 30))})
 	f.wait(f.grant, id)
 	if out := f.output(f.grant, id); int64(len(out.Output)) != f.grant.Limits.MaxOutputBytes || !out.Truncated {
 		t.Fatalf("output_limit above the grant: kept %d bytes, truncated %v; want the grant's %d", len(out.Output), out.Truncated, f.grant.Limits.MaxOutputBytes)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"time"
 
@@ -41,6 +42,10 @@ type Options struct {
 	// up again; a command whose grant is gone, expired or no longer allows
 	// exec is killed. 0 means DefaultRecheckEvery.
 	RecheckEvery time.Duration
+	// ChildEnv is the default environment of every command (a grant's env
+	// and a request's env are merged over it, HOME defaulting to the grant
+	// root); nil means DefaultChildEnv, an empty map none.
+	ChildEnv map[string]string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log receives failures the peer sees only as a code; nil discards.
@@ -55,6 +60,9 @@ type Handler struct {
 	limits   Limits
 	landlock *landlockRules // nil when Landlock is off
 	cgroups  *cgroups       // nil when cgroup containment is off
+	cgv1     *cgroupsV1     // nil without cgroup v1 hierarchies
+	enforced enforcement    // where the computer's limits are read
+	childEnv map[string]string
 	mode     spawn.Mode
 	helper   string
 	now      func() time.Time
@@ -96,6 +104,12 @@ func NewHandler(opts Options) (*Handler, error) {
 	if h.mode != spawn.ModeThread && h.mode != spawn.ModeHelper {
 		return nil, fmt.Errorf("%w: unknown spawn mode %d", ErrOptions, h.mode)
 	}
+	if h.childEnv = maps.Clone(opts.ChildEnv); h.childEnv == nil {
+		h.childEnv = maps.Clone(DefaultChildEnv)
+	}
+	if err := validateChildEnv(h.childEnv); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
+	}
 	if h.landlock, err = newLandlockRules(opts.Landlock); err != nil {
 		return nil, err
 	}
@@ -103,6 +117,12 @@ func NewHandler(opts Options) (*Handler, error) {
 		h.landlock.close()
 		return nil, err
 	}
+	if h.cgv1, err = openCgroupsV1(opts.Cgroup.V1); err != nil {
+		h.cgroups.close()
+		h.landlock.close()
+		return nil, err
+	}
+	h.enforced = newEnforcement(opts.Cgroup)
 	h.terms = newTerminals(lim.MaxTerminals)
 	every := opts.RecheckEvery
 	if every <= 0 {
@@ -123,6 +143,7 @@ func (h *Handler) Close() error {
 		h.terms.closeAll()
 		h.landlock.close()
 		h.cgroups.close()
+		h.cgv1.close()
 	})
 	return nil
 }

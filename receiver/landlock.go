@@ -32,6 +32,11 @@ type LandlockConfig struct {
 	// and write beneath, besides their grant root; nil means
 	// DefaultLandlockReadWrite. Missing paths are skipped.
 	ReadWrite []string `json:"read_write,omitempty"`
+	// TCPBind and TCPConnect list the TCP ports children may bind and
+	// connect to (any address). Every other TCP bind and connect is
+	// refused: none by default.
+	TCPBind    []uint16 `json:"tcp_bind,omitempty"`
+	TCPConnect []uint16 `json:"tcp_connect,omitempty"`
 }
 
 // Defaults of LandlockConfig.
@@ -40,9 +45,11 @@ var (
 	DefaultLandlockReadWrite = []string{"/dev/null", "/dev/zero", "/dev/full"}
 )
 
-// landlockRules holds the system paths opened once; nil means off.
+// landlockRules holds the system paths opened once and the allowed TCP
+// ports; nil means off.
 type landlockRules struct {
 	rules []spawn.Rule
+	ports []spawn.PortRule
 }
 
 func newLandlockRules(c LandlockConfig) (*landlockRules, error) {
@@ -63,7 +70,7 @@ func newLandlockRules(c LandlockConfig) (*landlockRules, error) {
 	if rw == nil {
 		rw = DefaultLandlockReadWrite
 	}
-	lr := &landlockRules{}
+	lr := &landlockRules{ports: portRules(c.TCPBind, c.TCPConnect)}
 	for _, set := range []struct {
 		paths  []string
 		access spawn.Access
@@ -74,6 +81,28 @@ func newLandlockRules(c LandlockConfig) (*landlockRules, error) {
 		}
 	}
 	return lr, nil
+}
+
+// portRules merges the bind and connect lists into one rule per port.
+func portRules(bind, connect []uint16) []spawn.PortRule {
+	access := map[uint16]spawn.NetAccess{}
+	var order []uint16
+	for _, l := range []struct {
+		ports  []uint16
+		access spawn.NetAccess
+	}{{bind, spawn.NetBindTCP}, {connect, spawn.NetConnectTCP}} {
+		for _, p := range l.ports {
+			if access[p] == 0 {
+				order = append(order, p)
+			}
+			access[p] |= l.access
+		}
+	}
+	out := make([]spawn.PortRule, 0, len(order))
+	for _, p := range order {
+		out = append(out, spawn.PortRule{Port: p, Access: access[p]})
+	}
+	return out
 }
 
 func (lr *landlockRules) open(paths []string, access spawn.Access) error {
@@ -101,7 +130,7 @@ func (lr *landlockRules) rulesetFor(root *fsops.Root) (*spawn.Ruleset, error) {
 		return nil, err
 	}
 	defer dir.Close()
-	return spawn.NewRuleset(append(lr.rules[:len(lr.rules):len(lr.rules)], spawn.Rule{File: dir, Access: spawn.AccessAll}))
+	return spawn.NewRuleset(append(lr.rules[:len(lr.rules):len(lr.rules)], spawn.Rule{File: dir, Access: spawn.AccessAll}), lr.ports...)
 }
 
 func (lr *landlockRules) close() {

@@ -50,9 +50,32 @@ func trimToRuneStart(b []byte) []byte {
 	return append(b[:0], b[i:]...)
 }
 
-// Snapshot returns the kept output and whether anything was dropped.
-func (b *tailBuffer) Snapshot() (string, bool) {
+// Snapshot returns the kept output and whether anything was dropped. While
+// the command runs (final false) a character whose last bytes have not
+// arrived yet is held back, so output polled so far always ends on a
+// character boundary; the next poll shows it whole. The final snapshot
+// returns every byte kept.
+func (b *tailBuffer) Snapshot(final bool) (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return string(b.buf), b.truncated
+	if final {
+		return string(b.buf), b.truncated
+	}
+	return string(b.buf[:completeRunes(b.buf)]), b.truncated
+}
+
+// completeRunes returns the length of b without a trailing incomplete
+// UTF-8 sequence (at most three bytes that start a character and need
+// more). Bytes that can never be UTF-8 are not held back.
+func completeRunes(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-(utf8.UTFMax-1); i-- {
+		if !utf8.RuneStart(b[i]) {
+			continue
+		}
+		if utf8.FullRune(b[i:]) {
+			return len(b)
+		}
+		return i
+	}
+	return len(b)
 }

@@ -138,6 +138,16 @@ func (t *terminal) status() *wire.ExitStatus {
 	return &e
 }
 
+// outputSoFar is exec_output's answer. The status is read first: a
+// terminal is final only once its output is drained, so an answer with an
+// exit status always carries the whole output, and one without it the
+// output so far, ending on a character boundary.
+func (t *terminal) outputSoFar() *wire.ExecOutputResult {
+	exit := t.status()
+	out, trunc := t.out.Snapshot(exit != nil)
+	return &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: exit}
+}
+
 var signalNames = map[syscall.Signal]string{
 	syscall.SIGKILL: "KILL", syscall.SIGTERM: "TERM", syscall.SIGINT: "INT", syscall.SIGHUP: "HUP",
 	syscall.SIGQUIT: "QUIT", syscall.SIGSEGV: "SEGV", syscall.SIGABRT: "ABRT", syscall.SIGPIPE: "PIPE",

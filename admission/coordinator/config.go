@@ -40,6 +40,9 @@ type Config struct {
 	Key       string        `json:"key"`        // private signing key file
 	Grants    string        `json:"grants"`     // publish input, re-read every round; generation must be omitted
 	IntervalS int64         `json:"interval_s"` // seconds between rounds; keep well below the lease TTL
+	// Etcd, when set, elects one leader among the coordinators of this
+	// directory; only the leader renews and publishes.
+	Etcd *EtcdConfig `json:"etcd,omitempty"`
 }
 
 // OpenBaoConfig says how to reach OpenBao and which lease to renew.
@@ -84,6 +87,9 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	c.resolve(base)
+	if c.Etcd != nil {
+		c.Etcd.resolve(base)
+	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err
 	}
@@ -112,6 +118,11 @@ func (c Config) Validate() error {
 	case c.OpenBao.IncrementS > 0 && c.IntervalS >= c.OpenBao.IncrementS:
 		return fmt.Errorf("%w: interval_s %d must be below increment_s %d, or grants lapse between rounds",
 			ErrConfig, c.IntervalS, c.OpenBao.IncrementS)
+	}
+	if c.Etcd != nil {
+		if err := c.Etcd.Validate(); err != nil {
+			return err
+		}
 	}
 	return c.OpenBao.Validate()
 }

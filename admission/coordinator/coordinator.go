@@ -28,6 +28,8 @@ type Coordinator struct {
 	grantsPath string
 	interval   time.Duration
 	now        func() time.Time
+	elector    *Elector
+	closeEtcd  func() error
 }
 
 // Options assemble a Coordinator from parts; New builds them from a Config.
@@ -37,12 +39,16 @@ type Options struct {
 	GrantsPath string        // publish input, re-read every round
 	Interval   time.Duration // between rounds
 	Now        func() time.Time
+	// Elector, when set, makes Run and RunOnce lead first: only a leader
+	// renews and publishes, and each publish is fenced by its revision.
+	Elector *Elector
 }
 
 // Round is the outcome of one successful round.
 type Round struct {
 	Lease     Lease
 	Published admission.Published
+	Leader    uint64 // the leader revision the round published under (0 without election)
 }
 
 // New builds a Coordinator from cfg: an OpenBaoRenewer, the signing key and
@@ -63,7 +69,31 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewWithOptions(Options{Renewer: r, Publisher: pub, GrantsPath: cfg.Grants, Interval: cfg.Interval()})
+	o := Options{Renewer: r, Publisher: pub, GrantsPath: cfg.Grants, Interval: cfg.Interval()}
+	if cfg.Etcd == nil {
+		return NewWithOptions(o)
+	}
+	cli, err := cfg.Etcd.client()
+	if err != nil {
+		return nil, err
+	}
+	o.Elector = NewElector(cli, cfg.Etcd.Prefix, cfg.Etcd.Name, cfg.Etcd.ttl())
+	c, err := NewWithOptions(o)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	c.closeEtcd = cli.Close
+	return c, nil
+}
+
+// Close releases what New opened (the etcd client). Safe twice.
+func (c *Coordinator) Close() error {
+	if f := c.closeEtcd; f != nil {
+		c.closeEtcd = nil
+		return f()
+	}
+	return nil
 }
 
 // NewWithOptions builds a Coordinator from parts.
@@ -74,27 +104,57 @@ func NewWithOptions(o Options) (*Coordinator, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Coordinator{renewer: o.Renewer, publisher: o.Publisher, grantsPath: o.GrantsPath, interval: o.Interval, now: o.Now}, nil
+	return &Coordinator{renewer: o.Renewer, publisher: o.Publisher, grantsPath: o.GrantsPath, interval: o.Interval,
+		now: o.Now, elector: o.Elector}, nil
 }
 
 // RunOnce reads the grants file, renews the lease, and only then publishes
 // the grants with every not_after capped at min(requested, lease expiry).
-// Any failure publishes nothing.
+// Any failure publishes nothing. With an Elector it first waits to lead
+// (bounded by ctx), publishes fenced by its revision, and resigns.
 func (c *Coordinator) RunOnce(ctx context.Context) (Round, error) {
+	if c.elector == nil {
+		return c.round(ctx, 0)
+	}
+	l, err := c.elector.Lead(ctx)
+	if err != nil {
+		return Round{}, err
+	}
+	defer l.Resign()
+	return c.round(l.Ctx, l.Revision)
+}
+
+// RunOnceAsLeader runs one round for a leader whose election revision is
+// leader: the publish is refused (admission.ErrDeposed) if a later leader
+// has published.
+func (c *Coordinator) RunOnceAsLeader(ctx context.Context, leader uint64) (Round, error) {
+	return c.round(ctx, leader)
+}
+
+// round is one read-renew-publish round; leader 0 publishes unfenced.
+func (c *Coordinator) round(ctx context.Context, leader uint64) (Round, error) {
 	in, err := c.readInput()
 	if err != nil {
 		return Round{}, err
+	}
+	if err := context.Cause(ctx); err != nil { // a deposed leader renews nothing
+		return Round{}, fmt.Errorf("%w: %w", ErrRenew, err)
 	}
 	lease, err := c.renewer.Renew(ctx)
 	if err != nil {
 		return Round{}, fmt.Errorf("%w: %w", ErrRenew, err)
 	}
 	capped := capInput(in, lease.Expiry)
-	pub, err := c.publisher.Publish(ctx, capped)
-	if err != nil {
-		return Round{Lease: lease}, fmt.Errorf("publish after renewal: %w", err)
+	var pub admission.Published
+	if leader == 0 {
+		pub, err = c.publisher.Publish(ctx, capped)
+	} else {
+		pub, err = c.publisher.PublishFenced(ctx, capped, leader)
 	}
-	return Round{Lease: lease, Published: pub}, nil
+	if err != nil {
+		return Round{Lease: lease, Leader: leader}, fmt.Errorf("publish after renewal: %w", err)
+	}
+	return Round{Lease: lease, Published: pub, Leader: leader}, nil
 }
 
 // readInput reads and validates the grants file; a given generation is
@@ -138,11 +198,51 @@ func earlier(a, b time.Time) time.Time {
 // report (if not nil) after each round. A failed round is reported and the
 // loop goes on: the grants already published expire on their own. Run
 // returns ctx's cause.
+//
+// With an Elector, Run campaigns; while it leads it runs rounds fenced by
+// its revision, and when its term ends (lease lost) it stops renewing and
+// publishing at once and campaigns again.
 func (c *Coordinator) Run(ctx context.Context, report func(Round, error)) error {
+	if c.elector == nil {
+		return c.rounds(ctx, 0, report)
+	}
+	for {
+		l, err := c.elector.Lead(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			if report != nil {
+				report(Round{}, err)
+			}
+			if !sleepCtx(ctx, c.interval) {
+				return context.Cause(ctx)
+			}
+			continue
+		}
+		_ = c.rounds(l.Ctx, l.Revision, report)
+		l.Resign()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// rounds runs a round now and every interval until ctx ends.
+func (c *Coordinator) rounds(ctx context.Context, leader uint64, report func(Round, error)) error {
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	for {
-		r, err := c.RunOnce(ctx)
+		r, err := c.round(ctx, leader)
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}

@@ -35,6 +35,12 @@ var notInGuest = map[string]map[string]string{
 	"receiver/conformance": {
 		"TestIntegrationVirtioSerial": "boots its own QEMU guest; the suite's guest has no QEMU (no nested VM under TCG)",
 	},
+	"receiver/spawn": {
+		"TestCgroupV1Join": "needs cgroup v1 pids and memory hierarchies (a hybrid host); the guest mounts cgroup2 only",
+	},
+	"receiver": {
+		"TestIntegrationCgroupV1Limits": "needs cgroup v1 pids and memory hierarchies (a hybrid host); the guest mounts cgroup2 only",
+	},
 }
 
 // hostPrograms are the host's own programs placed in the guest (with their

@@ -178,6 +178,33 @@ func NewError(code wire.Code, format string, args ...any) *acp.RequestError {
 	}
 }
 
+// ResourceNotFoundCode is ACP's own JSON-RPC error code for "a given
+// resource, such as a file, was not found" (the schema's ErrorCode
+// -32002).
+const ResourceNotFoundCode = -32002
+
+// ResourceNotFound returns e, a not_found refusal of a read of the file
+// at uri, in the form ACP defines for a missing file and other clients
+// send (Zed, the TypeScript SDK's RequestError.resourceNotFound): code
+// ResourceNotFoundCode, message "Resource not found: URI", data.uri. Its
+// data keeps the tether code and message, so CodeOf still reads
+// not_found. Agents recognise a missing file by it (Gemini CLI matches
+// "Resource not found" in the message), where -32010 looks like a
+// failure to read. Any other error is returned unchanged.
+func ResourceNotFound(e *acp.RequestError, uri string) *acp.RequestError {
+	if code, ok := CodeOf(e); !ok || code != wire.CodeNotFound {
+		return e
+	}
+	data := map[string]any{DataKey: string(wire.CodeNotFound), "uri": uri}
+	var old struct {
+		Message string `json:"message"`
+	}
+	if remarshalLoose(e.Data, &old) == nil && old.Message != "" {
+		data["message"] = old.Message
+	}
+	return &acp.RequestError{Code: ResourceNotFoundCode, Message: "Resource not found: " + uri, Data: data}
+}
+
 // FromWire converts a receiver error into the ACP error with the same code.
 func FromWire(e *wire.Error) *acp.RequestError { return NewError(e.Code, "%s", e.Message) }
 

@@ -56,12 +56,17 @@ func OpenCheckpoint(msg []byte, v note.Verifier) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %w", ErrSignature, err)
 	}
-	lines := strings.SplitN(n.Text, "\n", 4)
+	return parseCheckpointText(n.Text, v.Name())
+}
+
+// parseCheckpointText parses a checkpoint body whose origin must be name.
+func parseCheckpointText(text, name string) (Checkpoint, error) {
+	lines := strings.SplitN(text, "\n", 4)
 	if len(lines) != 4 || lines[3] != "" {
 		return Checkpoint{}, fmt.Errorf("%w: want exactly three lines", ErrMalformed)
 	}
-	if lines[0] != v.Name() {
-		return Checkpoint{}, fmt.Errorf("%w: origin %q is not the key name %q", ErrMalformed, lines[0], v.Name())
+	if lines[0] != name {
+		return Checkpoint{}, fmt.Errorf("%w: origin %q is not the key name %q", ErrMalformed, lines[0], name)
 	}
 	size, err := strconv.ParseInt(lines[1], 10, 64)
 	if err != nil || size < 0 || strconv.FormatInt(size, 10) != lines[1] {

@@ -31,9 +31,13 @@ const (
 	KindCancel   Kind = "cancel"   // a cancel or kill was sent for a running child
 	KindFence    Kind = "fence"    // a binding was fenced until reattach
 	KindLease    Kind = "lease"    // a binding's lease was extended
+	KindAgent    Kind = "agent"    // the agent process was started: jailed, or unjailed by --no-jail
+	// KindPermission: the agent's session/request_permission and its
+	// answer (the selected option's kind, or "cancelled", as Outcome).
+	KindPermission Kind = "permission"
 )
 
-var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease}
+var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease, KindAgent, KindPermission}
 
 // Valid reports whether k is in the closed set.
 func (k Kind) Valid() bool {
@@ -59,6 +63,7 @@ type Record struct {
 	Principal       string            `json:"principal,omitempty"`
 	Method          string            `json:"method,omitempty"`
 	OpKey           string            `json:"op_key,omitempty"`
+	TaggedBy        string            `json:"tagged_by,omitempty"` // "custodian": the op tag was minted for a plain agent
 	RequestSHA256   string            `json:"request_sha256,omitempty"`
 	Code            string            `json:"code,omitempty"`
 	Outcome         string            `json:"outcome,omitempty"`

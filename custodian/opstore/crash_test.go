@@ -18,6 +18,10 @@ func TestMain(m *testing.M) {
 		crashHelper(step)
 		return
 	}
+	if mode := os.Getenv(etcdHelperEnv); mode != "" {
+		etcdHelper(mode)
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -26,6 +26,10 @@ type Intent struct {
 	LeaseNotAfter time.Time `json:"lease_not_after"`
 	DispatchedAt  time.Time `json:"dispatched_at"`
 	RetainUntil   time.Time `json:"retain_until"`
+	// TaggedBy is "custodian" when the custodian minted the op key for a
+	// plain agent's callback (docs/custodian.md "Plain agents"); empty when
+	// the agent tagged the callback itself.
+	TaggedBy string `json:"tagged_by,omitempty"`
 }
 
 // validate refuses an intent the store could not answer a retry for.

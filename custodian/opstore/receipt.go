@@ -100,6 +100,7 @@ type Receipt struct {
 	Exit          *Exit           `json:"exit,omitempty"`
 	Files         []FileCheck     `json:"files,omitempty"`
 	Note          string          `json:"note,omitempty"`
+	TaggedBy      string          `json:"tagged_by,omitempty"` // "custodian": the key was minted for a plain agent
 }
 
 // HasResult reports whether the receiver's answer (or a refusal standing
@@ -133,6 +134,6 @@ func interrupted(in Intent, now time.Time, note string) *Receipt {
 		CompletedAt: &now, RetainUntil: in.RetainUntil, Outcome: Interrupted,
 		Error: &ResultError{Code: CodeInterrupted, Message: fmt.Sprintf(
 			"op key %s was dispatched and its result is unknown (%s); it is never replayed", in.OpKey, note)},
-		Note: note,
+		Note: note, TaggedBy: in.TaggedBy,
 	}
 }

@@ -127,7 +127,7 @@ func recoverUnfinished(b *bolt.Bucket, now time.Time) error {
 func intentOf(r *Receipt) Intent {
 	return Intent{OpKey: r.OpKey, RequestSHA256: r.RequestSHA256, Method: r.Method,
 		SessionID: r.SessionID, TupleSHA256: r.TupleSHA256, Principal: r.Principal,
-		LeaseNotAfter: r.LeaseNotAfter, DispatchedAt: r.DispatchedAt, RetainUntil: r.RetainUntil}
+		LeaseNotAfter: r.LeaseNotAfter, DispatchedAt: r.DispatchedAt, RetainUntil: r.RetainUntil, TaggedBy: r.TaggedBy}
 }
 
 func putReceipt(b *bolt.Bucket, r *Receipt) error {

@@ -177,16 +177,7 @@ func ensurePrivateDir(dir string) error {
 // stamp validates in, refuses an ended ctx, and sets in's DispatchedAt
 // and RetainUntil (the later of now and the lease, plus the retention).
 func (s *Store) stamp(ctx context.Context, in *Intent) error {
-	if err := in.validate(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("begin op key %s: %w", in.OpKey, err)
-	}
-	now := s.opts.Now().UTC()
-	in.DispatchedAt = now
-	in.RetainUntil = laterOf(now, in.LeaseNotAfter).Add(s.opts.Retention)
-	return nil
+	return stampIntent(ctx, in, s.opts.Now(), s.opts.Retention)
 }
 
 // Begin records that the request described by in is about to be
@@ -264,12 +255,9 @@ func (s *Store) reserveLocked(in *Intent) (*Ticket, *Receipt, error) {
 		return t, nil, nil
 	case err != nil:
 		return nil, nil, err
-	case prev.RequestSHA256 != in.RequestSHA256:
-		return nil, nil, &ConflictError{OpKey: in.OpKey, Stored: prev.RequestSHA256, Got: in.RequestSHA256}
-	case !prev.HasResult():
-		return nil, nil, &ConflictError{OpKey: in.OpKey, InFlight: true, Got: in.RequestSHA256}
 	}
-	return nil, prev, nil
+	replay, err := answerStored(prev, in)
+	return nil, replay, err
 }
 
 func (s *Store) usableLocked() error {
@@ -327,7 +315,7 @@ func dispatchedReceipt(in *Intent) *Receipt {
 	return &Receipt{OpKey: in.OpKey, RequestSHA256: in.RequestSHA256, Method: in.Method,
 		SessionID: in.SessionID, TupleSHA256: in.TupleSHA256, Principal: in.Principal,
 		LeaseNotAfter: in.LeaseNotAfter, DispatchedAt: in.DispatchedAt,
-		RetainUntil: in.RetainUntil, Outcome: Dispatched}
+		RetainUntil: in.RetainUntil, Outcome: Dispatched, TaggedBy: in.TaggedBy}
 }
 
 func laterOf(a, b time.Time) time.Time {

@@ -1,7 +1,6 @@
 package opstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,87 +46,15 @@ func finishOK(t *testing.T, tk *Ticket, resp string) {
 }
 
 func TestSameKeySameDigestReplaysByteForByte(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
-	ctx := context.Background()
-	tk, replay, err := s.Begin(ctx, intent("k1", "write a"))
-	if err != nil || replay != nil || tk == nil {
-		t.Fatalf("first Begin = %v, %v, %v; want a ticket", tk, replay, err)
-	}
-	finishOK(t, tk, `{"_meta":{"x":1}}`)
-	before, err := s.Get("k1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, committed := range []bool{false, true} {
-		if committed {
-			if err := s.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		tk2, replay, err := s.Begin(ctx, intent("k1", "write a"))
-		if err != nil || tk2 != nil || replay == nil {
-			t.Fatalf("retry (committed=%v) = %v, %v, %v; want a replay", committed, tk2, replay, err)
-		}
-		again, _ := replay.Marshal()
-		if !bytes.Equal(again, before) || string(replay.Response) != `{"_meta":{"x":1}}` {
-			t.Fatalf("replayed receipt differs:\n%s\n%s", again, before)
-		}
-	}
-	after, _ := s.Get("k1")
-	if !bytes.Equal(after, before) {
-		t.Fatalf("stored receipt changed after commit:\n%s\n%s", after, before)
-	}
+	contractReplay(t, bboltBackend(t, Options{}))
 }
 
 func TestDifferentDigestConflicts(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
-	ctx := context.Background()
-	tk, _, _ := s.Begin(ctx, intent("k1", "write a"))
-	finishOK(t, tk, `{}`)
-	_, _, err := s.Begin(ctx, intent("k1", "write b"))
-	var ce *ConflictError
-	if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) || ce.InFlight || ce.Stored != digest("write a") {
-		t.Fatalf("different digest: err = %v, want a stored-digest ConflictError", err)
-	}
+	contractConflict(t, bboltBackend(t, Options{}))
 }
 
 func TestConcurrentDuplicateConflicts(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
-	ctx := context.Background()
-	const n = 16
-	var wg sync.WaitGroup
-	var tickets, conflicts atomic.Int32
-	var won *Ticket
-	var mu sync.Mutex
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tk, replay, err := s.Begin(ctx, intent("dup", "same"))
-			switch {
-			case tk != nil:
-				tickets.Add(1)
-				mu.Lock()
-				won = tk
-				mu.Unlock()
-			case errors.Is(err, ErrConflict):
-				var ce *ConflictError
-				if errors.As(err, &ce) && ce.InFlight {
-					conflicts.Add(1)
-				}
-			default:
-				t.Errorf("unexpected Begin result %v %v", replay, err)
-			}
-		}()
-	}
-	wg.Wait()
-	if tickets.Load() != 1 || conflicts.Load() != n-1 {
-		t.Fatalf("tickets=%d in-flight conflicts=%d, want 1 and %d", tickets.Load(), conflicts.Load(), n-1)
-	}
-	finishOK(t, won, `{}`)
-	if _, replay, err := s.Begin(ctx, intent("dup", "same")); replay == nil || err != nil {
-		t.Fatalf("after finish: replay=%v err=%v", replay, err)
-	}
+	contractConcurrentDuplicate(t, bboltBackend(t, Options{}))
 }
 
 func TestOneFdatasyncPerDispatchAndGroupCommit(t *testing.T) {
@@ -232,28 +159,7 @@ func TestRetentionFloorAndPrune(t *testing.T) {
 }
 
 func TestPendingCompletes(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
-	ctx := context.Background()
-	tk, _, _ := s.Begin(ctx, intent("exec", "r"))
-	if err := tk.Finish(&Receipt{Outcome: Pending, Response: json.RawMessage(`{"terminalId":"t1"}`), TerminalID: "t1"}); err != nil {
-		t.Fatal(err)
-	}
-	code := 0
-	err := s.Complete(ctx, "exec", func(r *Receipt) {
-		r.Outcome, r.Exit = Verified, &Exit{ExitCode: &code}
-		r.Response = json.RawMessage(`{"terminalId":"forged"}`)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, _ := s.Get("exec")
-	r, _ := Unmarshal(data)
-	if r.Outcome != Verified || string(r.Response) != `{"terminalId":"t1"}` {
-		t.Fatalf("completed receipt = %s; want verified with the original response", data)
-	}
-	if err := s.Complete(ctx, "exec", func(r *Receipt) { r.Outcome = Failed }); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("completing a final receipt: %v, want ErrInvalid", err)
-	}
+	contractPendingCompletes(t, bboltBackend(t, Options{}))
 }
 
 func TestPrivateDirRefused(t *testing.T) {
@@ -270,5 +176,42 @@ func TestPrivateDirRefused(t *testing.T) {
 	os.Symlink(real, link)
 	if _, err := Open(link, Options{}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("symlinked state dir: %v, want ErrInvalid", err)
+	}
+}
+
+// TestTaggedByKeptInReceipts: a key the custodian minted for a plain agent
+// says so in its receipt, finished or found interrupted after a restart.
+func TestTaggedByKeptInReceipts(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	in := intent("plain-1", "write a")
+	in.TaggedBy = "custodian"
+	tk, _, err := s.Begin(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	finishOK(t, tk, `{}`)
+	lost := intent("plain-2", "write b")
+	lost.TaggedBy = "custodian"
+	if _, _, err := s.Begin(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openT(t, dir, Options{})
+	for key, outcome := range map[string]Outcome{"plain-1": Verified, "plain-2": Interrupted} {
+		raw, err := s.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Unmarshal(raw)
+		if err != nil || r.TaggedBy != "custodian" || r.Outcome != outcome {
+			t.Fatalf("%s: receipt %+v, %v; want tagged_by custodian, %s", key, r, err, outcome)
+		}
 	}
 }

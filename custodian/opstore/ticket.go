@@ -8,14 +8,33 @@ import (
 // Ticket is a claimed op key whose dispatch is durable. Exactly one Finish
 // must follow; until then a request with the same key is a conflict.
 type Ticket struct {
-	s    *Store
+	s    *Store     // the single-machine store, or
+	e    *EtcdStore // the etcd store
 	in   Intent
 	seg  uint64
+	rev  int64  // etcd: the mod revision of the intent's put
+	tok  uint64 // etcd: the fencing token the intent was recorded under
 	done bool
 }
 
 // Intent returns the durable intent, with DispatchedAt and RetainUntil set.
 func (t *Ticket) Intent() Intent { return t.in }
+
+// Token returns the fencing token the intent was recorded under: the
+// revision of the session's owner key in etcd (EtcdStore.Claim). The
+// single-machine store fences nothing across machines and returns 0.
+func (t *Ticket) Token() uint64 { return t.tok }
+
+// checkFinish refuses a result Finish cannot record.
+func (t *Ticket) checkFinish(r *Receipt) error {
+	if r.Outcome == Dispatched || !r.Outcome.Valid() {
+		return fmt.Errorf("%w: finish op key %s with outcome %q", ErrInvalid, t.in.OpKey, r.Outcome)
+	}
+	if r.Response == nil && r.Error == nil && r.Outcome != Interrupted {
+		return fmt.Errorf("%w: finish op key %s without a response or an error", ErrInvalid, t.in.OpKey)
+	}
+	return nil
+}
 
 // Finish records the result of the dispatched request and releases the
 // key: later requests with the key are answered from r. The identity
@@ -23,12 +42,16 @@ func (t *Ticket) Intent() Intent { return t.in }
 // dispatch and retention times) are taken from the intent; r.Outcome must
 // be final or Pending. The result reaches bbolt behind the caller, in
 // order; a crash before that turns the key Interrupted, never re-run.
+//
+// On an EtcdStore, Finish is one transaction that checks the session is
+// still this store's (the fencing token); a fenced Finish records nothing
+// and returns ErrFenced: the new owner has made the key interrupted.
 func (t *Ticket) Finish(r *Receipt) error {
-	if r.Outcome == Dispatched || !r.Outcome.Valid() {
-		return fmt.Errorf("%w: finish op key %s with outcome %q", ErrInvalid, t.in.OpKey, r.Outcome)
+	if err := t.checkFinish(r); err != nil {
+		return err
 	}
-	if r.Response == nil && r.Error == nil && r.Outcome != Interrupted {
-		return fmt.Errorf("%w: finish op key %s without a response or an error", ErrInvalid, t.in.OpKey)
+	if t.e != nil {
+		return t.e.finish(t, r)
 	}
 	s := t.s
 	s.mu.Lock()
@@ -53,6 +76,7 @@ func stamp(r *Receipt, in *Intent) {
 	r.OpKey, r.RequestSHA256, r.Method = in.OpKey, in.RequestSHA256, in.Method
 	r.SessionID, r.TupleSHA256, r.Principal = in.SessionID, in.TupleSHA256, in.Principal
 	r.LeaseNotAfter, r.DispatchedAt, r.RetainUntil = in.LeaseNotAfter, in.DispatchedAt, in.RetainUntil
+	r.TaggedBy = in.TaggedBy
 }
 
 // Complete moves a Pending receipt (an exec whose exit was not yet

@@ -161,6 +161,9 @@ func (m Manifest) Validate() error {
 			return fmt.Errorf("%w: machine argument with NUL or newline", ErrManifest)
 		}
 	}
+	if err := checkVNCArgs(m.MachineArgs); err != nil {
+		return err
+	}
 	return checkAccelArgs(m.MachineArgs)
 }
 

@@ -213,3 +213,39 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestVNCArgs: the only display a bundle may serve is one VNC server on
+// an absolute unix socket, shared by force; anything else is refused.
+func TestVNCArgs(t *testing.T) {
+	m, _, _ := fixture(t)
+	base := append([]string{}, m.MachineArgs...)
+	for _, ok := range [][]string{
+		{"-vnc", "unix:/run/tether/vm1/vnc.sock,share=force-shared"},
+		{"-vnc=unix:/run/vnc.sock,share=force-shared,lossy=off,non-adaptive=on"},
+	} {
+		m.MachineArgs = append(append([]string{}, base...), ok...)
+		if err := m.Validate(); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range [][]string{
+		{"-vnc", "127.0.0.1:0,share=force-shared"},
+		{"-vnc", ":0"},
+		{"-vnc", "unix:run/vnc.sock,share=force-shared"},
+		{"-vnc", "unix:/run/../tmp/vnc.sock,share=force-shared"},
+		{"-vnc", "unix:/run/vnc.sock"},
+		{"-vnc", "unix:/run/vnc.sock,share=allow-exclusive"},
+		{"-vnc", "unix:/run/vnc.sock,share=force-shared,websocket=5700"},
+		{"-vnc", "unix:/run/vnc.sock,share=force-shared,password=on"},
+		{"-vnc", "unix:/run/vnc.sock,share=force-shared,power-control=on"},
+		{"-vnc", "unix:/run/vnc.sock,share=force-shared,,websocket=on"},
+		{"-vnc", "unix:/a.sock,share=force-shared", "-vnc", "unix:/b.sock,share=force-shared"},
+		{"--display", "vnc=:0"},
+		{"-spice", "port=5930"},
+	} {
+		m.MachineArgs = append(append([]string{}, base...), bad...)
+		if err := m.Validate(); !errors.Is(err, ErrDisplay) {
+			t.Errorf("%q: %v, want ErrDisplay", bad, err)
+		}
+	}
+}

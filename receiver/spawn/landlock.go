@@ -4,15 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // MinLandlockABI is the Landlock ABI a Ruleset needs: file system rights
-// up to ABI 5 (including truncate and device ioctl) and the signal and
-// abstract-unix-socket scopes of ABI 6. A kernel below it is refused;
-// there is no downgrade.
+// up to ABI 5 (including truncate and device ioctl), the TCP bind and
+// connect rights of ABI 4, and the signal and abstract-unix-socket scopes
+// of ABI 6. A kernel below it is refused; there is no downgrade. A kernel
+// with a later ABI (7 adds only audit logging flags) enforces exactly
+// this ruleset.
 const MinLandlockABI = 6
 
 // Access is a set of Landlock file system rights.
@@ -33,7 +37,37 @@ const (
 		unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_TRUNCATE | unix.LANDLOCK_ACCESS_FS_IOCTL_DEV
 	// scopes isolate abstract unix sockets and signals to the domain.
 	scopes = unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | unix.LANDLOCK_SCOPE_SIGNAL
+	// netRights are the network rights a Ruleset handles: binding and
+	// connecting TCP sockets (ABI 4), allowed only on the ports of its
+	// PortRules.
+	netRights = NetBindTCP | NetConnectTCP
 )
+
+// NetAccess is a set of Landlock network rights.
+type NetAccess uint64
+
+// Network rights for PortRules.
+const (
+	// NetBindTCP allows binding a TCP socket to the port.
+	NetBindTCP NetAccess = unix.LANDLOCK_ACCESS_NET_BIND_TCP
+	// NetConnectTCP allows connecting a TCP socket to the port.
+	NetConnectTCP NetAccess = unix.LANDLOCK_ACCESS_NET_CONNECT_TCP
+)
+
+// PortRule allows Access on one TCP port (any address). Without one, a
+// confined child can neither bind nor connect any TCP socket.
+type PortRule struct {
+	Port   uint16
+	Access NetAccess
+}
+
+// landlockRuleNetPort is LANDLOCK_RULE_NET_PORT; netPortAttr is struct
+// landlock_net_port_attr (ABI 4).
+const landlockRuleNetPort = 2
+
+type netPortAttr struct {
+	allowedAccess, port uint64
+}
 
 // ErrLandlock wraps every Landlock failure, including a kernel whose ABI
 // is below MinLandlockABI.
@@ -52,7 +86,14 @@ type Rule struct {
 // Close releases it; a Ruleset may be used by many concurrent Starts.
 type Ruleset struct {
 	fd int
+	// exec holds the identities of the rules that grant EXECUTE, so a PATH
+	// lookup can skip what the child could not execute (beneathExec). It
+	// is written by NewRuleset only and read-only afterwards.
+	exec []fileID
 }
+
+// fileID is a file's identity as Landlock sees it: an inode of a device.
+type fileID struct{ dev, ino uint64 }
 
 // rulesetAttr is struct landlock_ruleset_attr as of ABI 6.
 type rulesetAttr struct {
@@ -69,14 +110,14 @@ func LandlockABI() int {
 	return int(v)
 }
 
-// NewRuleset builds a ruleset that handles AccessAll and both scopes and
-// allows exactly rules. It fails, never downgrades, when the kernel's ABI
-// is below MinLandlockABI.
-func NewRuleset(rules []Rule) (*Ruleset, error) {
+// NewRuleset builds a ruleset that handles AccessAll, TCP bind and
+// connect and both scopes, and allows exactly rules and ports. It fails,
+// never downgrades, when the kernel's ABI is below MinLandlockABI.
+func NewRuleset(rules []Rule, ports ...PortRule) (*Ruleset, error) {
 	if abi := LandlockABI(); abi < MinLandlockABI {
 		return nil, fmt.Errorf("%w: kernel ABI %d, need %d", ErrLandlock, abi, MinLandlockABI)
 	}
-	attr := rulesetAttr{handledFS: uint64(AccessAll), scoped: scopes}
+	attr := rulesetAttr{handledFS: uint64(AccessAll), handledNet: uint64(netRights), scoped: scopes}
 	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	if e != 0 {
 		return nil, fmt.Errorf("%w: create ruleset: %w", ErrLandlock, e)
@@ -88,7 +129,27 @@ func NewRuleset(rules []Rule) (*Ruleset, error) {
 			return nil, err
 		}
 	}
+	for _, p := range ports {
+		if err := rs.addPort(p); err != nil {
+			rs.Close()
+			return nil, err
+		}
+	}
 	return rs, nil
+}
+
+// addPort allows p.Access (within netRights) on TCP port p.Port.
+func (rs *Ruleset) addPort(p PortRule) error {
+	np := netPortAttr{allowedAccess: uint64(p.Access & netRights), port: uint64(p.Port)}
+	if np.allowedAccess == 0 {
+		return fmt.Errorf("%w: port rule %d allows nothing", ErrLandlock, p.Port)
+	}
+	_, _, e := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, uintptr(rs.fd), landlockRuleNetPort,
+		uintptr(unsafe.Pointer(&np)), 0, 0, 0)
+	if e != 0 {
+		return fmt.Errorf("%w: add rule for TCP port %d: %w", ErrLandlock, p.Port, e)
+	}
+	return nil
 }
 
 func (rs *Ruleset) add(r Rule) error {
@@ -106,7 +167,35 @@ func (rs *Ruleset) add(r Rule) error {
 	if e != 0 {
 		return fmt.Errorf("%w: add rule for %s: %w", ErrLandlock, r.File.Name(), e)
 	}
+	if access&unix.LANDLOCK_ACCESS_FS_EXECUTE != 0 {
+		rs.exec = append(rs.exec, fileID{st.Dev, st.Ino})
+	}
 	return nil
+}
+
+// beneathExec reports whether the file at path p, symlinks resolved, is at
+// or beneath a rule that grants EXECUTE, walking up to the root as
+// Landlock does. It answers for the calling thread's view of the file
+// system (the PATH lookup runs it with the child's identity); the kernel
+// still decides at exec time, so a file swapped in between is refused
+// there, never allowed by this answer.
+func (rs *Ruleset) beneathExec(p string) bool {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return false
+	}
+	for d := real; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if unix.Stat(d, &st) != nil {
+			return false
+		}
+		if slices.Contains(rs.exec, fileID{st.Dev, st.Ino}) {
+			return true
+		}
+		if d == "/" || d == "." {
+			return false
+		}
+	}
 }
 
 // Close releases the ruleset. It is safe to call twice.

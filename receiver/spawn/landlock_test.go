@@ -3,6 +3,7 @@ package spawn
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +15,9 @@ import (
 	"github.com/tetherdev/tether/fixtures/testenv"
 )
 
-// testRuleset allows the system read-only and a fresh grant root
-// read-write; it returns the ruleset and the root.
-func testRuleset(t testing.TB) (*Ruleset, string) {
+// testRuleset allows the system read-only, a fresh grant root read-write
+// and the TCP ports of ports; it returns the ruleset and the root.
+func testRuleset(t testing.TB, ports ...PortRule) (*Ruleset, string) {
 	t.Helper()
 	_, root := workDir(t)
 	var rules []Rule
@@ -36,7 +37,7 @@ func testRuleset(t testing.TB) (*Ruleset, string) {
 	}
 	add("/dev/null", AccessReadWriteFile)
 	add(root, AccessAll)
-	rs, err := NewRuleset(rules)
+	rs, err := NewRuleset(rules, ports...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +120,65 @@ func TestLandlockScopesSignals(t *testing.T) {
 		t.Fatal("victim died")
 	default:
 	}
+}
+
+// TestLandlockDeniesTCP: a confined child can neither connect to a TCP
+// service on the host's 127.0.0.1 nor bind a TCP port, unless a port rule
+// allows that port; the receiver's own threads still connect.
+func TestLandlockDeniesTCP(t *testing.T) {
+	testenv.Require(t, "root")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("secret\n"))
+			c.Close()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	free := freePort(t)
+	// busybox nc listens until timeout ends it when the bind worked, and
+	// says "bind: Permission denied" at once when Landlock refused it.
+	script := fmt.Sprintf(`exec 3<>/dev/tcp/127.0.0.1/%d && head -n1 <&3 && echo CONNECTED
+timeout 1 busybox nc -l -p %d </dev/null 2>&1 | grep -q 'bind' || echo BOUND
+exit 0`, port, free)
+	for name, mode := range modes {
+		t.Run(name, func(t *testing.T) {
+			rs, _ := testRuleset(t)
+			if out, _ := run(t, mode, rs, "/bin/bash", "-c", script); strings.Contains(out, "secret") ||
+				strings.Contains(out, "CONNECTED") || strings.Contains(out, "BOUND") {
+				t.Fatalf("confined child used TCP:\n%s", out)
+			}
+			allowed, _ := testRuleset(t, PortRule{Port: port, Access: NetConnectTCP}, PortRule{Port: free, Access: NetBindTCP})
+			if out, _ := run(t, mode, allowed, "/bin/bash", "-c", script); !strings.Contains(out, "secret\nCONNECTED\n") ||
+				!strings.Contains(out, "BOUND") {
+				t.Fatalf("child with port rules could not use them:\n%s", out)
+			}
+		})
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("receiver thread confined after spawns: %v", err)
+	}
+	c.Close()
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return uint16(l.Addr().(*net.TCPAddr).Port)
 }
 
 // noKillEnv makes the test binary check, under capsh without CAP_KILL,

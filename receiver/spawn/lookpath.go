@@ -19,10 +19,13 @@ var fsCaps = []struct {
 // lookPathAs finds the bare command spec.Path in spec.Search as the child
 // will see the file system: it takes on the child's uid, gid and groups as
 // the calling thread's filesystem identity, looks each candidate up with
-// faccessat2(X_OK, AT_EACCESS) and stat, then restores the thread. A
-// directory the child cannot search and a file it cannot execute are
-// skipped like missing ones, and "not found" is one answer whatever the
-// reason, so the lookup reveals nothing the child could not see itself.
+// faccessat2(X_OK, AT_EACCESS) and stat, then restores the thread. With a
+// Landlock ruleset, a candidate that is not beneath one of its execute
+// rules (the root's view: the grant root plus the configured system paths)
+// is skipped too, since the child could not execute it. A directory the
+// child cannot search and a file it cannot execute are skipped like
+// missing ones, and "not found" is one answer whatever the reason, so the
+// lookup reveals nothing the child could not see itself.
 //
 // WARNING: thread-sensitive. It changes credentials of the calling thread
 // only (raw setgroups, setfsgid, setfsuid: never Go's all-thread
@@ -39,7 +42,10 @@ func lookPathAs(spec *Spec) (string, error) {
 				continue
 			}
 			var st unix.Stat_t
-			if unix.Stat(p, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+			if unix.Stat(p, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+				continue
+			}
+			if spec.Landlock == nil || spec.Landlock.beneathExec(p) {
 				found = p
 				return
 			}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/caps"
 )
@@ -157,4 +159,83 @@ func assertThreadsRoot(t *testing.T) {
 			t.Errorf("thread %d: Uid %v Gid %v Groups %v after lookups", tid, st.UID, st.GID, st.Groups)
 		}
 	}
+}
+
+// TestLookPathInsideLandlockView attacks the lookup with a directory the
+// child can search and execute in by its permissions, but that its
+// Landlock ruleset (the root's view) leaves out: a name found only there is
+// not found, exactly like a missing one, and a name in both resolves to
+// the copy the child can execute. Without the view check the first would
+// fail at exec with EACCES (a different answer) and the second would run
+// nothing. The kernel agrees: executing the left-out copy by absolute path
+// is refused.
+func TestLookPathInsideLandlockView(t *testing.T) {
+	testenv.Require(t, "root")
+	if LandlockABI() < MinLandlockABI {
+		t.Fatalf("kernel Landlock ABI %d < %d: this machine cannot prove the control", LandlockABI(), MinLandlockABI)
+	}
+	waitNoUID(t, uid)
+	_, open, _ := lookupTree(t)
+	outside := filepath.Join(filepath.Dir(open), "outside")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"tool-both", "tool-view"} {
+		if err := os.WriteFile(filepath.Join(outside, name), []byte("#!/bin/sh\nexit 7\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs := viewRuleset(t, open)
+	search := []string{outside, open}
+	for name, mode := range modes {
+		t.Run(name, func(t *testing.T) {
+			dir, _ := workDir(t)
+			try := func(cmd string) (*Child, error) {
+				_, w, _ := os.Pipe()
+				defer w.Close()
+				return Start(Spec{Mode: mode, Path: cmd, Search: search, Argv: []string{cmd}, Env: []string{},
+					Dir: dir, Output: w, UID: uid, GID: gid, Groups: groups, Landlock: rs})
+			}
+			if c, err := try("tool-view"); !errors.Is(err, ErrNotFound) || c != nil {
+				t.Fatalf("a name only outside the view: Start = %v, %v; want ErrNotFound", c, err)
+			}
+			c, err := try("tool-both")
+			if err != nil {
+				t.Fatalf("tool-both: %v (want the copy in %s)", err, open)
+			}
+			<-c.Done()
+			if st := c.Status(); st != (Status{Code: 0}) {
+				t.Fatalf("tool-both ran %+v; the copy inside the view exits 0, the one outside 7", st)
+			}
+			if c, err := try(filepath.Join(outside, "tool-view")); err == nil {
+				<-c.Done()
+				t.Fatalf("the kernel executed a file outside the view: %+v", c.Status())
+			}
+		})
+	}
+	assertThreadsRoot(t)
+}
+
+// viewRuleset is testRuleset's system view plus dir, read and execute.
+func viewRuleset(t *testing.T, dir string) *Ruleset {
+	t.Helper()
+	var rules []Rule
+	for p, a := range map[string]Access{"/usr": AccessReadExec, "/bin": AccessReadExec, "/lib": AccessReadExec,
+		"/lib64": AccessReadExec, "/etc": AccessReadExec, "/dev/null": AccessReadWriteFile, dir: AccessReadExec} {
+		f, err := os.OpenFile(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		rules = append(rules, Rule{File: f, Access: a})
+	}
+	rs, err := NewRuleset(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	return rs
 }

@@ -85,6 +85,10 @@ type Spec struct {
 	// creates it, keeps it for the child alone and removes it after the
 	// child is reaped. nil starts the child in the receiver's own cgroup.
 	Cgroup *os.File
+	// CgroupsV1 move the child into cgroup v1 hierarchies (pids, memory)
+	// that hold the computer's limits, where cgroup v2 lacks those
+	// controllers: see CgroupV1.
+	CgroupsV1 []CgroupV1
 	// HelperPath is the receiver binary for ModeHelper ("" means
 	// /proc/self/exe).
 	HelperPath string
@@ -100,6 +104,17 @@ type Spec struct {
 	// receiver uses it only on a goroutine the wire server started for the
 	// one request (wire.OwnsGoroutine).
 	OnCallingThread bool
+}
+
+// CgroupV1 is one cgroup v1 hierarchy a child starts in. Join and Back
+// are open, writable `tasks` files: the spawning thread writes "0" to
+// Join (moving itself alone) right before it forks, so the child is in
+// that cgroup from its first instruction, and "0" to Back (the
+// receiver's own cgroup in that hierarchy) right after, so the thread,
+// which lives until the child is reaped, is not counted there. Start
+// neither takes ownership of the files nor closes them.
+type CgroupV1 struct {
+	Join, Back *os.File
 }
 
 // Errors callers branch on.

@@ -127,6 +127,9 @@ func (c *Child) launch(spec *Spec, devNull *os.File) error {
 		defer helper.close()
 		path, argv = helper.exe, []string{helper.exe, HelperArg}
 	}
+	if err := joinV1(spec.CgroupsV1); err != nil {
+		return err
+	}
 	reg.mu.RLock()
 	p, err := os.StartProcess(path, argv, attr)
 	if err == nil {
@@ -136,6 +139,7 @@ func (c *Child) launch(spec *Spec, devNull *os.File) error {
 		_ = p.Release() // the reaper waits by pid; drop os's pidfd
 	}
 	reg.mu.RUnlock()
+	backV1(spec.CgroupsV1)
 	if err != nil {
 		return fmt.Errorf("%w: execute %s: %w", ErrStart, spec.Path, err)
 	}
@@ -144,6 +148,27 @@ func (c *Child) launch(spec *Spec, devNull *os.File) error {
 		return helper.finish(c)
 	}
 	return nil
+}
+
+// joinV1 moves the calling (locked, spawning) thread alone into every
+// Join cgroup; on a failure it moves it back and nothing is forked.
+func joinV1(cgs []CgroupV1) error {
+	for i, cg := range cgs {
+		if _, err := unix.Pwrite(int(cg.Join.Fd()), []byte("0"), 0); err != nil {
+			backV1(cgs[:i])
+			return fmt.Errorf("%w: join the cgroup v1 %s: %w", ErrStart, cg.Join.Name(), err)
+		}
+	}
+	return nil
+}
+
+// backV1 moves the calling thread back into the receiver's own cgroups.
+// A failure only leaves this thread, which ends with the child, counted
+// in the computer's cgroup; the child is there either way.
+func backV1(cgs []CgroupV1) {
+	for _, cg := range cgs {
+		_, _ = unix.Pwrite(int(cg.Back.Fd()), []byte("0"), 0)
+	}
 }
 
 // procAttr builds the fork attributes: stdin /dev/null, stdout and stderr

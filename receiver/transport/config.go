@@ -27,12 +27,15 @@ type Config struct {
 	Kind Kind `json:"kind"`
 	// HostOnly: required true for unix, stream and vsock.
 	HostOnly bool `json:"host_only,omitempty"`
-	// Path: unix (socket path) and stream (character device).
+	// Path: unix (socket path), stream (character device) and tls over a
+	// unix socket.
 	Path string `json:"path,omitempty"`
-	// SocketMode, PeerUIDs: unix (see Unix).
+	// SocketMode, PeerUIDs: unix and tls over a unix socket (see Unix).
 	SocketMode uint32   `json:"socket_mode,omitempty"`
 	PeerUIDs   []uint32 `json:"peer_uids,omitempty"`
-	// Address, CAFile, CASPKISHA256, CertFile, KeyFile, ServerName: tls.
+	// Address, CAFile, CASPKISHA256, CertFile, KeyFile, ServerName: tls;
+	// a tls channel over a unix socket sets Path (and may set SocketMode
+	// and PeerUIDs) instead of Address.
 	Address      string `json:"address,omitempty"`
 	CAFile       string `json:"ca_file,omitempty"`
 	CASPKISHA256 string `json:"ca_spki_sha256,omitempty"`
@@ -49,7 +52,7 @@ type Config struct {
 var fieldsOf = map[Kind][]string{
 	KindUnix:   {"host_only", "path", "socket_mode", "peer_uids"},
 	KindStream: {"host_only", "path"},
-	KindTLS:    {"address", "ca_file", "ca_spki_sha256", "cert_file", "key_file", "server_name"},
+	KindTLS:    {"address", "path", "socket_mode", "peer_uids", "ca_file", "ca_spki_sha256", "cert_file", "key_file", "server_name"},
 	KindVsock:  {"host_only", "cid", "port", "peer_cid"},
 }
 
@@ -100,11 +103,20 @@ func (c Config) Transport(log *slog.Logger) (Transport, error) {
 	case KindVsock:
 		return Vsock{CID: c.CID, Port: c.Port, PeerCID: c.PeerCID, HostOnly: c.HostOnly, Log: log}, nil
 	}
+	if c.Path == "" && (c.SocketMode != 0 || len(c.PeerUIDs) > 0) {
+		return nil, fmt.Errorf("%w: socket_mode and peer_uids need a tls path (a unix socket)", ErrConfig)
+	}
 	t, err := LoadTLS(c.Address, c.CAFile, c.CertFile, c.KeyFile)
 	if err != nil {
 		return nil, err
 	}
 	t.CASPKISHA256, t.ServerName, t.Log = c.CASPKISHA256, c.ServerName, log
+	t.Path, t.SocketMode, t.PeerUIDs = c.Path, fs.FileMode(c.SocketMode), c.PeerUIDs
+	if t.Path != "" {
+		if err := t.checkUnixPath(); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := t.config(c.ServerName == ""); err != nil { // fail now, not at first dial
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -33,8 +34,16 @@ const maxHandshakes = 32
 // roots are ever consulted. Session tickets are off, so every connection
 // runs the full verification.
 type TLS struct {
-	// Address is host:port to dial or listen on.
+	// Address is host:port to dial or listen on. Path, instead, carries
+	// the same mutual TLS over a unix socket (see tlsunix.go); exactly one
+	// of the two is set.
 	Address string
+	// Path is the unix socket's absolute path; SocketMode and PeerUIDs
+	// are as in Unix (0 means 0600; empty means root and this process's
+	// effective uid), checked with SO_PEERCRED before any handshake.
+	Path       string
+	SocketMode fs.FileMode
+	PeerUIDs   []uint32
 	// CA is the one issuer both peers' certificates must be signed by.
 	CA *x509.Certificate
 	// CASPKISHA256, if set, is the hex SHA-256 of CA's SubjectPublicKeyInfo;
@@ -53,7 +62,12 @@ type TLS struct {
 
 var _ Transport = TLS{}
 
-func (t TLS) String() string { return "tls:" + t.Address }
+func (t TLS) String() string {
+	if t.Path != "" {
+		return "tls+unix:" + t.Path
+	}
+	return "tls:" + t.Address
+}
 
 // LoadTLS reads the PEM files of a TLS transport: caFile holds exactly one
 // CA certificate; certFile this side's certificate and keyFile its key.
@@ -93,8 +107,8 @@ func (t TLS) config(server bool) (*tls.Config, error) {
 		return nil, fmt.Errorf("%w: tls: no certificate and key of our own", ErrConfig)
 	case !server && t.ServerName == "":
 		return nil, fmt.Errorf("%w: tls: ServerName is required to dial", ErrConfig)
-	case t.Address == "":
-		return nil, fmt.Errorf("%w: tls: no address", ErrConfig)
+	case (t.Address == "") == (t.Path == ""):
+		return nil, fmt.Errorf("%w: tls: exactly one of address and path is required", ErrConfig)
 	}
 	pin := spkiSHA256(t.CA)
 	if t.CASPKISHA256 != "" && t.CASPKISHA256 != pin {
@@ -164,12 +178,29 @@ func (t TLS) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.handshakeTimeout())
 	defer cancel()
+	if t.Path != "" {
+		return t.dialUnix(ctx, cfg)
+	}
 	d := tls.Dialer{Config: cfg}
 	c, err := d.DialContext(ctx, "tcp", t.Address)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial tls %s: %w", t.Address, err)
 	}
 	return c.(*tls.Conn), nil
+}
+
+// listenRaw opens the listener the handshakes run on: TCP on Address, or
+// the unix socket at Path (listenUnix).
+func (t TLS) listenRaw(ctx context.Context) (net.Listener, error) {
+	if t.Path != "" {
+		return t.listenUnix(ctx)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", t.Address)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen tls %s: %w", t.Address, err)
+	}
+	return ln, nil
 }
 
 func (t TLS) handshakeTimeout() time.Duration {
@@ -188,10 +219,9 @@ func (t TLS) Listen(ctx context.Context) (Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", t.Address)
+	ln, err := t.listenRaw(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("transport: listen tls %s: %w", t.Address, err)
+		return nil, err
 	}
 	log := t.Log
 	if log == nil {

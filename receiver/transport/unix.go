@@ -67,8 +67,7 @@ func (u Unix) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	if err := u.check(); err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", u.Path)
+	c, err := dialUnixPath(ctx, u.Path)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial unix %s: %w", u.Path, err)
 	}
@@ -138,8 +137,7 @@ func removeStale(ctx context.Context, path string) error {
 	if fi.Mode().Type() != fs.ModeSocket {
 		return fmt.Errorf("%w: %s exists and is not a socket", ErrConfig, path)
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "unix", path)
+	c, err := dialUnixPath(ctx, path)
 	if err == nil {
 		_ = c.Close()
 		return fmt.Errorf("%w: %s: another process is listening", ErrConfig, path)
@@ -160,7 +158,13 @@ func bindUnix(path string, mode fs.FileMode) (*net.UnixListener, uint64, error) 
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+	name, release, err := sockName(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("transport: bind %s: %w", path, err)
+	}
+	err = unix.Bind(fd, &unix.SockaddrUnix{Name: name})
+	release()
+	if err != nil {
 		return nil, 0, fmt.Errorf("transport: bind %s: %w", path, err)
 	}
 	var st unix.Stat_t
@@ -250,4 +254,38 @@ func checkPeerUID(c *net.UnixConn, allowed []uint32) error {
 			Want: fmt.Sprint(allowed)}
 	}
 	return nil
+}
+
+// maxSockName is the longest path a sockaddr_un holds with its NUL.
+const maxSockName = 107
+
+// sockName returns the name to bind or connect to for the socket at
+// path: path itself, or, when it is longer than a sockaddr_un holds,
+// /proc/self/fd/N/BASE through an O_PATH descriptor of its directory,
+// which release closes once the bind or connect is done.
+func sockName(path string) (string, func(), error) {
+	if len(path) <= maxSockName {
+		return path, func() {}, nil
+	}
+	dir, err := unix.Open(filepath.Dir(path), unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	name := "/proc/self/fd/" + strconv.Itoa(dir) + "/" + filepath.Base(path)
+	if len(name) > maxSockName {
+		unix.Close(dir)
+		return "", nil, fmt.Errorf("%w: unix socket name %q is too long", ErrConfig, filepath.Base(path))
+	}
+	return name, func() { unix.Close(dir) }, nil
+}
+
+// dialUnixPath connects to the socket at path, however long.
+func dialUnixPath(ctx context.Context, path string) (net.Conn, error) {
+	name, release, err := sockName(path)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	var d net.Dialer
+	return d.DialContext(ctx, "unix", name)
 }

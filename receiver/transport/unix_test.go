@@ -304,3 +304,45 @@ func helperBinary(t *testing.T) string {
 	}
 	return bin
 }
+
+// TestUnixLongPath: a socket path longer than a sockaddr_un holds is
+// bound and dialled through its directory's descriptor, for the plain
+// unix transport and for TLS over it.
+func TestUnixLongPath(t *testing.T) {
+	dir := t.TempDir()
+	for len(dir) < 120 {
+		dir = filepath.Join(dir, "a-rather-long-directory-name")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "receiver.sock")
+	u := Unix{Path: path, HostOnly: true}
+	l, err := u.Listen(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(testCtx(t)); err == nil {
+			c.Write([]byte("x"))
+			c.Close()
+		}
+	}()
+	c, err := u.Dial(testCtx(t))
+	if err != nil {
+		t.Fatalf("dial %d-byte path: %v", len(path), err)
+	}
+	defer c.Close()
+	if b, err := io.ReadAll(c); err != nil || string(b) != "x" {
+		t.Fatalf("read %q %v", b, err)
+	}
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("socket at the long path: %v %v", fi, err)
+	}
+	w := newTLSWorld(t)
+	tl := listenTLS(t, w.unixServer(filepath.Join(dir, "tls.sock"), w.server))
+	if err := exchange(t, tl, w.unixClient(filepath.Join(dir, "tls.sock"), w.client)); err != nil {
+		t.Fatalf("TLS over a long unix path: %v", err)
+	}
+}

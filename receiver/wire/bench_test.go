@@ -25,7 +25,7 @@ func benchRequests() map[string]*Request {
 	}
 	return map[string]*Request{
 		"exec_start": mk(OpExecStart, ExecStartArgs{Argv: []string{"/bin/sh", "-c", "make test"},
-			Env: map[string]string{"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, OutputLimit: 1 << 20}),
+			Env: map[string]string{"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, OutputLimit: new(int64(1 << 20))}),
 		"write_256KiB": mk(OpWrite, WriteArgs{Path: "src/main.go", Content: strings.Repeat("package main // x\n", 256<<10/18)}),
 	}
 }

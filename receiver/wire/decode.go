@@ -264,7 +264,7 @@ func (a *ExecStartArgs) validate() *Error {
 		return Errorf(CodeInvalid, "argv has more than %d entries", MaxArgv)
 	case len(a.Env) > MaxEnv:
 		return Errorf(CodeInvalid, "env has more than %d entries", MaxEnv)
-	case a.OutputLimit < 0:
+	case a.OutputLimit != nil && *a.OutputLimit < 0:
 		return Errorf(CodeInvalid, "output_limit is negative")
 	}
 	for i, s := range a.Argv {

@@ -158,16 +158,20 @@ type HashResult struct {
 }
 
 // ExecStartArgs starts a child as the grant's uid/gid in its own session and
-// process group. Argv[0] is an absolute path or is looked up in Env["PATH"].
-// Cwd is relative to the grant root. Env is the whole environment: nothing
-// is inherited. OutputLimit is capped by the grant. HashAfterExit names
-// files (relative to the root) the receiver hashes after the child exits;
-// the digests arrive in ExecWaitResult.
+// process group. Env is merged over the child's default environment (the
+// receiver's child_env, then the grant's env, HOME defaulting to the grant
+// root); nothing of the receiver's own environment is inherited. Argv[0] is
+// an absolute path or a bare name looked up in the merged PATH. Cwd is
+// relative to the grant root ("" is the root). OutputLimit, when set, is
+// the number of output bytes to keep (0 keeps none), capped by the grant
+// and the receiver; nil means their cap alone. HashAfterExit names files
+// (relative to the root) the receiver hashes after the child exits; the
+// digests arrive in ExecWaitResult.
 type ExecStartArgs struct {
 	Argv          []string          `json:"argv"`
 	Cwd           string            `json:"cwd,omitempty"`
 	Env           map[string]string `json:"env,omitempty"`
-	OutputLimit   int64             `json:"output_limit,omitempty"`
+	OutputLimit   *int64            `json:"output_limit,omitempty"`
 	HashAfterExit []string          `json:"hash_after_exit,omitempty"`
 }
 

@@ -31,6 +31,7 @@ commands:
   publish     --dir DIR --key FILE --grants FILE      sign and atomically publish DIR/` + admission.FileName + `
   inspect     --file FILE --pubkey FILE [--owner-uid N]   check a file exactly as the receiver does
   coordinate  --config FILE [--once]                  renew the OpenBao lease, then publish, every interval
+                                                      (with "etcd" in the config: only the elected leader)
 
 Run "tether-admission <command> --help" for a command's flags.
 `
@@ -261,13 +262,18 @@ func runCoordinate(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return fail(stderr, "coordinate", err)
 	}
+	defer c.Close()
 	report := func(r coordinator.Round, err error) {
 		if err != nil {
 			fmt.Fprintf(stderr, "tether-admission coordinate: round failed: %v\n", err)
 			return
 		}
-		fmt.Fprintf(stdout, "generation %d sha256 %s lease_expiry %s\n", r.Published.Generation,
+		fmt.Fprintf(stdout, "generation %d sha256 %s lease_expiry %s", r.Published.Generation,
 			r.Published.SHA256, r.Lease.Expiry.UTC().Format(time.RFC3339))
+		if r.Leader != 0 {
+			fmt.Fprintf(stdout, " leader %d", r.Leader)
+		}
+		fmt.Fprintln(stdout)
 	}
 	if *once {
 		r, err := c.RunOnce(ctx)

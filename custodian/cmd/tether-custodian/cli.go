@@ -21,7 +21,8 @@ const usage = `tether-custodian: the ACP client side of tether.
 Usage:
   tether-custodian run --config FILE [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]
   tether-custodian receipts show --state DIR [--key K] [--wait D]
-  tether-custodian audit verify --state DIR --pubkey FILE [--checkpoint FILE]
+  tether-custodian audit verify --state DIR --pubkey FILE [--checkpoint FILE] [--witness KEY... [--witness-quorum K]]
+  tether-custodian audit witness --state DIR --pubkey FILE --witness URL=KEY... [--quorum K]
   tether-custodian audit keygen --name NAME --out PREFIX
 
 Every subcommand takes --help. docs/custodian.md describes the config file,
@@ -44,7 +45,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return sub(rest, stdout, stderr, "receipts", map[string]func([]string, io.Writer, io.Writer) int{"show": cmdReceiptsShow})
 	case "audit":
 		return sub(rest, stdout, stderr, "audit", map[string]func([]string, io.Writer, io.Writer) int{
-			"verify": cmdAuditVerify, "keygen": cmdAuditKeygen})
+			"verify": cmdAuditVerify, "keygen": cmdAuditKeygen, "witness": cmdAuditWitness})
 	default:
 		fmt.Fprintf(stderr, "tether-custodian: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage

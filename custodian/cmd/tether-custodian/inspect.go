@@ -8,7 +8,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
+
+	"golang.org/x/mod/sumdb/note"
 
 	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -67,13 +70,18 @@ func cmdAuditVerify(args []string, stdout, stderr io.Writer) int {
 	state := fs.String("state", "", "custodian state directory (required)")
 	pubkey := fs.String("pubkey", "", "audit verifier key file, note format (required)")
 	ckpt := fs.String("checkpoint", "", "an older signed checkpoint kept elsewhere, to check consistency")
-	usageFor(fs, "audit verify --state DIR --pubkey FILE [--checkpoint FILE]",
+	var witnesses multiFlag
+	fs.Var(&witnesses, "witness", "a witness's cosignature verifier key, or a file holding it (repeatable)")
+	quorum := fs.Int("witness-quorum", 0, "cosignatures required of the --witness keys (default: all of them)")
+	usageFor(fs, "audit verify --state DIR --pubkey FILE [--checkpoint FILE] [--witness KEY... [--witness-quorum K]]",
 		"Checks every record against the signed tree (inclusion), detects truncation,\n"+
-			"reordering and edited records, and proves the log consistent with an older checkpoint.")
+			"reordering and edited records, and proves the log consistent with an older checkpoint.\n"+
+			"With --witness, the log must also match its cosigned checkpoint, cosigned by K of the\n"+
+			"witnesses: a log rewritten or truncated and re-signed after it was witnessed fails.")
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	if *state == "" || *pubkey == "" || fs.NArg() != 0 {
+	if *state == "" || *pubkey == "" || fs.NArg() != 0 || *quorum < 0 || *quorum > len(witnesses) {
 		fs.Usage()
 		return exitUsage
 	}
@@ -94,6 +102,11 @@ func cmdAuditVerify(args []string, stdout, stderr io.Writer) int {
 	rep, err := audit.Verify(filepath.Join(*state, custodian.AuditDir), v, external)
 	if err != nil {
 		return fail(stderr, exitFailed, "FAIL: %v", err)
+	}
+	if len(witnesses) > 0 {
+		if code := verifyWitnessed(filepath.Join(*state, custodian.AuditDir), v, witnesses, *quorum, stdout, stderr); code != exitOK {
+			return code
+		}
 	}
 	fmt.Fprintf(stdout, "OK: %d records, %d covered by the signed checkpoint (tree %s)", rep.Records, rep.Signed, rep.TreeHash)
 	if rep.ExternalSize >= 0 {
@@ -158,4 +171,97 @@ func writeNew(path, data string, mode os.FileMode) error {
 		return err
 	}
 	return durable.SyncDir(filepath.Dir(path))
+}
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return fmt.Sprint([]string(*m)) }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// witnessKeys parses --witness values: a key, or a file holding one.
+func witnessKeys(vals []string) ([]note.Verifier, error) {
+	out := make([]note.Verifier, 0, len(vals))
+	for _, val := range vals {
+		if !strings.Contains(val, "+") {
+			data, err := credfile.ReadPublic(val)
+			if err != nil {
+				return nil, err
+			}
+			val = string(data)
+		}
+		v, err := audit.LoadWitnessKey(val)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// verifyWitnessed checks the log against its cosigned checkpoint.
+func verifyWitnessed(dir string, v note.Verifier, vals []string, quorum int, stdout, stderr io.Writer) int {
+	ws, err := witnessKeys(vals)
+	if err != nil {
+		return fail(stderr, exitUsage, "audit verify: %v", err)
+	}
+	if quorum == 0 {
+		quorum = len(ws)
+	}
+	n, err := audit.CheckWitnessed(dir, v, ws, quorum)
+	if err != nil {
+		return fail(stderr, exitFailed, "FAIL: %v", err)
+	}
+	fmt.Fprintf(stdout, "OK: the first %d records match the checkpoint %d of %d witnesses were required to cosign\n", n, quorum, len(ws))
+	return exitOK
+}
+
+// cmdAuditWitness sends the log's checkpoint to witnesses and keeps their
+// cosignatures (STATE/audit/checkpoint.cosigned).
+func cmdAuditWitness(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("audit witness", flag.ContinueOnError)
+	state := fs.String("state", "", "custodian state directory (required)")
+	pubkey := fs.String("pubkey", "", "audit verifier key file, note format (required)")
+	var ws multiFlag
+	fs.Var(&ws, "witness", "URL=KEY: a witness's base URL and its cosignature verifier key (repeatable)")
+	quorum := fs.Int("quorum", 0, "cosignatures required before the cosigned checkpoint is written (default: all)")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on the whole exchange")
+	usageFor(fs, "audit witness --state DIR --pubkey FILE --witness URL=KEY... [--quorum K]",
+		"Sends the log's current checkpoint to each witness (C2SP tlog-witness, with a consistency\n"+
+			"proof from the size the witness saw last) and writes the cosigned checkpoint.")
+	if code, ok := parse(fs, args, stdout, stderr); !ok {
+		return code
+	}
+	if *state == "" || *pubkey == "" || len(ws) == 0 || fs.NArg() != 0 || *quorum < 0 || *quorum > len(ws) {
+		fs.Usage()
+		return exitUsage
+	}
+	vkey, err := credfile.ReadPublic(*pubkey)
+	if err != nil {
+		return fail(stderr, exitRuntime, "audit witness: %v", err)
+	}
+	v, err := audit.LoadVerifier(vkey)
+	if err != nil {
+		return fail(stderr, exitUsage, "audit witness: %v", err)
+	}
+	witnesses := make([]audit.Witness, 0, len(ws))
+	for _, w := range ws {
+		u, key, ok := strings.Cut(w, "=")
+		wv, err := audit.LoadWitnessKey(key)
+		if !ok || err != nil {
+			return fail(stderr, exitUsage, "audit witness: --witness %q: want URL=KEY: %v", w, err)
+		}
+		witnesses = append(witnesses, audit.Witness{URL: u, Verifier: wv})
+	}
+	if *quorum == 0 {
+		*quorum = len(witnesses)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	names, err := audit.Cosign(ctx, filepath.Join(*state, custodian.AuditDir), v, witnesses, *quorum, nil)
+	if err != nil {
+		return fail(stderr, exitFailed, "FAIL: %v", err)
+	}
+	fmt.Fprintf(stdout, "OK: cosigned by %s\n", strings.Join(names, ", "))
+	return exitOK
 }

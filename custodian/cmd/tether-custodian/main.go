@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/tetherdev/tether/custodian/jail"
 )
 
 func main() {
+	jail.HelperMain() // the jail's init or shell stub, inside a jail; returns otherwise
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()

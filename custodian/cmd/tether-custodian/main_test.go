@@ -17,10 +17,14 @@ import (
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/custodian/internal/realrecv"
+	"github.com/tetherdev/tether/custodian/jail"
 	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/fixtures/witness"
 )
 
 func TestMain(m *testing.M) {
+	jail.HelperMain()        // the jail's init or shell stub (jail_test.go shows this binary as both)
+	witness.MaybeRunHelper() // a witness process (witness_test.go)
 	testscript.Main(testMain{m}, map[string]func(){
 		"tether-custodian": func() {
 			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
@@ -75,17 +79,26 @@ func TestScriptsRoot(t *testing.T) {
 	})
 }
 
-// write-config FILE writes a run config for the real receiver: the granted
-// tuple, a one-hour lease, state in ./state, the audit key ./audit.key.
+// write-config FILE [FIELD=JSON]... writes a run config for the real
+// receiver: the granted tuple, a one-hour lease, state in ./state, the
+// audit key ./audit.key, and each FIELD set to the JSON value given.
 func cmdWriteConfig(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) != 1 {
-		ts.Fatalf("usage: write-config FILE")
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: write-config FILE [FIELD=JSON]...")
 	}
 	rr := ts.Value("receiver").(*realrecv.Receiver)
 	cfg := map[string]any{
 		"tuple": rr.Tuple, "lease_not_after": time.Now().Add(time.Hour).UTC(), "principal": rr.Tuple.Owner,
 		"receiver":  map[string]any{"kind": "unix", "path": rr.Sock, "host_only": true},
 		"state_dir": "state", "audit_key_file": "audit.key",
+	}
+	for _, kv := range args[1:] {
+		k, v, ok := strings.Cut(kv, "=")
+		var val any
+		if !ok || json.Unmarshal([]byte(v), &val) != nil {
+			ts.Fatalf("write-config: %q is not FIELD=JSON", kv)
+		}
+		cfg[k] = val
 	}
 	data, err := json.MarshalIndent(cfg, "", "  ")
 	ts.Check(err)

@@ -41,7 +41,7 @@ func TestIntegrationRunWithPlugin(t *testing.T) {
 		`run_command {"command":"id","args":["-u"]}`,
 		fmt.Sprintf(`edit_text_file {"path":%q,"old_text":"hello","new_text":"bye"}`, file),
 	}
-	args := []string{"run", "--config", filepath.Join(dir, "c.json")}
+	args := []string{"run", "--no-jail", "--config", filepath.Join(dir, "c.json")}
 	for _, p := range prompts {
 		args = append(args, "--prompt", p)
 	}

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os/exec"
+	"maps"
 	"strings"
 	"sync"
 	"time"
@@ -27,21 +27,32 @@ type prompts []string
 func (p *prompts) String() string     { return strings.Join(*p, "\n") }
 func (p *prompts) Set(s string) error { *p = append(*p, s); return nil }
 
-// agentStopGrace is how long the agent gets to exit after its stdin
-// closes before it is killed.
-const agentStopGrace = 5 * time.Second
+// How the agent is ended after the last prompt: its stdin is closed and
+// it gets agentEOFGrace to exit; then it is asked to end (SIGTERM to it
+// and what it started) and gets agentStopGrace; then it is killed.
+// Agents that exit at the end of their input (Gemini CLI, the plugin's
+// host agents) never see a signal; claude-code-acp does not notice the
+// end of its input and ends on SIGTERM at once, instead of costing
+// every run a whole kill grace.
+var (
+	agentEOFGrace  = time.Second
+	agentStopGrace = 5 * time.Second
+)
 
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md; required)")
 	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
+	agent := fs.String("agent", "", "tether (the strict protocol, default) or plain (an agent that knows nothing of tether; overrides the config's agent)")
 	var ps prompts
 	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line, each sent as it arrives)")
-	usageFor(fs, "run --config FILE [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]",
+	jf := addJailFlags(fs)
+	usageFor(fs, "run --config FILE [--agent tether|plain] [--session-id ID] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
 		"Spawns the ACP agent over stdio, initializes with the fs and terminal capabilities,\n"+
 			"binds a session to the config's tuple (session/new, or session/load with --session-id),\n"+
 			"sends the prompts and writes every session update to stdout as one JSON line, in order.\n"+
-			"Exits 0 only if every prompt ended with end_turn; stops at the first that did not.")
+			"Exits 0 only if every prompt ended with end_turn and no permission was refused in it;\n"+
+			"stops at the first that did not.")
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -53,7 +64,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return fail(stderr, exitUsage, "run: %v", err)
 	}
+	if *agent != "" {
+		cfg.Agent = *agent
+		if err := cfg.Validate(); err != nil {
+			return fail(stderr, exitUsage, "run: --agent: %v", err)
+		}
+	}
 	r := &runner{cfg: cfg, sessionID: *sessionID, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: stderr}
+	r.jail, r.configPath = jf, *cfgPath
 	if len(ps) == 0 {
 		lr := readLines(stdin)
 		defer lr.stop()
@@ -136,6 +154,10 @@ type runner struct {
 	stdout    io.Writer
 	stderr    io.Writer
 	outMu     sync.Mutex
+	perms     refusals
+	// jail and configPath are set by cmdRun; jail.go starts the agent.
+	jail       *jailFlags
+	configPath string
 }
 
 func (r *runner) run(ctx context.Context) int {
@@ -169,17 +191,8 @@ func (r *runner) run(ctx context.Context) int {
 
 // withAgent spawns the agent, serves its connection and drives the session.
 func (r *runner) withAgent(ctx context.Context, c *custodian.Custodian, recv *custodian.Receiver) int {
-	cmd := exec.Command(r.argv[0], r.argv[1:]...)
-	cmd.Stderr = r.stderr
-	toAgent, err := cmd.StdinPipe()
+	toAgent, fromAgent, cmd, err := r.startAgent(c)
 	if err != nil {
-		return fail(r.stderr, exitRuntime, "run: %v", err)
-	}
-	fromAgent, err := cmd.StdoutPipe()
-	if err != nil {
-		return fail(r.stderr, exitRuntime, "run: %v", err)
-	}
-	if err := cmd.Start(); err != nil {
 		return fail(r.stderr, exitRuntime, "run: start agent: %v", err)
 	}
 	conn := c.Serve(toAgent, fromAgent, custodian.ConnOptions{OnUpdate: r.printUpdate, Permission: r.permission()})
@@ -197,7 +210,8 @@ func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custod
 	if _, err := conn.Initialize(ctx); err != nil {
 		return fail(r.stderr, exitFailed, "run: initialize: %v", err)
 	}
-	b := custodian.Binding{Tuple: r.cfg.Tuple, LeaseNotAfter: r.cfg.LeaseNotAfter, Principal: r.cfg.Principal, Receiver: recv}
+	b := custodian.Binding{Tuple: r.cfg.Tuple, LeaseNotAfter: r.cfg.LeaseNotAfter, Principal: r.cfg.Principal, Receiver: recv,
+		Plain: r.cfg.Agent == custodian.AgentPlain}
 	sid, err := r.bind(ctx, conn, b)
 	if err != nil {
 		return fail(r.stderr, exitFailed, "run: bind: %v", err)
@@ -223,6 +237,10 @@ func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custod
 		}
 		if resp.StopReason != acp.StopReasonEndTurn {
 			return fail(r.stderr, exitFailed, "run: prompt %d ended with %s, not end_turn", i+1, resp.StopReason)
+		}
+		if refused := r.perms.take(); len(refused) > 0 {
+			return fail(r.stderr, exitFailed, "run: prompt %d ended with end_turn, but permission was refused for %s: that work was not done (config permission %q)",
+				i+1, strings.Join(refused, "; "), r.cfg.Permission)
 		}
 	}
 }
@@ -273,10 +291,10 @@ func (r *runner) bind(ctx context.Context, conn *custodian.Conn, b custodian.Bin
 	mcp := []acp.McpServer{}
 	if r.sessionID != "" {
 		_, err := conn.LoadSession(ctx, acp.LoadSessionRequest{SessionId: acp.SessionId(r.sessionID),
-			Cwd: r.cfg.Tuple.Root, McpServers: mcp}, b)
+			Cwd: r.cfg.Tuple.Root, McpServers: mcp, Meta: maps.Clone(r.cfg.SessionMeta)}, b)
 		return acp.SessionId(r.sessionID), err
 	}
-	resp, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: r.cfg.Tuple.Root, McpServers: mcp}, b)
+	resp, err := conn.NewSession(ctx, acp.NewSessionRequest{Cwd: r.cfg.Tuple.Root, McpServers: mcp, Meta: maps.Clone(r.cfg.SessionMeta)}, b)
 	return resp.SessionId, err
 }
 
@@ -292,33 +310,70 @@ func (r *runner) printUpdate(_ context.Context, n acp.SessionNotification) error
 	return err
 }
 
-// permission answers permission requests as the config says; nil means
-// the library default (reject).
+// permission answers permission requests with the config's policy (the
+// library records every answer in the audit log) and remembers the
+// refused ones, so a turn that ends with end_turn after a refusal does
+// not pass as done.
 func (r *runner) permission() func(context.Context, acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
-	if r.cfg.Permission != "allow_once" {
-		return nil
-	}
-	return func(_ context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
-		for _, o := range req.Options {
-			if o.Kind == acp.PermissionOptionKindAllowOnce {
-				return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeSelected(o.OptionId)}, nil
-			}
+	policy := custodian.PermissionPolicy(r.cfg.Permission)
+	return func(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
+		resp, err := policy(ctx, req)
+		if answer := custodian.PermissionAnswer(req, resp); err != nil || !custodian.Granted(answer) {
+			r.perms.add(fmt.Sprintf("%s (tool call %s, answered %s)", toolTitle(req.ToolCall), req.ToolCall.ToolCallId, answer))
 		}
-		return acp.RequestPermissionResponse{Outcome: acp.NewRequestPermissionOutcomeCancelled()}, nil
+		return resp, err
 	}
 }
 
-// stopAgent waits for the agent after its stdin closed, killing it after
-// agentStopGrace.
-func stopAgent(cmd *exec.Cmd) error {
+// toolTitle names a tool call in a refusal message.
+func toolTitle(tc acp.ToolCallUpdate) string {
+	if tc.Title != nil && *tc.Title != "" {
+		return fmt.Sprintf("%q", *tc.Title)
+	}
+	return "an untitled tool call"
+}
+
+// refusals collects the permission requests refused during a turn.
+type refusals struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (f *refusals) add(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.list = append(f.list, s)
+}
+
+// take returns the refusals so far and forgets them.
+func (f *refusals) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.list
+	f.list = nil
+	return out
+}
+
+// stopAgent ends the agent after its stdin closed: it waits
+// agentEOFGrace for the agent to exit, then sends SIGTERM, then kills it
+// after agentStopGrace. An agent that ends on the SIGTERM is not an
+// error (its exit status says only that it was asked to end), but a jail
+// that fails to clean up after it is.
+func stopAgent(cmd agentProc) error {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
 		return err
+	case <-time.After(agentEOFGrace):
+	}
+	termErr := cmd.Terminate()
+	select {
+	case err := <-done:
+		return askedToEnd(err)
 	case <-time.After(agentStopGrace):
-		cmd.Process.Kill()
+		cmd.Kill()
 		<-done
-		return errors.New("did not exit after its stdin closed; killed")
+		return errors.Join(fmt.Errorf("did not exit %v after its stdin closed, nor %v after SIGTERM; killed", agentEOFGrace, agentStopGrace), termErr)
 	}
 }

@@ -45,7 +45,7 @@ func TestRunSendsEachStdinLineAsItArrives(t *testing.T) {
 	code := make(chan int, 1)
 	go func() {
 		defer outW.Close()
-		code <- cmdRun(ctx, []string{"--config", cfgPath, "--", "test-agent"}, inR, outW, &stderr)
+		code <- cmdRun(ctx, []string{"--config", cfgPath, "--no-jail", "--", "test-agent"}, inR, outW, &stderr)
 	}()
 	updates := make(chan string)
 	go func() {

@@ -7,7 +7,18 @@
 //	write PATH TEXT...        fs/write_text_file
 //	exec CMD ARGS...          terminal/create, wait_for_exit, output, release
 //	sh SCRIPT...              exec /bin/sh -c SCRIPT (the rest of the line)
+//	ask TITLE...              session/request_permission for a tool call
+//	                          titled TITLE, offering allow_once,
+//	                          allow_always and reject_once
+//	meta                      the session/new or session/load _meta it got,
+//	                          without tether/bind, as JSON
 //	stop REASON               end the turn with that stop reason
+//
+// With $TEST_AGENT_PLAIN set it is a plain agent, as claude-code-acp is:
+// it never attaches and sends no `_meta["tether/op"]` (unless wrongtuple
+// asks for a wrong one), and its exec sends what such agents send: a bare
+// name with args and no env and no cwd; sh sends the whole line as command
+// with no args.
 //
 // A line may start with modifiers: key=K (op key base, for retries),
 // nometa (no `_meta["tether/op"]`), wrongtuple (another tuple's digest),
@@ -20,12 +31,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
@@ -39,24 +54,42 @@ type Agent struct {
 	conn      *acp.AgentSideConnection
 	sessionID string
 
-	mu     sync.Mutex
-	digest map[string]string // session -> tuple digest from its bind
-	root   map[string]string
+	plain     bool
+	mu        sync.Mutex
+	digest    map[string]string // session -> tuple digest from its bind
+	root      map[string]string
+	extraMeta map[string]string // session -> its session/new _meta without tether/bind, as JSON
 }
 
 // Main serves the agent on stdin/stdout until stdin closes. The session id
-// it answers is $TEST_AGENT_SESSION, default "sess-1".
+// it answers is $TEST_AGENT_SESSION, default "sess-1"; $TEST_AGENT_PLAIN
+// makes it a plain agent.
+//
+// With $TEST_AGENT_IGNORE_EOF set it behaves as claude-code-acp does at
+// the end of its input: it keeps running until SIGTERM, then prints
+// "test-agent: ended on SIGTERM" on stderr and exits 0.
 func Main() {
-	a := Serve(os.Stdout, os.Stdin, os.Getenv("TEST_AGENT_SESSION"))
+	ignoreEOF := os.Getenv("TEST_AGENT_IGNORE_EOF") != ""
+	term := make(chan os.Signal, 1)
+	if ignoreEOF {
+		signal.Notify(term, syscall.SIGTERM)
+	}
+	a := serve(os.Stdout, os.Stdin, os.Getenv("TEST_AGENT_SESSION"), os.Getenv("TEST_AGENT_PLAIN") != "")
 	<-a.conn.Done()
+	if ignoreEOF {
+		<-term
+		fmt.Fprintln(os.Stderr, "test-agent: ended on SIGTERM")
+	}
 }
 
-// Serve runs the agent on the given streams.
-func Serve(w io.Writer, r io.Reader, sessionID string) *Agent {
+// Serve runs the agent (a tether agent) on the given streams.
+func Serve(w io.Writer, r io.Reader, sessionID string) *Agent { return serve(w, r, sessionID, false) }
+
+func serve(w io.Writer, r io.Reader, sessionID string, plain bool) *Agent {
 	if sessionID == "" {
 		sessionID = "sess-1"
 	}
-	a := &Agent{sessionID: sessionID, digest: map[string]string{}, root: map[string]string{}}
+	a := &Agent{sessionID: sessionID, plain: plain, digest: map[string]string{}, root: map[string]string{}, extraMeta: map[string]string{}}
 	g := &Gate{R: r, Ready: make(chan struct{})}
 	a.conn = acp.NewAgentSideConnection(a, w, g)
 	a.conn.SetLogger(slog.New(slog.DiscardHandler))
@@ -72,15 +105,27 @@ func (a *Agent) Initialize(context.Context, acp.InitializeRequest) (acp.Initiali
 
 // NewSession binds if asked and attaches, like the plugin does.
 func (a *Agent) NewSession(ctx context.Context, req acp.NewSessionRequest) (acp.NewSessionResponse, error) {
-	return acp.NewSessionResponse{SessionId: acp.SessionId(a.sessionID)}, a.bind(ctx, a.sessionID, req.Meta)
+	return acp.NewSessionResponse{SessionId: acp.SessionId(a.sessionID)}, a.bind(ctx, a.sessionID, req.Cwd, req.Meta)
 }
 
 // LoadSession binds if asked and attaches.
 func (a *Agent) LoadSession(ctx context.Context, req acp.LoadSessionRequest) (acp.LoadSessionResponse, error) {
-	return acp.LoadSessionResponse{}, a.bind(ctx, string(req.SessionId), req.Meta)
+	return acp.LoadSessionResponse{}, a.bind(ctx, string(req.SessionId), req.Cwd, req.Meta)
 }
 
-func (a *Agent) bind(ctx context.Context, sid string, meta map[string]any) error {
+func (a *Agent) bind(ctx context.Context, sid, cwd string, meta map[string]any) error {
+	extra := maps.Clone(meta)
+	delete(extra, acpmeta.KeyBind)
+	data, _ := json.Marshal(extra)
+	a.mu.Lock()
+	a.extraMeta[sid] = string(data)
+	a.mu.Unlock()
+	if a.plain { // knows nothing of tether: its cwd is all it has
+		a.mu.Lock()
+		a.root[sid] = cwd
+		a.mu.Unlock()
+		return nil
+	}
 	b, ok, err := acpmeta.BindFromMeta(meta)
 	if !ok || err != nil {
 		return err
@@ -151,7 +196,7 @@ func (a *Agent) do(ctx context.Context, sid, line string) string {
 		digest = strings.Repeat("0", 64)
 	}
 	c.meta = func(step string) map[string]any {
-		if mode == "nometa" {
+		if mode == "nometa" || a.plain && mode == "" {
 			return nil
 		}
 		return acpmeta.Op{TupleSHA256: digest, OpKey: c.key + ":" + step, Deadline: time.Now().Add(time.Minute)}.Meta()
@@ -173,20 +218,52 @@ func (c call) run(ctx context.Context, cmd string, args []string) string {
 		return result(err, "ok write %s", args[0])
 	case cmd == "exec" && len(args) >= 1:
 		return c.exec(ctx, args)
+	case cmd == "sh" && len(args) >= 1 && c.a.plain:
+		return c.exec(ctx, []string{strings.Join(args, " ")})
 	case cmd == "sh" && len(args) >= 1:
 		return c.exec(ctx, []string{"/bin/sh", "-c", strings.Join(args, " ")})
+	case cmd == "ask" && len(args) >= 1:
+		return c.ask(ctx, strings.Join(args, " "))
+	case cmd == "meta" && len(args) == 0:
+		c.a.mu.Lock()
+		defer c.a.mu.Unlock()
+		return "ok meta " + c.a.extraMeta[string(c.sid)]
 	}
 	return fmt.Sprintf("error invalid unknown command %q", cmd)
 }
 
-func (c call) exec(ctx context.Context, argv []string) string {
-	cwd := c.a.rootOf(string(c.sid))
-	var cwdp *string
-	if cwd != "" {
-		cwdp = &cwd
+// ask requests permission for a tool call titled title.
+func (c call) ask(ctx context.Context, title string) string {
+	resp, err := c.a.conn.RequestPermission(ctx, acp.RequestPermissionRequest{SessionId: c.sid,
+		ToolCall: acp.ToolCallUpdate{ToolCallId: acp.ToolCallId(c.key), Title: &title},
+		Options: []acp.PermissionOption{{OptionId: "o1", Name: "Allow once", Kind: acp.PermissionOptionKindAllowOnce},
+			{OptionId: "o2", Name: "Always", Kind: acp.PermissionOptionKindAllowAlways},
+			{OptionId: "o3", Name: "Reject", Kind: acp.PermissionOptionKindRejectOnce}}})
+	if err != nil {
+		return result(err, "")
 	}
-	t, err := c.a.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: c.sid, Command: argv[0], Args: argv[1:],
-		Cwd: cwdp, Env: []acp.EnvVariable{{Name: "PATH", Value: "/usr/local/bin:/usr/bin:/bin"}}, Meta: c.meta("create")})
+	if resp.Outcome.Selected == nil {
+		return "ok ask cancelled"
+	}
+	return "ok ask " + string(resp.Outcome.Selected.OptionId)
+}
+
+// createRequest is the terminal/create a tether agent sends (absolute
+// cwd, an explicit PATH) or, plain, what ACP agents send (no cwd, no env).
+func (c call) createRequest(argv []string) acp.CreateTerminalRequest {
+	req := acp.CreateTerminalRequest{SessionId: c.sid, Command: argv[0], Args: argv[1:], Meta: c.meta("create")}
+	if c.a.plain {
+		return req
+	}
+	if cwd := c.a.rootOf(string(c.sid)); cwd != "" {
+		req.Cwd = &cwd
+	}
+	req.Env = []acp.EnvVariable{{Name: "PATH", Value: "/usr/local/bin:/usr/bin:/bin"}}
+	return req
+}
+
+func (c call) exec(ctx context.Context, argv []string) string {
+	t, err := c.a.conn.CreateTerminal(ctx, c.createRequest(argv))
 	if err != nil {
 		return result(err, "")
 	}

@@ -34,6 +34,10 @@ commands:
   run            --socket PATH --script FILE    run a script of actions; one JSON line each
   verify-bundle  --manifest FILE --pubkey FILE --root DIR
                                                 check a signed VM bundle before a launch
+  view           --socket PATH --vnc PATH --state DIR [--listen ADDR]
+                                                serve the live view (watch, take over, pause)
+  token          mint|revoke|list --state DIR   one-time links to the live view
+  audit          verify --state DIR             check the live view's audit log
 
 Run 'tether-qmp <command> --help' for a command's flags.
 `
@@ -50,6 +54,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cmdRun(ctx, args[1:], stdin, stdout, stderr)
 	case "verify-bundle":
 		return cmdVerify(ctx, args[1:], stdout, stderr)
+	case "view":
+		return cmdView(ctx, args[1:], stdout, stderr)
+	case "token":
+		return cmdToken(args[1:], stdout, stderr)
+	case "audit":
+		return cmdAudit(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -233,6 +243,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var af adapterFlags
 	af.register(fs)
 	script := fs.String("script", "", "the script file, or - for standard input (required)")
+	via := fs.String("via", "", "run the script through a live view's agent socket (tether-qmp view --agent) instead of --socket")
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
@@ -247,6 +258,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		defer f.Close()
 		r = f
+	}
+	if *via != "" {
+		return runVia(ctx, *via, af.socket, r, stdout, stderr)
 	}
 	actions, err := qmpinput.ParseScript(r)
 	if err != nil {
@@ -319,7 +333,7 @@ var bundleCodes = []struct {
 	{signing.ErrSignature, "signature"}, {signing.ErrPayloadType, "payload_type"}, {signing.ErrEnvelope, "envelope"},
 	{signing.ErrNoSignature, "signature"}, {signing.ErrKeyFile, "key_file"}, {signing.ErrKeyPermissions, "key_permissions"},
 	{signing.ErrKeyEncoding, "key_encoding"}, {bundle.ErrManifest, "manifest"}, {bundle.ErrGuest, "guest"},
-	{bundle.ErrAccelerator, "accelerator"}, {bundle.ErrArtifact, "artifact"}, {bundle.ErrHashMismatch, "hash_mismatch"},
+	{bundle.ErrAccelerator, "accelerator"}, {bundle.ErrDisplay, "display"}, {bundle.ErrArtifact, "artifact"}, {bundle.ErrHashMismatch, "hash_mismatch"},
 }
 
 func failBundle(w io.Writer, err error) int {
