@@ -6,6 +6,9 @@ import (
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // TerminalRun is one command run to its end on the host's ACP connection
@@ -144,13 +147,22 @@ func waitExit(ctx context.Context, t TerminalCalls, r TerminalRun, stop context.
 	case res.Steps.Wait.Sent && err == nil:
 		res.Exit = &acp.TerminalExitStatus{ExitCode: exit.ExitCode, Signal: exit.Signal}
 		return false
-	case wctx.Err() == nil: // sent, and the client answered with an error
+	case wctx.Err() == nil && !lateWait(err): // sent, and the client answered with an error
 		res.Steps.Wait.Err = err
 		return true
-	case errors.Is(context.Cause(wctx), context.DeadlineExceeded) && ctx.Err() == nil:
+	case (errors.Is(context.Cause(wctx), context.DeadlineExceeded) || wctx.Err() == nil) && ctx.Err() == nil:
 		res.TimedOut = true
 	default:
 		res.Cancelled = true
 	}
 	return false
+}
+
+// lateWait reports whether the client refused the wait because its
+// deadline, the run's, had passed when the request arrived: the deadline
+// ended the wait as surely as this side's timer would have a moment
+// later, so the run is timed out (kill, output, release), not refused.
+func lateWait(err error) bool {
+	code, ok := acpmeta.CodeOf(err)
+	return ok && code == wire.CodeTimeout
 }

@@ -102,6 +102,20 @@ func TestRunTerminalSequence(t *testing.T) {
 			t.Fatalf("%+v; client saw %s, %d running", r, methods(c), c.Running())
 		}
 	})
+	// The wait reaches the client after the run's deadline (a loaded
+	// machine; here its op tag's deadline has passed already, the plugin's
+	// timer not yet): the client refuses it as late, and the run is timed
+	// out exactly as if the plugin's timer had fired first.
+	t.Run("wait_late", func(t *testing.T) {
+		asc, c := terminalRig(t)
+		rr := run([]string{"/bin/sleep", "30"}, time.Minute)
+		rr.WaitMeta = RawMeta(acpmeta.KeyOp, acpmeta.Op{TupleSHA256: testDigest, OpKey: "k:wait", Deadline: time.Now().Add(-time.Millisecond)})
+		r := RunTerminal(ctx, asc, rr, nil)
+		if !r.TimedOut || r.Cancelled || r.Steps.Wait.Err != nil || r.Exit == nil || r.Exit.Signal == nil || *r.Exit.Signal != "killed" ||
+			methods(c) != "create,wait_for_exit,kill,output,release" || c.Running() != 0 {
+			t.Fatalf("%+v; client saw %s", r, methods(c))
+		}
+	})
 	t.Run("wait_refused", func(t *testing.T) {
 		asc, c := terminalRig(t)
 		rr := run([]string{"/bin/sleep", "30"}, time.Minute)
