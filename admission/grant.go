@@ -60,7 +60,7 @@ type Grant struct {
 	// Env is merged over the receiver's default environment for the
 	// grant's commands (a request's own env is merged over it); nil adds
 	// nothing. A list of name/value pairs, as ACP writes an environment
-	// (every key of the admission file is snake_case, so names cannot be
+	// (every key of the admission file is a field's exact name, so names cannot be
 	// keys). The receiver refuses loader variables at exec time.
 	Env []EnvVar `json:"env,omitempty"`
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // The admission file: where it lives and what its envelope says it holds.
@@ -14,6 +16,11 @@ const (
 	// FileName is the admission file's name inside its directory.
 	FileName = "admission.dsse.json"
 )
+
+// MaxDocumentBytes is the size limit of every admission document this
+// package decodes (a snapshot, a publish input); the loader's own limit
+// (signedfile.HardMaxBytes) cannot exceed it.
+const MaxDocumentBytes = 64 << 20
 
 // MaxGrants bounds the grants in one snapshot; together with the loader's
 // size limit it keeps a snapshot cheap to index.
@@ -175,7 +182,7 @@ func validateBody(notAfter time.Time, grants []Grant) error {
 // is the loader's job.
 func DecodeSnapshot(data []byte) (Snapshot, error) {
 	var s Snapshot
-	if err := decodeStrict(data, &s); err != nil {
+	if err := strictjson.Decode(data, MaxDocumentBytes, &s); err != nil {
 		return Snapshot{}, fmt.Errorf("%w: %w", ErrInvalidSnapshot, err)
 	}
 	if err := s.Validate(); err != nil {
@@ -205,7 +212,7 @@ func (in PublishInput) Validate() error {
 // DecodePublishInput strictly decodes and validates a publish input.
 func DecodePublishInput(data []byte) (PublishInput, error) {
 	var in PublishInput
-	if err := decodeStrict(data, &in); err != nil {
+	if err := strictjson.Decode(data, MaxDocumentBytes, &in); err != nil {
 		return PublishInput{}, fmt.Errorf("%w: %w", ErrInvalidSnapshot, err)
 	}
 	if err := in.Validate(); err != nil {

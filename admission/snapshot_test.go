@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // issueInput is the publish input of docs/admission.md, verbatim.
@@ -149,7 +151,7 @@ func TestSnapshotMaxGrants(t *testing.T) {
 }
 
 // TestStrictJSONDepth nests under known fields, which the schema would
-// otherwise reach, so only the depth check can produce errTooDeep; the
+// otherwise reach, so only the depth check can produce strictjson.ErrTooDeep; the
 // documents one level shallower must get past it (and fail on type).
 func TestStrictJSONDepth(t *testing.T) {
 	arrays := func(n int) string {
@@ -161,15 +163,15 @@ func TestStrictJSONDepth(t *testing.T) {
 			strings.Repeat(`{"a": `, n-3) + `1` + strings.Repeat("}", n-3) + `}}]}`
 	}
 	for name, doc := range map[string]func(int) string{"arrays": arrays, "objects": objects} {
-		for _, n := range []int{maxJSONDepth, 100, 10000} {
+		for _, n := range []int{strictjson.MaxDepth, 100, 10000} {
 			_, err := DecodePublishInput([]byte(doc(n)))
-			if !errors.Is(err, errTooDeep) || !errors.Is(err, ErrStrictJSON) {
-				t.Errorf("%s nested %d deep: err = %v, want the depth check (ErrStrictJSON, errTooDeep)", name, n, err)
+			if !errors.Is(err, strictjson.ErrTooDeep) || !errors.Is(err, strictjson.ErrInvalid) {
+				t.Errorf("%s nested %d deep: err = %v, want the depth check (strictjson.ErrInvalid, strictjson.ErrTooDeep)", name, n, err)
 			}
 		}
-		_, err := DecodePublishInput([]byte(doc(maxJSONDepth - 1)))
-		if errors.Is(err, errTooDeep) || !errors.Is(err, ErrStrictJSON) {
-			t.Errorf("%s nested %d deep: err = %v, want a type refusal, not the depth check", name, maxJSONDepth-1, err)
+		_, err := DecodePublishInput([]byte(doc(strictjson.MaxDepth - 1)))
+		if errors.Is(err, strictjson.ErrTooDeep) || !errors.Is(err, strictjson.ErrInvalid) {
+			t.Errorf("%s nested %d deep: err = %v, want a type refusal, not the depth check", name, strictjson.MaxDepth-1, err)
 		}
 	}
 }

@@ -1,6 +1,10 @@
-// Package admission holds the allocation tuple, the grants that admit it, the
-// signed admission file (publish, trust, load, refresh) and the coordinator
-// that renews the real lease before it publishes.
+// Package admission is the admission contract every room shares: the
+// allocation tuple, the grants that admit it, the snapshot that lists them
+// and the strict decoding of each. It is a leaf: it imports only the
+// standard library, so the plugin and agent runtimes can name a tuple
+// without linking the admission file's machinery. That machinery (publish,
+// trust, load, refresh) is admission/signedfile; the coordinator that
+// renews the real lease before it publishes is admission/coordinator.
 package admission
 
 import (
@@ -13,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Tuple is the immutable nine-field allocation a session binds to. Every
@@ -95,11 +101,16 @@ func (t Tuple) SHA256() string {
 // Equal reports whether all nine fields are identical.
 func (t Tuple) Equal(o Tuple) bool { return t == o }
 
-// DecodeTuple strictly decodes one JSON tuple: unknown fields, trailing
-// data and a missing or invalid field are refused.
+// maxTupleBytes bounds a JSON tuple: nine fields of at most maxFieldLen
+// bytes, each escaped at worst six bytes a byte, and the keys.
+const maxTupleBytes = 9*6*maxFieldLen + 1024
+
+// DecodeTuple strictly decodes one JSON tuple (admission/strictjson):
+// unknown or duplicate keys, trailing data and a missing or invalid field
+// are refused.
 func DecodeTuple(data []byte) (Tuple, error) {
 	var t Tuple
-	if err := decodeStrict(data, &t); err != nil {
+	if err := strictjson.Decode(data, maxTupleBytes, &t); err != nil {
 		return Tuple{}, fmt.Errorf("%w: %w", ErrInvalidTuple, err)
 	}
 	if err := t.Validate(); err != nil {

@@ -13,11 +13,11 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // liveAgent is an in-process custodian bound to a real receiver process,
@@ -165,7 +165,7 @@ func TestIntegrationTerminalShellLineAndBareNames(t *testing.T) {
 		t.Fatalf("bare name with no PATH: output %q", out.Output)
 	}
 	_, err = la.create(acp.CreateTerminalRequest{Command: "bin/id", Args: []string{"-u"}})
-	wantCode(t, err, wire.CodeInvalid)
+	wantCode(t, err, errcode.CodeInvalid)
 }
 
 // TestIntegrationTerminalOutputPolledWhileRunning: terminal/output on a
@@ -211,22 +211,25 @@ func TestIntegrationTerminalOutputPolledWhileRunning(t *testing.T) {
 	}
 }
 
-// TestIntegrationTerminalRepeatedKillAndRelease: a kill after the exit is
-// forwarded and answered; a second release, and a kill after release, are
-// answered without error and send nothing; each is recorded (a receipt
-// with its note, an audit result coded not_sent). Output of a released
-// terminal is not_found. Two releases racing send one exec_release.
+// TestIntegrationTerminalRepeatedKillAndRelease: a kill after an exit that
+// terminal/output showed is forwarded and answered; a second release, and
+// a kill after release, are answered without error and send nothing; each
+// is recorded (a receipt with its note, an audit result coded not_sent).
+// Output of a released terminal is not_found. After wait_for_exit (whose
+// exec_wait released the terminal on the receiver and carried its final
+// output), output is answered from that answer, and kill and release send
+// nothing, noted as such. Two releases racing send one exec_release.
 func TestIntegrationTerminalRepeatedKillAndRelease(t *testing.T) {
 	la := newLiveAgent(t)
 	id, err := la.create(acp.CreateTerminalRequest{Command: "true"})
 	must(t, err)
-	la.wait(id)
+	waitExitByOutput(t, la, id)
 	must(t, la.kill(id)) // after exit: forwarded, the receiver acknowledges
 	must(t, la.release(id))
 	must(t, la.release(id))
 	must(t, la.kill(id))
 	_, err = la.output(id)
-	wantCode(t, err, wire.CodeNotFound)
+	wantCode(t, err, errcode.CodeNotFound)
 	recs := la.audit()
 	if n := countRecords(recs, audit.KindResult, codeNotSent); n != 2 {
 		t.Fatalf("%d audit results coded %s, want 2 (the second release, the kill after it)", n, codeNotSent)
@@ -234,21 +237,32 @@ func TestIntegrationTerminalRepeatedKillAndRelease(t *testing.T) {
 	if n := countDispatches(recs, acp.ClientMethodTerminalKill); n != 1 {
 		t.Fatalf("%d kills sent, want 1 (the one after exit)", n)
 	}
-	notes := 0
-	rs, err := la.c.store.List()
-	must(t, err)
-	for _, r := range rs {
-		if r.Note == noteAlreadyReleased && r.Outcome == opstore.NeedsReview && r.TerminalID == id && string(r.Response) == "{}" {
-			notes++
-		}
+	if n := countReceiptNotes(t, la, id, noteAlreadyReleased); n != 2 {
+		t.Fatalf("%d receipts say the terminal was already released, want 2", n)
 	}
-	if notes != 2 {
-		t.Fatalf("%d receipts say the terminal was already released, want 2", notes)
+
+	id, err = la.create(acp.CreateTerminalRequest{Command: "printf done"})
+	must(t, err)
+	la.wait(id)
+	before := la.audit()
+	out, err := la.output(id)
+	must(t, err)
+	if out.Output != "done" || out.ExitStatus == nil || *out.ExitStatus.ExitCode != 0 {
+		t.Fatalf("output after wait: %+v", out)
+	}
+	must(t, la.kill(id))
+	must(t, la.release(id))
+	after := la.audit()
+	if n := countDispatches(after, acp.ClientMethodTerminalOutput) - countDispatches(before, acp.ClientMethodTerminalOutput); n != 0 {
+		t.Fatalf("%d output sent after the wait carried the final output, want 0", n)
+	}
+	if n := countRecords(after, audit.KindResult, codeNotSent) - countRecords(before, audit.KindResult, codeNotSent); n != 1 {
+		t.Fatalf("%d audit results coded %s after the wait, want 1 (output)", n, codeNotSent)
 	}
 
 	id, err = la.create(acp.CreateTerminalRequest{Command: "sleep 100"})
 	must(t, err)
-	before := countDispatches(la.audit(), acp.ClientMethodTerminalRelease)
+	nrel := countDispatches(la.audit(), acp.ClientMethodTerminalRelease)
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
 	for i := range errs {
@@ -266,9 +280,40 @@ func TestIntegrationTerminalRepeatedKillAndRelease(t *testing.T) {
 			t.Fatalf("racing call %d: %v", i, err)
 		}
 	}
-	if n := countDispatches(la.audit(), acp.ClientMethodTerminalRelease) - before; n != 1 {
+	if n := countDispatches(la.audit(), acp.ClientMethodTerminalRelease) - nrel; n != 1 {
 		t.Fatalf("%d releases sent for two racing releases, want 1", n)
 	}
+}
+
+// waitExitByOutput polls terminal/output until it shows the exit.
+func waitExitByOutput(t *testing.T, la *liveAgent, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // a bound for a slow machine, not a wait
+	for {
+		out, err := la.output(id)
+		must(t, err)
+		if out.ExitStatus != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no exit shown by terminal/output")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// countReceiptNotes counts the NeedsReview receipts of terminal id with
+// note and an empty answer.
+func countReceiptNotes(t *testing.T, la *liveAgent, id, note string) int {
+	rs, err := la.c.store.List()
+	must(t, err)
+	n := 0
+	for _, r := range rs {
+		if r.Note == note && r.Outcome == opstore.NeedsReview && r.TerminalID == id && string(r.Response) == "{}" {
+			n++
+		}
+	}
+	return n
 }
 
 func countRecords(recs []audit.Record, kind audit.Kind, code string) int {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // admit runs the checks every fs/* and terminal/* callback passes before
@@ -23,8 +23,8 @@ func (h *client) admit(ctx context.Context, method, sessionID string, meta map[s
 	c := h.c
 	b := h.conn.table.get(sessionID)
 	if b == nil {
-		c.auditRefusal(sessionID, nil, method, "", wire.CodeNotAdmitted)
-		return nil, acpmeta.NewError(wire.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
+		h.conn.auditRefusal(nil, method, "", errcode.CodeNotAdmitted)
+		return nil, acpmeta.NewError(errcode.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
 	}
 	op, taggedBy, err := h.tagOf(b, method, meta)
 	if err != nil {
@@ -67,8 +67,8 @@ func (h *client) tagOf(b *binding, method string, meta map[string]any) (acpmeta.
 		return acpmeta.Op{}, "", h.mismatch(b, method, "%s: %v", acpmeta.KeyOp, err)
 	}
 	if err != nil {
-		h.c.auditRefusal(b.sessionID, b, method, "", wire.CodeInvalid)
-		return acpmeta.Op{}, "", acpmeta.NewError(wire.CodeInvalid, "%v", err)
+		h.conn.auditRefusal(b, method, "", errcode.CodeInvalid)
+		return acpmeta.Op{}, "", acpmeta.NewError(errcode.CodeInvalid, "%v", err)
 	}
 	if op.TupleSHA256 != b.digest {
 		return acpmeta.Op{}, "", h.mismatch(b, method, "%s names tuple_sha256 %s, the session is bound to %s",
@@ -84,22 +84,21 @@ func (cl *call) refused(err error) error {
 	return err
 }
 
-// refuse audits that cl was refused with code before anything was sent.
-func (cl *call) refuse(code wire.Code) {
-	r := cl.record(audit.KindRefusal)
-	r.Code = string(code)
-	cl.c.audit(r)
+// refuse counts that cl was refused with code before anything was sent
+// (refusals.go).
+func (cl *call) refuse(code errcode.Code) {
+	cl.c.refusedBound(cl.b, code, audit.RefusalEvent{Method: cl.method, OpKey: cl.op.OpKey, TaggedBy: cl.taggedBy})
 }
 
 // mismatch refuses a callback whose op tag does not name the binding's
 // tuple and fences the binding: the agent side disagrees about what this
 // session is bound to, so nothing more runs until it reattaches.
 func (h *client) mismatch(b *binding, method, format string, args ...any) error {
-	h.c.auditRefusal(b.sessionID, b, method, "", wire.CodeTupleMismatch)
-	if b.fence(wire.CodeTupleMismatch, "a callback named another tuple") {
-		h.c.auditFence(b, wire.CodeTupleMismatch)
+	h.conn.auditRefusal(b, method, "", errcode.CodeTupleMismatch)
+	if b.fence(errcode.CodeTupleMismatch, "a callback named another tuple") {
+		h.c.auditFence(b, errcode.CodeTupleMismatch)
 	}
-	return acpmeta.NewError(wire.CodeTupleMismatch, format, args...)
+	return acpmeta.NewError(errcode.CodeTupleMismatch, format, args...)
 }
 
 // sameDigest reports whether a malformed op tag still names digest, so a
@@ -127,25 +126,22 @@ func (c *Custodian) deadline(now, requested, lease time.Time) (time.Time, error)
 	}
 	if !d.After(now) {
 		if !lease.After(now) {
-			return time.Time{}, acpmeta.NewError(wire.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
+			return time.Time{}, acpmeta.NewError(errcode.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
 		}
-		return time.Time{}, acpmeta.NewError(wire.CodeTimeout, "request deadline %s has passed",
+		return time.Time{}, acpmeta.NewError(errcode.CodeTimeout, "request deadline %s has passed",
 			requested.UTC().Format(time.RFC3339Nano))
 	}
 	return d, nil
 }
 
-// auditRefusal records a callback refused before anything was sent.
-func (c *Custodian) auditRefusal(sessionID string, b *binding, method, opKey string, code wire.Code) {
-	r := audit.Record{Kind: audit.KindRefusal, SessionID: sessionID, Method: method, OpKey: opKey, Code: string(code)}
-	if b != nil {
-		r.TupleSHA256, r.Principal = b.digest, b.Principal
-	}
-	c.audit(r)
+// auditRefusal counts a callback refused before anything was sent: for
+// its session b, or, b nil, for the sessions not bound on cn.
+func (cn *Conn) auditRefusal(b *binding, method, opKey string, code errcode.Code) {
+	cn.refused(b, code, audit.RefusalEvent{Method: method, OpKey: opKey})
 }
 
 // auditFence records that a binding was fenced.
-func (c *Custodian) auditFence(b *binding, code wire.Code) {
+func (c *Custodian) auditFence(b *binding, code errcode.Code) {
 	c.audit(audit.Record{Kind: audit.KindFence, SessionID: b.sessionID, TupleSHA256: b.digest,
 		Principal: b.Principal, Code: string(code)})
 }

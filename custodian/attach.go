@@ -1,18 +1,17 @@
 package custodian
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"io"
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -25,17 +24,20 @@ func (h *client) HandleExtensionMethod(ctx context.Context, method string, param
 	}
 	req, err := parseAttach(params)
 	if err != nil {
-		h.c.auditRefusal(req.SessionID, nil, method, "", wire.CodeInvalid)
+		h.conn.auditRefusal(nil, method, "", errcode.CodeInvalid)
 		return nil, err
 	}
 	return h.attach(ctx, req)
 }
 
+// maxAttachParams bounds `_tether/attach` params: two short strings.
+const maxAttachParams = 4 << 10
+
 // parseAttach strictly decodes `_tether/attach` params.
 func parseAttach(params json.RawMessage) (acpmeta.AttachRequest, error) {
 	var req acpmeta.AttachRequest
-	if err := decodeStrict(params, &req); err != nil || req.SessionID == "" || !acpmeta.ValidDigest(req.TupleSHA256) {
-		return acpmeta.AttachRequest{}, acpmeta.NewError(wire.CodeInvalid,
+	if err := strictjson.Decode(params, maxAttachParams, &req); err != nil || req.SessionID == "" || !acpmeta.ValidDigest(req.TupleSHA256) {
+		return acpmeta.AttachRequest{}, acpmeta.NewError(errcode.CodeInvalid,
 			"%s params must be exactly {session_id, tuple_sha256 (lowercase hex)}", acpmeta.MethodAttach)
 	}
 	return req, nil
@@ -45,11 +47,10 @@ func parseAttach(params json.RawMessage) (acpmeta.AttachRequest, error) {
 // session's tuple and (re)activates the binding on the live connection:
 // this is the only way out of a fence.
 func (h *client) attach(ctx context.Context, req acpmeta.AttachRequest) (any, error) {
-	c := h.c
 	b := h.conn.table.forAttach(req.SessionID, req.TupleSHA256)
 	if b == nil {
-		c.auditRefusal(req.SessionID, nil, acpmeta.MethodAttach, "", wire.CodeNotAdmitted)
-		return nil, acpmeta.NewError(wire.CodeNotAdmitted, "session %q has no bind on this connection", req.SessionID)
+		h.conn.auditRefusal(nil, acpmeta.MethodAttach, "", errcode.CodeNotAdmitted)
+		return nil, acpmeta.NewError(errcode.CodeNotAdmitted, "session %q has no bind on this connection", req.SessionID)
 	}
 	if req.TupleSHA256 != b.digest {
 		return nil, h.mismatch(b, acpmeta.MethodAttach, "attach names tuple_sha256 %s, the session is bound to %s",
@@ -75,25 +76,29 @@ func (cn *Conn) attachBinding(ctx context.Context, b *binding, taggedBy string) 
 	}
 	rec := audit.Record{Kind: audit.KindAttach, SessionID: b.sessionID, TupleSHA256: b.digest,
 		Principal: b.Principal, Method: acpmeta.MethodAttach, TaggedBy: taggedBy}
+	if b.overBudget() {
+		cn.refused(b, errcode.CodeFenced, audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
+		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeFenced,
+			"session %s passed its refusal budget and is fenced for good; start a new session", b.sessionID)
+	}
 	lease := b.lease()
 	if !c.now().Before(lease) {
-		rec.Kind, rec.Code = audit.KindRefusal, string(wire.CodeLeaseExpired)
-		c.audit(rec)
-		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
+		cn.refused(b, errcode.CodeLeaseExpired, audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
+		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
 	}
 	res, epoch, err := c.askReceiver(ctx, b)
 	rec.GrantGeneration = res.GrantGeneration
 	if err == nil {
 		err = checkGrant(res, c.now())
 	}
-	if err != nil {
-		rec.Code = string(codeOrInternal(err))
-		c.audit(rec)
+	if err != nil { // counted like every refusal: a plain agent's callbacks retry it while the link is down
+		cn.refused(b, codeOrInternal(err), audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
 		return acpmeta.AttachResponse{}, refusal(err)
 	}
 	b.attached(epoch, res.GrantGeneration)
 	cn.watch(b.Receiver)
 	c.audit(rec)
+	c.claimTerminals(ctx, b, epoch)
 	return acpmeta.AttachResponse{LeaseNotAfter: lease.UTC(), GrantGeneration: res.GrantGeneration}, nil
 }
 
@@ -117,18 +122,18 @@ func (c *Custodian) askReceiver(ctx context.Context, b *binding) (wire.AttachRes
 func checkGrant(res wire.AttachResult, now time.Time) error {
 	switch {
 	case res.GrantGeneration == 0:
-		return wire.Errorf(wire.CodeNotAdmitted, "receiver answered attach with grant generation 0")
+		return errcode.Errorf(errcode.CodeNotAdmitted, "receiver answered attach with grant generation 0")
 	case !res.NotAfter.After(now):
-		return wire.Errorf(wire.CodeLeaseExpired, "grant ended at %s", res.NotAfter.UTC().Format(time.RFC3339))
+		return errcode.Errorf(errcode.CodeLeaseExpired, "grant ended at %s", res.NotAfter.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
 
-func codeOrInternal(err error) wire.Code {
+func codeOrInternal(err error) errcode.Code {
 	if code, ok := acpmeta.CodeOf(err); ok {
 		return code
 	}
-	return wire.CodeInternal
+	return errcode.CodeInternal
 }
 
 // newKey returns a fresh operation key with a prefix.
@@ -136,18 +141,4 @@ func newKey(prefix string) string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return prefix + "-" + hex.EncodeToString(b[:])
-}
-
-// decodeStrict decodes exactly one JSON value, refusing unknown fields and
-// trailing data.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("trailing data after value")
-	}
-	return nil
 }

@@ -6,8 +6,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/opstore"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // TestAuditLossAfterCheckRefusesDispatch breaks the audit log between the
@@ -33,14 +33,14 @@ func TestAuditLossAfterCheckRefusesDispatch(t *testing.T) {
 			} else {
 				_, err = h.agent.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Content: "x", Meta: h.op("w")})
 			}
-			wantCode(t, err, wire.CodeUnavailable)
+			wantCode(t, err, errcode.CodeUnavailable)
 			if len(h.fr.ops()) != n {
 				t.Fatalf("the receiver saw %v after the audit log refused the dispatch record", h.fr.ops()[n:])
 			}
 			if method == "fs/read_text_file" {
 				return
 			}
-			raw, err := h.c.store.Get("w")
+			raw, err := h.c.store.Get(h.key("w"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -48,7 +48,7 @@ func TestAuditLossAfterCheckRefusesDispatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Outcome != opstore.Failed || r.Note != "not sent" || r.Error == nil || r.Error.Code != string(wire.CodeUnavailable) {
+			if r.Outcome != opstore.Failed || r.Note != "not sent" || r.Error == nil || r.Error.Code != string(errcode.CodeUnavailable) {
 				t.Fatalf("receipt = %s; want failed, not sent, unavailable", raw)
 			}
 		})

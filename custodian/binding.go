@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -69,12 +70,13 @@ type binding struct {
 
 	mu        sync.Mutex
 	state     bindState
-	fenceCode wire.Code
+	fenceCode errcode.Code
 	fenceWhy  string
 	epoch     uint64
 	grantGen  uint64
 	terminals map[string]*terminal
-	released  []string // ids of released terminals still in terminals, oldest first
+	released  []string      // ids of released terminals still in terminals, oldest first
+	refusals  *refusalTally // made at the first refusal (refusals.go)
 }
 
 // maxReleasedKept bounds the released terminals a binding remembers so that
@@ -84,7 +86,7 @@ const maxReleasedKept = 1024
 
 // terminal is a child started through this binding.
 type terminal struct {
-	createKey string            // op key of the terminal/create receipt
+	createKey string            // store key of the terminal/create receipt (opstore.Key)
 	expect    map[string]string // relative path -> expected SHA-256
 	// deadline is its terminal/create's deadline: the receiver kills the
 	// command at it at the latest.
@@ -95,6 +97,13 @@ type terminal struct {
 	mu       sync.Mutex
 	exit     *wire.ExitStatus // the exit the custodian observed; nil until then
 	recorded bool             // the create receipt holds its final outcome
+	// final is the command's final output once an answer carried it
+	// (exec_wait, or exec_output showing the exit): terminal/output is
+	// then answered from it. goneRemote: the receiver forgot the terminal
+	// with its final wait (TerminalArgs.Release), so kill and release
+	// send nothing.
+	final      *wire.ExecOutputResult
+	goneRemote bool
 
 	// rel orders this session's releases of the terminal: one is sent at a
 	// time, a repeated one after a success sends nothing (relDone,
@@ -159,14 +168,18 @@ func (b *binding) usable(now time.Time) (uint64, error) {
 	defer b.mu.Unlock()
 	switch b.state {
 	case stateAwaitAttach:
-		return 0, acpmeta.NewError(wire.CodeFenced,
+		return 0, acpmeta.NewError(errcode.CodeFenced,
 			"session %s is bound but not attached; call %s first", b.sessionID, acpmeta.MethodAttach)
 	case stateFenced:
-		return 0, acpmeta.NewError(wire.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
+		if b.fenceCode == codeRefusalBudget {
+			return 0, acpmeta.NewError(errcode.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
+				b.sessionID, b.fenceCode, b.fenceWhy)
+		}
+		return 0, acpmeta.NewError(errcode.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
 			b.sessionID, b.fenceCode, b.fenceWhy, acpmeta.MethodAttach)
 	}
 	if !now.Before(b.LeaseNotAfter) {
-		return 0, acpmeta.NewError(wire.CodeLeaseExpired, "session %s: lease ended at %s",
+		return 0, acpmeta.NewError(errcode.CodeLeaseExpired, "session %s: lease ended at %s",
 			b.sessionID, b.LeaseNotAfter.UTC().Format(time.RFC3339))
 	}
 	return b.epoch, nil
@@ -179,12 +192,12 @@ func (b *binding) usable(now time.Time) (uint64, error) {
 func (b *binding) selfAttachable() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.state == stateAwaitAttach || b.state == stateFenced && b.fenceCode == wire.CodeFateUnknown
+	return b.state == stateAwaitAttach || b.state == stateFenced && b.fenceCode == errcode.CodeFateUnknown
 }
 
 // fence moves an attached binding to fenced; it reports whether the state
 // changed (so the fence is audited once).
-func (b *binding) fence(code wire.Code, why string) bool {
+func (b *binding) fence(code errcode.Code, why string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.state == stateFenced {
@@ -199,13 +212,16 @@ func (b *binding) fenceEpoch(epoch uint64, why string) bool {
 	b.mu.Lock()
 	attachedHere := b.state == stateActive && b.epoch == epoch
 	b.mu.Unlock()
-	return attachedHere && b.fence(wire.CodeFateUnknown, why)
+	return attachedHere && b.fence(errcode.CodeFateUnknown, why)
 }
 
 // attached records a confirmed attach on epoch.
 func (b *binding) attached(epoch, gen uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.fenceCode == codeRefusalBudget {
+		return
+	}
 	b.state, b.epoch, b.grantGen, b.fenceCode, b.fenceWhy = stateActive, epoch, gen, "", ""
 }
 

@@ -1,17 +1,15 @@
 package custodian
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/custodian/jail"
 	"github.com/tetherdev/tether/receiver/transport"
 )
@@ -38,6 +36,10 @@ type Config struct {
 	CommandBudget Duration `json:"command_budget,omitempty"`
 	// Retention keeps operation keys ("48h"); default and minimum 24h.
 	Retention Duration `json:"retention,omitempty"`
+	// RefusalBudget is how many refused callbacks one session may cause
+	// before it is fenced for good (Options.RefusalBudget); default 1000,
+	// -1 none.
+	RefusalBudget int `json:"refusal_budget,omitempty"`
 	// Permission answers the agent's permission requests: "reject"
 	// (default), "allow_once" or "allow_always" (PermissionPolicy).
 	Permission string `json:"permission,omitempty"`
@@ -107,16 +109,14 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(data, filepath.Dir(path))
 }
 
+// maxConfigBytes bounds the configuration file.
+const maxConfigBytes = 1 << 20
+
 // ParseConfig decodes a config whose relative paths are relative to dir.
 func ParseConfig(data []byte, dir string) (*Config, error) {
 	var c Config
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
+	if err := strictjson.Decode(data, maxConfigBytes, &c); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data after the config object", ErrConfig)
 	}
 	c.resolve(dir)
 	if err := c.Validate(); err != nil {
@@ -173,6 +173,8 @@ func (c *Config) Validate() error {
 		return bad("agent %q: want tether or plain", c.Agent)
 	case c.Retention != 0 && time.Duration(c.Retention) < 24*time.Hour:
 		return bad("retention %s is below the minimum 24h", time.Duration(c.Retention))
+	case c.RefusalBudget < -1:
+		return bad("refusal_budget %d: want a count, or -1 for none", c.RefusalBudget)
 	}
 	for k := range c.SessionMeta {
 		if strings.HasPrefix(k, "tether/") {

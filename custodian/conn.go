@@ -9,7 +9,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
 )
 
@@ -37,6 +37,11 @@ type Conn struct {
 
 	mu      sync.Mutex
 	watches map[*Receiver]func()
+	// unbound counts refusals of sessions not bound on this connection.
+	unbound *refusalTally
+	endOnce sync.Once     // endAll
+	stop    chan struct{} // closed by Close: the end watcher returns
+	ended   sync.WaitGroup
 }
 
 // client is the acp.Client a Conn serves.
@@ -53,13 +58,23 @@ var (
 // Serve starts serving an ACP connection: toAgent is the agent's input
 // (its stdin), fromAgent its output (its stdout).
 func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptions) *Conn {
-	cn := &Conn{c: c, table: newTable(), opts: opts, watches: map[*Receiver]func(){}}
+	cn := &Conn{c: c, table: newTable(), opts: opts, watches: map[*Receiver]func(){}, unbound: c.newTally("", "", ""),
+		stop: make(chan struct{})}
 	// The SDK starts reading inside its constructor; the gate holds that
 	// first read until its logger is set, so SetLogger cannot race with it.
-	g := &gatedReader{r: fromAgent, open: make(chan struct{})}
-	cn.acp = acp.NewClientSideConnection(&client{c: c, conn: cn}, toAgent, g)
+	out := &lockedWriter{w: toAgent}
+	cl := &client{c: c, conn: cn}
+	g := &gatedReader{r: splitLongLines(fromAgent, out, cl, c.log), open: make(chan struct{})}
+	cn.acp = acp.NewClientSideConnection(cl, out, g)
 	cn.acp.SetLogger(sdkLogger(c.log))
 	close(g.open)
+	cn.ended.Go(func() { // the agent's side ending ends every session
+		select {
+		case <-cn.acp.Done():
+			cn.endAll()
+		case <-cn.stop:
+		}
+	})
 	return cn
 }
 
@@ -209,11 +224,20 @@ func (cn *Conn) watch(r *Receiver) {
 	})
 }
 
-// Close stops watching receivers for this connection. The caller closes
-// the streams it passed to Serve. Safe to call twice.
+// Close ends every session of the connection (CloseSession, without
+// session/close: their terminals are released, refusals written, bindings
+// forgotten) and stops watching receivers for it. The caller closes the
+// streams it passed to Serve. Safe to call twice.
 func (cn *Conn) Close() error {
+	cn.endAll()
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
+	select {
+	case <-cn.stop:
+	default:
+		close(cn.stop)
+	}
+	cn.ended.Wait()
 	for r, cancel := range cn.watches {
 		cancel()
 		delete(cn.watches, r)

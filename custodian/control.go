@@ -7,7 +7,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -35,6 +36,8 @@ func (h *client) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (a
 	notSent := ""
 	if released, inFlight := t.releaseState(); released || inFlight {
 		notSent = noteAlreadyReleased
+	} else if t.releasedRemotely() {
+		notSent = noteReleasedAtWait
 	}
 	raw, err := cl.keyed(ctx, cl.control(wire.OpExecKill, p.TerminalId, acp.KillTerminalResponse{}, audit.KindCancel, notSent))
 	return decodeResponse[acp.KillTerminalResponse](raw, err)
@@ -43,6 +46,12 @@ func (h *client) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (a
 // noteAlreadyReleased is the receipt note of a kill or release answered
 // without sending anything, because this session released the terminal.
 const noteAlreadyReleased = "the terminal was already released by this session; nothing was sent"
+
+// noteReleasedAtWait is the receipt note of a kill or release answered
+// without sending anything, because the command had ended and the
+// receiver forgot its terminal with the final wait that answered its exit
+// and output (docs/custodian.md "Terminals").
+const noteReleasedAtWait = "the command had ended and the receiver released its terminal with the final wait; nothing was sent"
 
 // ReleaseTerminal serves terminal/release: the receiver kills the group if
 // it still runs and forgets the terminal. Keyed without a durable write
@@ -68,8 +77,12 @@ func (h *client) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalReque
 		return decodeResponse[acp.ReleaseTerminalResponse](cl.keyed(ctx,
 			cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", noteAlreadyReleased)))
 	}
+	notSent := ""
+	if t.releasedRemotely() {
+		notSent = noteReleasedAtWait
+	}
 	t.rel.order.Lock() // kills already past their check are answered first
-	raw, err := cl.keyed(ctx, cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", ""))
+	raw, err := cl.keyed(ctx, cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", notSent))
 	t.rel.order.Unlock()
 	if err == nil {
 		cl.b.markReleased(p.TerminalId)
@@ -92,7 +105,7 @@ func (cl *call) claimRelease(ctx context.Context, t *terminal) (bool, error) {
 		case <-ctx.Done():
 			return false, acp.NewRequestCancelled(nil)
 		case <-time.After(time.Until(cl.deadline)):
-			return false, acpmeta.NewError(wire.CodeTimeout, "a release of this terminal was still in flight at the deadline")
+			return false, acpmeta.NewError(errcode.CodeTimeout, "a release of this terminal was still in flight at the deadline")
 		}
 	}
 }

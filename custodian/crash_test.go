@@ -18,7 +18,8 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/realrecv"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
@@ -254,11 +255,11 @@ func TestIntegrationCrashAtEachStepOfRelease(t *testing.T) {
 			hc.CrashAt = ""
 			p = spawnCustodian(t, hc)
 			_, err = p.agent.conn.ReleaseTerminal(context.Background(), release)
-			if code, _ := acpmeta.CodeOf(err); code != wire.CodeNotFound {
+			if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound {
 				t.Fatalf("release retry after a crash at %s: %v, want not_found (an earlier process's terminal)", step, err)
 			}
 			again, err := p.agent.conn.CreateTerminal(context.Background(), create)
-			if code, _ := acpmeta.CodeOf(err); err != nil && code != wire.CodeInterrupted || err == nil && again.TerminalId != term.TerminalId {
+			if code, _ := acpmeta.CodeOf(err); err != nil && code != errcode.CodeInterrupted || err == nil && again.TerminalId != term.TerminalId {
 				t.Fatalf("create retry: %v %v, want its receipt replayed (%s) or interrupted, never a new run", again.TerminalId, err, term.TerminalId)
 			}
 			must(t, p.stop())
@@ -297,5 +298,44 @@ func wantSIGKILL(t *testing.T, werr error, step string) {
 	var ee *exec.ExitError
 	if !errors.As(werr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("custodian exit %v, want SIGKILL at %s", werr, step)
+	}
+}
+
+// TestIntegrationCrashMidTransfer SIGKILLs a custodian process after the
+// first chunk of a chunked write reached the receiver. The old file stays
+// as it was, nothing staged is left beside it (the receiver drops the
+// transfer when the connection ends), and the retry with the same op key
+// on a restarted custodian is answered interrupted without running.
+func TestIntegrationCrashMidTransfer(t *testing.T) {
+	rr := startReceiver(t)
+	skey, _, err := audit.GenerateKey("tether.test/custodian")
+	must(t, err)
+	must(t, os.WriteFile(rr.file("data.txt"), []byte("old content\n"), 0o644))
+	hc := helperConfig{State: filepath.Join(t.TempDir(), "state"), Key: skey, Sock: rr.sock, Tuple: rr.tuple,
+		CrashAt: "after-first-chunk", CrashIn: acp.ClientMethodFsWriteTextFile}
+	req := acp.WriteTextFileRequest{SessionId: "sess-crash", Path: filepath.Join(rr.tuple.Root, "data.txt"),
+		Content: strings.Repeat("new line of a large file\n", 120_000), // 3 MB: four chunks
+		Meta:    acpmeta.Op{TupleSHA256: rr.tuple.SHA256(), OpKey: "crash-transfer", Deadline: time.Now().Add(time.Minute)}.Meta()}
+	p := spawnCustodian(t, hc)
+	if _, err := p.agent.conn.WriteTextFile(context.Background(), req); err == nil {
+		t.Fatal("the custodian survived its first chunk")
+	}
+	wantSIGKILL(t, p.cmd.Wait(), "after-first-chunk")
+	hc.CrashAt = ""
+	p = spawnCustodian(t, hc)
+	_, err = p.agent.conn.WriteTextFile(context.Background(), req)
+	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeInterrupted {
+		t.Fatalf("retry after a broken transfer: %v, want interrupted", err)
+	}
+	must(t, p.stop())
+	if got, _ := os.ReadFile(rr.file("data.txt")); string(got) != "old content\n" {
+		t.Fatalf("data.txt = %d bytes after a broken transfer, want the old content", len(got))
+	}
+	ents, err := os.ReadDir(rr.tuple.Root)
+	must(t, err)
+	for _, e := range ents {
+		if e.Name() != "data.txt" {
+			t.Fatalf("left beside it: %s", e.Name())
+		}
 	}
 }

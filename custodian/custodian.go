@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/tetherdev/tether/custodian/audit"
@@ -62,6 +63,13 @@ type Options struct {
 	// CheckpointEvery is the period of signed audit checkpoints. Zero
 	// means 30 s. A checkpoint is also written at Close.
 	CheckpointEvery time.Duration
+	// RefusalBudget is how many refusals one session may cause before it
+	// is fenced for good (no attach lifts it). Zero means
+	// DefaultRefusalBudget; negative means no budget.
+	RefusalBudget int
+	// RefusalRecordEvery bounds how often one session's refusals record
+	// is written. Zero means DefaultRefusalRecordEvery.
+	RefusalRecordEvery time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.
@@ -75,6 +83,9 @@ type Custodian struct {
 	log   *slog.Logger
 	store *opstore.Store
 	alog  *audit.Log
+
+	tallyMu sync.Mutex
+	tallies map[*refusalTally]struct{} // refusals not written yet (refusals.go)
 	// hook, set only by tests, is called at the named steps of a call
 	// (the crash test SIGKILLs the process there; others cancel the
 	// agent's request there).
@@ -112,7 +123,7 @@ func New(opts Options) (*Custodian, error) {
 		store.Close()
 		return nil, err
 	}
-	return &Custodian{opts: opts, log: opts.Logger, store: store, alog: alog}, nil
+	return &Custodian{opts: opts, log: opts.Logger, store: store, alog: alog, tallies: map[*refusalTally]struct{}{}}, nil
 }
 
 func (o *Options) fill() error {
@@ -127,6 +138,12 @@ func (o *Options) fill() error {
 	}
 	if o.AttachTimeout <= 0 {
 		o.AttachTimeout = 15 * time.Second
+	}
+	if o.RefusalBudget == 0 {
+		o.RefusalBudget = DefaultRefusalBudget
+	}
+	if o.RefusalRecordEvery <= 0 {
+		o.RefusalRecordEvery = DefaultRefusalRecordEvery
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -186,10 +203,15 @@ func (c *Custodian) auditErr() error {
 
 // Checkpoint makes the audit log durable and writes a signed checkpoint,
 // which it returns (keep a copy elsewhere to check consistency later).
-func (c *Custodian) Checkpoint() ([]byte, error) { return c.alog.Checkpoint(contextBackground()) }
+// The refusals counted so far are written first.
+func (c *Custodian) Checkpoint() ([]byte, error) {
+	c.flushRefusals()
+	return c.alog.Checkpoint(contextBackground())
+}
 
 // Close flushes receipts, writes the final audit checkpoint and releases
 // the state directory. Connections should be closed first.
 func (c *Custodian) Close() error {
+	c.flushRefusals()
 	return errors.Join(c.store.Close(), c.alog.Close())
 }

@@ -12,7 +12,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -66,36 +67,36 @@ func TestRefusalsForwardNothing(t *testing.T) {
 	cases := []struct {
 		name string
 		call func() error
-		code wire.Code
+		code errcode.Code
 	}{
 		{"unbound session", func() error {
 			_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: "nope", Path: h.tuple.Root + "/a", Meta: h.op("k1")})
 			return err
-		}, wire.CodeNotAdmitted},
+		}, errcode.CodeNotAdmitted},
 		{"path outside root", func() error {
 			_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: "/etc/shadow", Meta: h.op("k2")})
 			return err
-		}, wire.CodePathEscape},
+		}, errcode.CodePathEscape},
 		{"dotdot", func() error {
 			_, err := h.agent.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/../w2/x", Content: "x", Meta: h.op("k3")})
 			return err
-		}, wire.CodePathEscape},
+		}, errcode.CodePathEscape},
 		{"sibling prefix", func() error {
 			_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "2/secret", Meta: h.op("k4")})
 			return err
-		}, wire.CodePathEscape},
+		}, errcode.CodePathEscape},
 		{"op meta missing", func() error {
 			_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a"})
 			return err
-		}, wire.CodeTupleMismatch},
+		}, errcode.CodeTupleMismatch},
 		{"wrong digest", func() error {
 			_, err := h.agent.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid(h), Command: "/bin/true", Meta: wrong})
 			return err
-		}, wire.CodeTupleMismatch},
+		}, errcode.CodeTupleMismatch},
 		{"fenced after mismatch", func() error {
 			_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Meta: h.op("k5")})
 			return err
-		}, wire.CodeFenced},
+		}, errcode.CodeFenced},
 	}
 	for _, c := range cases {
 		wantCode(t, c.call(), c.code)
@@ -117,7 +118,7 @@ func TestNothingRunsBeforeAttach(t *testing.T) {
 	h.scriptFiles()
 	h.bind()
 	_, err := h.agent.conn.ReadTextFile(context.Background(), acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Meta: h.op("k")})
-	wantCode(t, err, wire.CodeFenced)
+	wantCode(t, err, errcode.CodeFenced)
 	if h.fr.count(wire.OpRead) != 0 {
 		t.Fatal("a read reached the receiver before attach")
 	}
@@ -135,19 +136,19 @@ func TestAttachRefusals(t *testing.T) {
 	h.bind()
 	ctx := context.Background()
 	_, err := h.agent.conn.CallExtension(ctx, acpmeta.MethodAttach, acpmeta.AttachRequest{SessionID: "ghost", TupleSHA256: h.tuple.SHA256()})
-	wantCode(t, err, wire.CodeNotAdmitted)
+	wantCode(t, err, errcode.CodeNotAdmitted)
 	other := testTuple()
 	other.Site = "remote"
 	_, err = h.agent.conn.CallExtension(ctx, acpmeta.MethodAttach, acpmeta.AttachRequest{SessionID: h.agent.sessionID, TupleSHA256: other.SHA256()})
-	wantCode(t, err, wire.CodeTupleMismatch)
+	wantCode(t, err, errcode.CodeTupleMismatch)
 	h.fr.on(wire.OpAttach, func(context.Context, *wire.Request, any) (any, error) {
-		return nil, wire.Errorf(wire.CodeNotAdmitted, "no grant covers the tuple")
+		return nil, errcode.Errorf(errcode.CodeNotAdmitted, "no grant covers the tuple")
 	})
-	wantCode(t, h.attach(), wire.CodeNotAdmitted)
+	wantCode(t, h.attach(), errcode.CodeNotAdmitted)
 	h.fr.on(wire.OpAttach, func(context.Context, *wire.Request, any) (any, error) {
 		return wire.AttachResult{GrantGeneration: 3, NotAfter: time.Now().Add(-time.Second)}, nil
 	})
-	wantCode(t, h.attach(), wire.CodeLeaseExpired)
+	wantCode(t, h.attach(), errcode.CodeLeaseExpired)
 	if _, err := h.agent.conn.CallExtension(ctx, "_tether/other", map[string]any{}); err == nil {
 		t.Fatal("unknown extension method accepted")
 	}
@@ -176,11 +177,11 @@ func TestSameKeyReplaysWithoutRunningAgain(t *testing.T) {
 	}
 	req.Content = "v2"
 	_, err = h.agent.conn.WriteTextFile(ctx, req)
-	wantCode(t, err, wire.CodeOpKeyConflict)
+	wantCode(t, err, errcode.CodeOpKeyConflict)
 	if h.fr.count(wire.OpWrite) != 1 {
 		t.Fatal("a conflicting request reached the receiver")
 	}
-	raw, err := h.c.store.Get("w-1")
+	raw, err := h.c.store.Get(h.key("w-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func TestConcurrentDuplicateIsConflict(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return h.fr.count(wire.OpWrite) == 1 })
 	_, err := h.agent.conn.WriteTextFile(ctx, req)
-	wantCode(t, err, wire.CodeOpKeyConflict)
+	wantCode(t, err, errcode.CodeOpKeyConflict)
 	close(release)
 	wg.Wait()
 }
@@ -220,17 +221,17 @@ func TestWriteExpectBecomesAtomicPrecondition(t *testing.T) {
 	h.fr.on(wire.OpWrite, func(_ context.Context, _ *wire.Request, a any) (any, error) {
 		args := a.(*wire.WriteArgs)
 		if args.ExpectSHA256 != strings.Repeat("d", 64) {
-			return nil, wire.Errorf(wire.CodePrecondition, "expect not passed: %+v", args)
+			return nil, errcode.Errorf(errcode.CodePrecondition, "expect not passed: %+v", args)
 		}
-		return nil, wire.Errorf(wire.CodePrecondition, "file changed")
+		return nil, errcode.Errorf(errcode.CodePrecondition, "file changed")
 	})
 	h.bind()
 	meta := acpmeta.MergeMeta(h.op("e1"), acpmeta.Expect{SHA256: strings.Repeat("d", 64)}.Meta())
 	_, err := h.agent.conn.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: sid(h),
 		Path: h.tuple.Root + "/f", Content: "new", Meta: meta})
-	wantCode(t, err, wire.CodePrecondition)
-	raw, _ := h.c.store.Get("e1")
-	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Failed || r.Error.Code != string(wire.CodePrecondition) {
+	wantCode(t, err, errcode.CodePrecondition)
+	raw, _ := h.c.store.Get(h.key("e1"))
+	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Failed || r.Error.Code != string(errcode.CodePrecondition) {
 		t.Fatalf("receipt = %s", raw)
 	}
 }
@@ -264,7 +265,7 @@ func TestDeadlineIsTheMinimum(t *testing.T) {
 	time.Sleep(time.Until(lease) + 10*time.Millisecond)
 	n := len(h.fr.ops())
 	_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Meta: h.op("d4")})
-	wantCode(t, err, wire.CodeLeaseExpired)
+	wantCode(t, err, errcode.CodeLeaseExpired)
 	if len(h.fr.ops()) != n {
 		t.Fatal("a request was sent after the lease ended")
 	}
@@ -301,15 +302,15 @@ func auditRecords(t *testing.T, h *harness) string {
 func TestReadOfAMissingFileIsResourceNotFound(t *testing.T) {
 	h := newHarness(t)
 	h.fr.on(wire.OpRead, func(_ context.Context, _ *wire.Request, a any) (any, error) {
-		return nil, wire.Errorf(wire.CodeNotFound, "%s does not exist", a.(*wire.ReadArgs).Path)
+		return nil, errcode.Errorf(errcode.CodeNotFound, "%s does not exist", a.(*wire.ReadArgs).Path)
 	})
 	h.fr.on(wire.OpWrite, func(_ context.Context, _ *wire.Request, a any) (any, error) {
-		return nil, wire.Errorf(wire.CodeNotFound, "the directory of %s does not exist", a.(*wire.WriteArgs).Path)
+		return nil, errcode.Errorf(errcode.CodeNotFound, "the directory of %s does not exist", a.(*wire.WriteArgs).Path)
 	})
 	h.bind()
 	path := h.tuple.Root + "/new/missing.txt"
 	_, err := h.agent.conn.ReadTextFile(context.Background(), acp.ReadTextFileRequest{SessionId: sid(h), Path: path, Meta: h.op("r1")})
-	wantCode(t, err, wire.CodeNotFound)
+	wantCode(t, err, errcode.CodeNotFound)
 	var re *acp.RequestError
 	if !errors.As(err, &re) || re.Code != -32002 || re.Message != "Resource not found: "+path {
 		t.Fatalf("read of a missing file answered %v; want code -32002, message %q", err, "Resource not found: "+path)
@@ -319,7 +320,7 @@ func TestReadOfAMissingFileIsResourceNotFound(t *testing.T) {
 		t.Errorf("data %v: want uri %s and the receiver's message", re.Data, path)
 	}
 	_, err = h.agent.conn.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: sid(h), Path: path, Content: "x", Meta: h.op("w1")})
-	wantCode(t, err, wire.CodeNotFound)
+	wantCode(t, err, errcode.CodeNotFound)
 	if !errors.As(err, &re) || re.Code != acpmeta.ErrorCode {
 		t.Errorf("write's not_found answered %v; want tether's code %d", err, acpmeta.ErrorCode)
 	}

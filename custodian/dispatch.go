@@ -6,7 +6,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -33,6 +34,14 @@ func (cl *call) record(kind audit.Kind) audit.Record {
 // keyed durably; a cancel of the ACP request abandons it. annotate, if set,
 // adds digests and sizes of the result to the audit record.
 func (cl *call) readOnly(ctx context.Context, op wire.Op, args, result any, annotate func(*audit.Record)) error {
+	return cl.readOnlyWith(ctx, func(ctx context.Context, conn ReceiverConn) error {
+		return conn.Call(ctx, op, cl.b.digest, cl.op.OpKey, cl.deadline, args, result)
+	}, annotate)
+}
+
+// readOnlyWith is readOnly for a read that takes more than one request
+// (a file read in chunks): send makes them on conn.
+func (cl *call) readOnlyWith(ctx context.Context, send func(context.Context, ReceiverConn) error, annotate func(*audit.Record)) error {
 	conn, err := cl.conn()
 	if err != nil {
 		return err
@@ -43,7 +52,7 @@ func (cl *call) readOnly(ctx context.Context, op wire.Op, args, result any, anno
 	}
 	ctx, cancel := context.WithDeadline(ctx, cl.deadline)
 	defer cancel()
-	err = conn.Call(ctx, op, cl.b.digest, cl.op.OpKey, cl.deadline, args, result)
+	err = send(ctx, conn)
 	rec := cl.record(audit.KindResult)
 	if err != nil {
 		code, _ := codeMessage(err)
@@ -68,9 +77,9 @@ func (cl *call) conn() (ReceiverConn, error) {
 	conn, err := cl.b.Receiver.onEpoch(cl.epoch)
 	if err != nil {
 		if cl.b.fenceEpoch(cl.epoch, err.Error()) {
-			cl.c.auditFence(cl.b, wire.CodeFateUnknown)
+			cl.c.auditFence(cl.b, errcode.CodeFateUnknown)
 		}
-		return nil, acpmeta.NewError(wire.CodeFenced, "session %s: %v; reattach with %s",
+		return nil, acpmeta.NewError(errcode.CodeFenced, "session %s: %v; reattach with %s",
 			cl.b.sessionID, err, acpmeta.MethodAttach)
 	}
 	return conn, nil
@@ -95,6 +104,9 @@ type keyed struct {
 	// digestArgs, if set, stands for args in the request digest (a write's
 	// content is covered by its SHA-256, not encoded again).
 	digestArgs any
+	// send, if set, sends the request instead of one conn.Call of op (a
+	// chunked write: begin, chunks, commit); it decodes into result.
+	send func(ctx context.Context, conn ReceiverConn) error
 	// notSent, if set, answers the request without sending it (a release
 	// or kill of a terminal already released): the receipt holds this
 	// note and the settled answer, the audit result record says
@@ -132,10 +144,10 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	t, replay, err := begin(ctx, cl.intent(digest))
 	switch {
 	case errors.Is(err, opstore.ErrConflict):
-		cl.refuse(wire.CodeOpKeyConflict)
-		return nil, acpmeta.NewError(wire.CodeOpKeyConflict, "%v", err)
+		cl.refuse(errcode.CodeOpKeyConflict)
+		return nil, acpmeta.NewError(errcode.CodeOpKeyConflict, "%v", err)
 	case err != nil:
-		return nil, acpmeta.NewError(wire.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
+		return nil, acpmeta.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
 	case replay != nil:
 		return cl.replay(replay)
 	}
@@ -175,19 +187,45 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	// ACP call: abandoning it would turn a known result into fate_unknown.
 	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), cl.deadline)
 	defer cancel()
-	err = conn.Call(callCtx, k.op, cl.b.digest, cl.op.OpKey, cl.deadline, k.args, k.result)
+	if k.send != nil {
+		err = k.send(callCtx, conn)
+	} else {
+		err = conn.Call(callCtx, k.op, cl.b.digest, cl.op.OpKey, cl.deadline, k.args, k.result)
+	}
 	cl.step(ctx, "after-send")
 	if err != nil {
-		code, msg := codeMessage(err)
-		outcome := opstore.Failed
-		if code == wire.CodeFateUnknown {
-			outcome = opstore.Interrupted
-		}
-		cl.finish(t, &opstore.Receipt{Outcome: outcome, Error: &opstore.ResultError{Code: string(code), Message: msg}})
-		return nil, acpmeta.NewError(code, "%s", msg)
+		r := failedReceipt(err)
+		cl.finish(t, r)
+		return nil, acpmeta.NewError(errcode.Code(r.Error.Code), "%s", r.Error.Message)
 	}
 	return cl.settle(t, k)
 }
+
+// failedReceipt is the receipt of a keyed request the receiver refused
+// or whose answer was lost: interrupted when its fate is unknown, or when
+// a chunked write broke before its commit (then the note says the file is
+// unchanged), failed otherwise.
+func failedReceipt(err error) *opstore.Receipt {
+	var bc *errBeforeCommit
+	if errors.As(err, &bc) {
+		code, _ := codeMessage(bc.err)
+		if code == errcode.CodeFateUnknown || code == errcode.CodeUnavailable || code == errcode.CodeTimeout {
+			return &opstore.Receipt{Outcome: opstore.Interrupted, Note: noteTransferBroken,
+				Error: &opstore.ResultError{Code: string(errcode.CodeInterrupted), Message: bc.Error()}}
+		}
+		err = bc.err // refused (a chunk past the size bound, a revoked grant): that is the answer
+	}
+	code, msg := codeMessage(err)
+	outcome := opstore.Failed
+	if code == errcode.CodeFateUnknown {
+		outcome = opstore.Interrupted
+	}
+	return &opstore.Receipt{Outcome: outcome, Error: &opstore.ResultError{Code: string(code), Message: msg}}
+}
+
+// noteTransferBroken explains the receipt of a chunked write whose
+// transfer broke before its commit was sent.
+const noteTransferBroken = "the transfer broke before its commit was sent; the receiver dropped the staged content and the file is unchanged"
 
 // settle records the receipt of a request answered without error and
 // returns its ACP result.
@@ -216,7 +254,7 @@ func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) {
 	if r.Exit != nil {
 		rec.ExitCode, rec.Signal = r.Exit.ExitCode, r.Exit.Signal
 	}
-	if r.Note == noteAlreadyReleased {
+	if r.Note == noteAlreadyReleased || r.Note == noteReleasedAtWait {
 		rec.Code = codeNotSent
 	}
 	cl.c.audit(rec)
@@ -228,9 +266,9 @@ func (cl *call) replay(r *opstore.Receipt) (json.RawMessage, error) {
 	rec.RequestSHA256, rec.Outcome, rec.Code = r.RequestSHA256, string(r.Outcome), "replay"
 	cl.c.audit(rec)
 	if r.Error != nil && r.Response == nil {
-		code := wire.Code(r.Error.Code)
+		code := errcode.Code(r.Error.Code)
 		if !code.Valid() {
-			code = wire.CodeInternal
+			code = errcode.CodeInternal
 		}
 		return nil, acpmeta.NewError(code, "%s", r.Error.Message)
 	}
@@ -258,7 +296,7 @@ func decodeResponse[T any](raw json.RawMessage, err error) (T, error) {
 		return out, err
 	}
 	if uerr := json.Unmarshal(raw, &out); uerr != nil {
-		return out, acpmeta.NewError(wire.CodeInternal, "stored response does not decode")
+		return out, acpmeta.NewError(errcode.CodeInternal, "stored response does not decode")
 	}
 	return out, nil
 }

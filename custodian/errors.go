@@ -6,8 +6,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // Errors callers branch on with errors.Is.
@@ -36,21 +36,21 @@ func refusal(err error) *acp.RequestError {
 			return re
 		}
 	}
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) && we.Code.Valid() {
 		return acpmeta.NewError(we.Code, "%s", we.Message)
 	}
-	return acpmeta.NewError(wire.CodeInternal, "custodian internal error")
+	return acpmeta.NewError(errcode.CodeInternal, "custodian internal error")
 }
 
 // codeMessage splits err into the code and message a receipt records.
-func codeMessage(err error) (wire.Code, string) {
-	var we *wire.Error
+func codeMessage(err error) (errcode.Code, string) {
+	var we *errcode.Error
 	if errors.As(err, &we) && we.Code.Valid() {
-		if we.Code == wire.CodeFateUnknown {
+		if we.Code == errcode.CodeFateUnknown {
 			return we.Code, err.Error() // keep the cause (ctx, lost connection)
 		}
 		return we.Code, we.Message
 	}
-	return wire.CodeInternal, fmt.Sprintf("custodian: %v", err)
+	return errcode.CodeInternal, fmt.Sprintf("custodian: %v", err)
 }

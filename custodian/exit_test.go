@@ -14,7 +14,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"
@@ -71,7 +71,7 @@ func (s *hookedSession) meta(key string) map[string]any {
 
 func (s *hookedSession) receipt(t *testing.T, key string) *opstore.Receipt {
 	t.Helper()
-	raw, err := s.c.store.Get(s.run + "-" + key)
+	raw, err := s.c.store.Get(opstore.Key(s.rr.tuple.SHA256(), "sess-hooked", s.run+"-"+key))
 	must(t, err)
 	r, err := opstore.Unmarshal(raw)
 	must(t, err)

@@ -36,7 +36,7 @@ func (c *Custodian) recordExit(t *terminal, exit wire.ExitStatus, hashes map[str
 	outcome, checks := execOutcome(exit, t.expect, hashes)
 	c.completeLocked(t, func(r *opstore.Receipt) {
 		r.Outcome, r.Files, r.Note = outcome, checks, note
-		r.Exit = &opstore.Exit{ExitCode: exit.ExitCode, Signal: exit.Signal}
+		r.Exit = &exit
 	})
 }
 
@@ -52,13 +52,15 @@ func (t *terminal) observe(exit wire.ExitStatus) (recorded bool) {
 }
 
 // recordOutputExit records the exit terminal/output showed. With nothing
-// to verify the exit is the whole outcome; otherwise exec_wait (which
-// answers at once for an exited child) fetches the after-exit digests. The
+// to verify the exit is the whole outcome; otherwise the answer carries
+// the after-exit digests, and only when they did not fit in it does
+// exec_wait (which answers at once for an exited child) fetch them. The
 // fetch does not depend on the agent's request: a cancel arriving now must
 // not lose what was observed.
-func (cl *call) recordOutputExit(ctx context.Context, t *terminal, id string, exit wire.ExitStatus) {
-	if len(t.expect) == 0 {
-		cl.c.recordExit(t, exit, nil, "")
+func (cl *call) recordOutputExit(ctx context.Context, t *terminal, id string, out *wire.ExecOutputResult) {
+	exit := *out.Exit
+	if len(t.expect) == 0 || out.FileSHA256 != nil {
+		cl.c.recordExit(t, exit, out.FileSHA256, "")
 		return
 	}
 	if t.observe(exit) {
@@ -88,6 +90,18 @@ func (c *Custodian) recordRelease(t *terminal) {
 	}
 }
 
+// noteUnknownAtEnd explains the receipt of a command the receiver no
+// longer knew when its session ended.
+const noteUnknownAtEnd = "the receiver no longer knew the terminal when the session ended (restarted, or its orphan grace ended it); its exit is unknown"
+
+// recordUnknownAtEnd completes t's receipt, unless an exit was recorded,
+// as interrupted: the command ended out of the custodian's sight.
+func (c *Custodian) recordUnknownAtEnd(t *terminal) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.completeLocked(t, func(r *opstore.Receipt) { r.Outcome, r.Note = opstore.Interrupted, noteUnknownAtEnd })
+}
+
 // completeLocked finalises t's pending receipt once; called with t.mu held.
 func (c *Custodian) completeLocked(t *terminal, fn func(*opstore.Receipt)) {
 	if t.recorded {
@@ -100,6 +114,6 @@ func (c *Custodian) completeLocked(t *terminal, fn func(*opstore.Receipt)) {
 	case errors.Is(err, opstore.ErrInvalid): // already final (e.g. interrupted)
 		t.recorded = true
 	default:
-		c.log.Error("complete exec receipt", "op_key", t.createKey, "err", err)
+		c.log.Error("complete exec receipt", "store_key", t.createKey, "err", err)
 	}
 }

@@ -6,7 +6,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -27,7 +28,17 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 	}
 	args := wire.ReadArgs{Path: rel, Line: deref(p.Line), Limit: deref(p.Limit)}
 	var res wire.ReadResult
-	err = cl.readOnly(ctx, wire.OpRead, &args, &res, func(r *audit.Record) {
+	send := func(ctx context.Context, conn ReceiverConn) error {
+		if err := conn.Call(ctx, wire.OpRead, cl.b.digest, cl.op.OpKey, cl.deadline, &args, &res); err != nil || !res.Chunked {
+			return err
+		}
+		whole, err := cl.readChunked(ctx, conn, &args, &res)
+		if err == nil {
+			res = *whole
+		}
+		return err
+	}
+	err = cl.readOnlyWith(ctx, send, func(r *audit.Record) {
 		r.Digests = map[string]string{"path": sha256Hex([]byte(rel)), "file": res.SHA256}
 		r.Sizes = map[string]int64{"file": res.Size, "content": int64(len(res.Content))}
 	})
@@ -59,13 +70,19 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	}
 	exp, _, err := acpmeta.ExpectFromMeta(p.Meta)
 	if err != nil {
-		cl.refuse(wire.CodeInvalid)
-		return acp.WriteTextFileResponse{}, acpmeta.NewError(wire.CodeInvalid, "%v", err)
+		cl.refuse(errcode.CodeInvalid)
+		return acp.WriteTextFileResponse{}, acpmeta.NewError(errcode.CodeInvalid, "%v", err)
 	}
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
 	want := sha256Hex([]byte(p.Content))
 	var res wire.WriteResult
-	raw, err := cl.keyed(ctx, keyed{op: wire.OpWrite, args: &args, result: &res, digestArgs: writeDigestArgs(&args, want),
+	var send func(context.Context, ReceiverConn) error
+	if len(p.Content) > singleWriteMax { // more than one frame may hold: in chunks
+		send = func(ctx context.Context, conn ReceiverConn) error {
+			return cl.sendChunked(ctx, conn, &args, []byte(p.Content), want, &res)
+		}
+	}
+	raw, err := cl.keyed(ctx, keyed{op: wire.OpWrite, args: &args, result: &res, digestArgs: writeDigestArgs(&args, want), send: send,
 		settle: func() (any, *opstore.Receipt) {
 			outcome := opstore.Verified
 			if res.SHA256 != want {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 )
 
 // FuzzRelPath: whatever the agent sends, an accepted path maps to the root
@@ -29,6 +29,10 @@ func FuzzRelPath(f *testing.F) {
 		}
 		if got := path.Join(root, rel); got != path.Clean(p) {
 			t.Fatalf("relPath(%q, %q) = %q names %q, not %q", root, p, rel, got, path.Clean(p))
+		}
+		dirOnly := strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.")
+		if dirOnly && rel != "." && !strings.HasSuffix(rel, "/") {
+			t.Fatalf("relPath(%q, %q) = %q lost the final slash: a directory path became a file name", root, p, rel)
 		}
 	})
 }

@@ -15,7 +15,8 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -45,7 +46,7 @@ func (f *fakeReceiver) Serve(ctx context.Context, req *wire.Request) (any, error
 	f.mu.Unlock()
 	if !ok {
 		f.t.Errorf("unexpected receiver call %s (op key %s)", req.Op, req.OpKey)
-		return nil, wire.Errorf(wire.CodeInternal, "unexpected")
+		return nil, errcode.Errorf(errcode.CodeInternal, "unexpected")
 	}
 	return h(ctx, req, args)
 }
@@ -240,7 +241,7 @@ func (h *harness) attach() error {
 }
 
 // wantCode asserts err carries the tether code.
-func wantCode(t *testing.T, err error, code wire.Code) {
+func wantCode(t *testing.T, err error, code errcode.Code) {
 	t.Helper()
 	got, ok := acpmeta.CodeOf(err)
 	if !ok || got != code {

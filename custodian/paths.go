@@ -4,8 +4,8 @@ import (
 	"path"
 	"strings"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // relPath maps an ACP path (absolute, in the computer's namespace) to the
@@ -14,18 +14,22 @@ import (
 // itself or strictly beneath it, or that names "..", is refused with
 // path_escape before anything is sent (the receiver resolves it again with
 // openat2 beneath the root; this only keeps obvious escapes off the wire).
+// A path that ends in "/" (or "/.") names a directory, and keeps its final
+// slash: cleaning it away would make "dir/name/" a file name the receiver
+// writes a regular file to; kept, a write refuses it (no file name) and
+// a read finds no directory.
 func relPath(root, p string) (string, error) {
 	switch {
 	case p == "":
-		return "", acpmeta.NewError(wire.CodeInvalid, "path is empty")
+		return "", acpmeta.NewError(errcode.CodeInvalid, "path is empty")
 	case strings.IndexByte(p, 0) >= 0:
-		return "", acpmeta.NewError(wire.CodeInvalid, "path contains NUL")
+		return "", acpmeta.NewError(errcode.CodeInvalid, "path contains NUL")
 	case !path.IsAbs(p):
-		return "", acpmeta.NewError(wire.CodeInvalid, "path %q is not absolute", p)
+		return "", acpmeta.NewError(errcode.CodeInvalid, "path %q is not absolute", p)
 	}
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
-			return "", acpmeta.NewError(wire.CodePathEscape, "path %q contains ..", p)
+			return "", acpmeta.NewError(errcode.CodePathEscape, "path %q contains ..", p)
 		}
 	}
 	clean := path.Clean(p)
@@ -37,7 +41,11 @@ func relPath(root, p string) (string, error) {
 		prefix = "/"
 	}
 	if !strings.HasPrefix(clean, prefix) {
-		return "", acpmeta.NewError(wire.CodePathEscape, "path %q is outside the root %q", p, root)
+		return "", acpmeta.NewError(errcode.CodePathEscape, "path %q is outside the root %q", p, root)
 	}
-	return strings.TrimPrefix(clean, prefix), nil
+	rel := strings.TrimPrefix(clean, prefix)
+	if strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") {
+		rel += "/"
+	}
+	return rel, nil
 }

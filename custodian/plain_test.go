@@ -9,7 +9,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -72,7 +73,7 @@ func TestPlainAgentTaggedByCustodian(t *testing.T) {
 		t.Fatalf("op keys %v: want one fresh key per callback", keys)
 	}
 	for _, k := range keys {
-		raw, err := h.c.store.Get(k)
+		raw, err := h.c.store.Get(h.key(k))
 		must(t, err)
 		r, err := opstore.Unmarshal(raw)
 		must(t, err)
@@ -109,16 +110,16 @@ func TestPlainAgentStaysStrict(t *testing.T) {
 	ctx := context.Background()
 	before := len(h.fr.ops())
 	_, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: "someone-else", Path: h.tuple.Root + "/a"})
-	wantCode(t, err, wire.CodeNotAdmitted)
+	wantCode(t, err, errcode.CodeNotAdmitted)
 	bad := map[string]any{acpmeta.KeyOp: map[string]any{"tuple_sha256": h.tuple.SHA256(), "op_key": "bad key!", "deadline": time.Now().Add(time.Minute)}}
 	_, err = h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Meta: bad})
-	wantCode(t, err, wire.CodeInvalid)
+	wantCode(t, err, errcode.CodeInvalid)
 	other := testTuple()
 	other.Workspace = "w2"
 	wrong := acpmeta.Op{TupleSHA256: other.SHA256(), OpKey: "x", Deadline: time.Now().Add(time.Minute)}.Meta()
 	_, err = h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Meta: wrong})
-	wantCode(t, err, wire.CodeTupleMismatch)
-	wantCode(t, h.plainWrite("after.txt"), wire.CodeFenced)
+	wantCode(t, err, errcode.CodeTupleMismatch)
+	wantCode(t, h.plainWrite("after.txt"), errcode.CodeFenced)
 	if got := h.fr.ops()[before:]; len(got) != 0 {
 		t.Fatalf("refused callbacks reached the receiver: %v", got)
 	}

@@ -10,12 +10,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // ReceiverConn is one connection to a receiver. *wire.Client implements
 // it: Call never re-sends, a call in flight when the connection breaks
-// fails with an error carrying wire.CodeFateUnknown, and Done closes when
+// fails with an error carrying errcode.CodeFateUnknown, and Done closes when
 // the connection has ended.
 type ReceiverConn interface {
 	Call(ctx context.Context, op wire.Op, tupleSHA256, opKey string, deadline time.Time, args, result any) error
@@ -184,14 +185,14 @@ func (r *Receiver) current(ctx context.Context, wait bool) (ReceiverConn, uint64
 			return c, epoch, nil
 		}
 		if !wait {
-			return nil, 0, wire.Errorf(wire.CodeUnavailable, "receiver not connected")
+			return nil, 0, errcode.Errorf(errcode.CodeUnavailable, "receiver not connected")
 		}
 		select {
 		case <-up:
 		case <-ctx.Done():
-			return nil, 0, wire.Errorf(wire.CodeUnavailable, "receiver not connected: %v", ctx.Err())
+			return nil, 0, errcode.Errorf(errcode.CodeUnavailable, "receiver not connected: %v", ctx.Err())
 		case <-r.done:
-			return nil, 0, wire.Errorf(wire.CodeUnavailable, "receiver link closed")
+			return nil, 0, errcode.Errorf(errcode.CodeUnavailable, "receiver link closed")
 		}
 	}
 }

@@ -7,7 +7,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -45,7 +46,7 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	if err == nil {
 		// Also on a replay: the same digest means the same request (and the
 		// same files to verify), so the terminal is this session's.
-		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: cl.op.OpKey, expect: verify, deadline: cl.deadline})
+		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: opstore.Key(cl.b.digest, cl.b.sessionID, cl.op.OpKey), expect: verify, deadline: cl.deadline})
 	}
 	if err == nil && ctx.Err() != nil {
 		cl.kill(resp.TerminalId, "terminal/create cancelled by the agent")
@@ -111,8 +112,8 @@ func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[
 }
 
 func (cl *call) invalid(format string, args ...any) error {
-	cl.refuse(wire.CodeInvalid)
-	return acpmeta.NewError(wire.CodeInvalid, format, args...)
+	cl.refuse(errcode.CodeInvalid)
+	return acpmeta.NewError(errcode.CodeInvalid, format, args...)
 }
 
 // terminalOf returns a terminal this binding started and has not
@@ -124,8 +125,8 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 		return nil, err
 	}
 	if released, _ := t.releaseState(); released {
-		cl.refuse(wire.CodeNotFound)
-		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
+		cl.refuse(errcode.CodeNotFound)
+		return nil, acpmeta.NewError(errcode.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
 	}
 	return t, nil
 }
@@ -135,8 +136,8 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 func (cl *call) knownTerminal(id string) (*terminal, error) {
 	t, ok := cl.b.terminal(id)
 	if !ok {
-		cl.refuse(wire.CodeNotFound)
-		return nil, acpmeta.NewError(wire.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
+		cl.refuse(errcode.CodeNotFound)
+		return nil, acpmeta.NewError(errcode.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
 	}
 	return t, nil
 }
@@ -155,8 +156,16 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 	if err != nil {
 		return acp.WaitForTerminalExitResponse{}, err
 	}
+	if f := t.finalOutput(); f != nil { // the exit is known already: nothing to ask
+		cl.answeredFromFinal(len(f.Output))
+		return acp.WaitForTerminalExitResponse{ExitCode: f.Exit.ExitCode, Signal: signalPtr(f.Exit.Signal)}, nil
+	}
 	cl.waitPastCommandEnd(t)
 	var res wire.ExecWaitResult
+	// No release with the wait: an agent's cancel can abandon the answer
+	// after the receiver forgot the terminal, losing its exit
+	// (fixtures/e2e, cancelled command). The answer still carries the final
+	// output, so terminal/output after it sends nothing.
 	err = cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, exitAnnotate(&res.Exit))
 	if err != nil {
 		if ctx.Err() != nil {
@@ -165,8 +174,49 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 		return acp.WaitForTerminalExitResponse{}, err
 	}
 	cl.step(ctx, "exit-observed")
+	if res.Output != nil {
+		t.keepFinal(&wire.ExecOutputResult{Output: *res.Output, Truncated: res.Truncated, Exit: &res.Exit}, res.Released)
+	}
 	cl.c.recordExit(t, res.Exit, res.FileSHA256, "")
 	return acp.WaitForTerminalExitResponse{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}, nil
+}
+
+// keepFinal keeps the command's final output; goneRemote says the
+// receiver forgot the terminal with the answer that carried it.
+func (t *terminal) keepFinal(f *wire.ExecOutputResult, goneRemote bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.final == nil {
+		t.final = f
+	}
+	t.goneRemote = t.goneRemote || goneRemote
+}
+
+// finalOutput returns the final output kept, or nil.
+func (t *terminal) finalOutput() *wire.ExecOutputResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.final
+}
+
+// releasedRemotely reports whether the receiver forgot the terminal with
+// its final wait.
+func (t *terminal) releasedRemotely() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.goneRemote
+}
+
+// outcomeFromFinal is the audit outcome of a call answered from the final
+// output the custodian kept: nothing was sent.
+const outcomeFromFinal = "from_final_answer"
+
+// answeredFromFinal audits a call answered from the kept final output.
+func (cl *call) answeredFromFinal(outputBytes int) {
+	rec := cl.record(audit.KindResult)
+	rec.Outcome, rec.Code = outcomeFromFinal, codeNotSent
+	rec.Sizes = map[string]int64{"output": int64(outputBytes)}
+	cl.c.audit(rec)
 }
 
 // TerminalOutput serves terminal/output (read-only). The output goes to
@@ -181,6 +231,10 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 	if err != nil {
 		return acp.TerminalOutputResponse{}, err
 	}
+	if f := t.finalOutput(); f != nil { // final: the answer that carried it is the answer
+		cl.answeredFromFinal(len(f.Output))
+		return outputResponse(f), nil
+	}
 	var res wire.ExecOutputResult
 	err = cl.readOnly(ctx, wire.OpExecOutput, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, func(r *audit.Record) {
 		r.Sizes = map[string]int64{"output": int64(len(res.Output))}
@@ -189,13 +243,21 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 	if err != nil {
 		return acp.TerminalOutputResponse{}, err
 	}
+	if res.Exit != nil {
+		cl.step(ctx, "exit-observed")
+		t.keepFinal(&res, false)
+		cl.recordOutputExit(ctx, t, p.TerminalId, &res)
+	}
+	return outputResponse(&res), nil
+}
+
+// outputResponse is terminal/output's answer from the receiver's.
+func outputResponse(res *wire.ExecOutputResult) acp.TerminalOutputResponse {
 	out := acp.TerminalOutputResponse{Output: res.Output, Truncated: res.Truncated}
 	if res.Exit != nil {
 		out.ExitStatus = &acp.TerminalExitStatus{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}
-		cl.step(ctx, "exit-observed")
-		cl.recordOutputExit(ctx, t, p.TerminalId, *res.Exit)
 	}
-	return out, nil
+	return out
 }
 
 // exitGrace is how long after a command's own deadline a wait the

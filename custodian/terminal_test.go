@@ -8,7 +8,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -52,7 +53,7 @@ func (h *harness) run(key string, verify map[string]string) (*opstore.Receipt, e
 	if _, err := h.agent.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid(h), TerminalId: tid, Meta: h.op(key + ":release")}); err != nil {
 		return nil, err
 	}
-	raw, err := h.c.store.Get(key + ":create")
+	raw, err := h.c.store.Get(h.key(key + ":create"))
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +113,7 @@ func TestExecCreateRetryReplaysTerminal(t *testing.T) {
 	}
 	req.Args = []string{"-u"}
 	_, err = h.agent.conn.CreateTerminal(ctx, req)
-	wantCode(t, err, wire.CodeOpKeyConflict)
+	wantCode(t, err, errcode.CodeOpKeyConflict)
 }
 
 func TestForeignTerminalIsNotFound(t *testing.T) {
@@ -121,7 +122,7 @@ func TestForeignTerminalIsNotFound(t *testing.T) {
 	h.bind()
 	n := len(h.fr.ops())
 	_, err := h.agent.conn.KillTerminal(context.Background(), acp.KillTerminalRequest{SessionId: sid(h), TerminalId: "someone-elses", Meta: h.op("k")})
-	wantCode(t, err, wire.CodeNotFound)
+	wantCode(t, err, errcode.CodeNotFound)
 	if len(h.fr.ops()) != n {
 		t.Fatal("a kill for an unknown terminal reached the receiver")
 	}
@@ -153,7 +154,7 @@ func TestCancelledWaitKillsTheChild(t *testing.T) {
 	killed := make(chan string, 1)
 	h.fr.on(wire.OpExecWait, func(ctx context.Context, _ *wire.Request, _ any) (any, error) {
 		<-ctx.Done()
-		return nil, wire.Errorf(wire.CodeTimeout, "wait ended")
+		return nil, errcode.Errorf(errcode.CodeTimeout, "wait ended")
 	})
 	h.fr.on(wire.OpExecKill, func(_ context.Context, _ *wire.Request, a any) (any, error) {
 		killed <- a.(*wire.TerminalArgs).TerminalID
@@ -201,19 +202,19 @@ func TestTransportLoss(t *testing.T) {
 	}()
 	req := acp.CreateTerminalRequest{SessionId: sid(h), Command: "/usr/bin/make", Meta: h.op("lost")}
 	_, err := h.agent.conn.CreateTerminal(ctx, req)
-	wantCode(t, err, wire.CodeFateUnknown)
-	raw, _ := h.c.store.Get("lost")
+	wantCode(t, err, errcode.CodeFateUnknown)
+	raw, _ := h.c.store.Get(h.key("lost"))
 	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Interrupted {
 		t.Fatalf("receipt after loss = %s", raw)
 	}
 	_, err = h.agent.conn.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: sid(h), Command: "/bin/true", Meta: h.op("next")})
-	wantCode(t, err, wire.CodeFenced)
+	wantCode(t, err, errcode.CodeFenced)
 	waitFor(t, func() bool { _, _, err := h.recv.current(ctx, false); return err == nil })
 	if err := h.attach(); err != nil {
 		t.Fatalf("reattach after reconnect: %v", err)
 	}
 	_, err = h.agent.conn.CreateTerminal(ctx, req)
-	wantCode(t, err, wire.CodeFateUnknown) // the replayed receipt, not a re-send
+	wantCode(t, err, errcode.CodeFateUnknown) // the replayed receipt, not a re-send
 	if n := h.fr.count(wire.OpExecStart); n != 1 {
 		t.Fatalf("exec_start sent %d times; a lost request must never be re-sent", n)
 	}
@@ -241,7 +242,7 @@ func TestAuditHoldsDigestsNotContents(t *testing.T) {
 			t.Fatalf("audit log contains %q", leak)
 		}
 	}
-	for _, kind := range []string{`"kind":"bind"`, `"kind":"attach"`, `"kind":"dispatch"`, `"kind":"result"`, `"kind":"refusal"`} {
+	for _, kind := range []string{`"kind":"bind"`, `"kind":"attach"`, `"kind":"dispatch"`, `"kind":"result"`, `"kind":"refusals"`} {
 		if !strings.Contains(log, kind) {
 			t.Fatalf("audit log has no %s record:\n%s", kind, log)
 		}
@@ -299,7 +300,7 @@ func TestOutputExitCompletesReceipt(t *testing.T) {
 		if n, want := h.fr.count(wire.OpExecWait), len(verify); n != want {
 			t.Fatalf("verify=%v: %d exec_wait calls, want %d", verify != nil, n, want)
 		}
-		raw, _ := h.c.store.Get("c:create")
+		raw, _ := h.c.store.Get(h.key("c:create"))
 		r, _ := opstore.Unmarshal(raw)
 		if r.Outcome != opstore.Failed || r.Exit == nil || r.Exit.ExitCode == nil || *r.Exit.ExitCode != 2 || r.Note != "" {
 			t.Fatalf("verify=%v: receipt %s", verify != nil, raw)
@@ -318,7 +319,7 @@ func TestOutputExitDigestsUnavailable(t *testing.T) {
 	h := newHarness(t)
 	h.scriptExec(0, nil)
 	h.fr.on(wire.OpExecWait, func(context.Context, *wire.Request, any) (any, error) {
-		return nil, wire.Errorf(wire.CodeUnavailable, "receiver busy")
+		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver busy")
 	})
 	h.bind()
 	ctx := context.Background()
@@ -330,14 +331,14 @@ func TestOutputExitDigestsUnavailable(t *testing.T) {
 	if _, err := h.agent.conn.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("d:out")}); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := h.c.store.Get("d:create")
+	raw, _ := h.c.store.Get(h.key("d:create"))
 	if r, _ := opstore.Unmarshal(raw); r.Outcome != opstore.Pending {
 		t.Fatalf("receipt before release: %s, want pending (the digests may still come)", raw)
 	}
 	if _, err := h.agent.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("d:rel")}); err != nil {
 		t.Fatal(err)
 	}
-	raw, _ = h.c.store.Get("d:create")
+	raw, _ = h.c.store.Get(h.key("d:create"))
 	r, _ := opstore.Unmarshal(raw)
 	if r.Outcome != opstore.Failed || r.Exit == nil || r.Exit.ExitCode == nil || *r.Exit.ExitCode != 0 || r.Note != noteDigestsNotFetched {
 		t.Fatalf("receipt %s: want failed with exit 0 and the note %q", raw, noteDigestsNotFetched)

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/internal/durable"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 func mkdirPrivate(dir string) error {
@@ -17,7 +17,7 @@ func mkdirPrivate(dir string) error {
 }
 
 func refusalUnavailable(format string, args ...any) error {
-	return acpmeta.NewError(wire.CodeUnavailable, format, args...)
+	return acpmeta.NewError(errcode.CodeUnavailable, format, args...)
 }
 
 func contextBackground() context.Context { return context.Background() }

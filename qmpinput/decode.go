@@ -1,10 +1,10 @@
 package qmpinput
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Version is a QEMU version as announced in the QMP greeting.
@@ -78,7 +78,7 @@ const maxCapabilities = 32
 // fields and no trailing data.
 func DecodeGreeting(line []byte) (Greeting, error) {
 	var w wireGreeting
-	if err := decodeStrict(line, &w); err != nil {
+	if err := strictjson.Decode(line, maxLine, &w); err != nil {
 		return Greeting{}, fmt.Errorf("%w: greeting: %w", ErrProtocol, err)
 	}
 	if w.QMP == nil || w.QMP.Version == nil || w.QMP.Version.QEMU == nil {
@@ -134,7 +134,7 @@ type wireError struct {
 // data are refused. An id must be the unsigned integer the adapter sent.
 func DecodeMessage(line []byte) (Message, error) {
 	var w wireMessage
-	if err := decodeStrict(line, &w); err != nil {
+	if err := strictjson.Decode(line, maxLine, &w); err != nil {
 		return Message{}, fmt.Errorf("%w: message: %w", ErrProtocol, err)
 	}
 	isReply := w.Return != nil || w.Error != nil
@@ -161,25 +161,4 @@ func DecodeMessage(line []byte) (Message, error) {
 		m.Error = &QMPError{Class: *w.Error.Class, Desc: *w.Error.Desc}
 	}
 	return m, nil
-}
-
-// decodeStrict decodes exactly one JSON object, refusing unknown fields,
-// a null or non-object value, and trailing bytes.
-func decodeStrict(data []byte, v any) error {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 || data[0] != '{' {
-		return errors.New("not a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the object")
-	}
-	if _, err := dec.Token(); err == nil {
-		return errors.New("trailing data after the object")
-	}
-	return nil
 }

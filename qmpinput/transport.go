@@ -14,6 +14,8 @@ import (
 
 	"github.com/digitalocean/go-qemu/qmp"
 	"github.com/digitalocean/go-qemu/qmp/raw"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // The closed set of QMP commands the adapter can send. qmp_capabilities
@@ -228,7 +230,7 @@ func (c *conn) admit(command []byte) (string, json.RawMessage, error) {
 		Execute   string          `json:"execute"`
 		Arguments json.RawMessage `json:"arguments"`
 	}
-	if err := decodeStrict(command, &cmd); err != nil {
+	if err := strictjson.Decode(command, maxLine, &cmd); err != nil {
 		return "", nil, fmt.Errorf("%w: malformed command: %w", ErrCommandNotAllowed, err)
 	}
 	switch {

@@ -1,6 +1,8 @@
 package receiver
 
 import (
+	"bytes"
+	"os"
 	"testing"
 
 	"github.com/tetherdev/tether/fixtures/testenv"
@@ -24,5 +26,29 @@ func BenchmarkHandlerExec(b *testing.B) {
 		b.StopTimer()
 		f.call(f.grant, wire.OpExecRelease, wire.TerminalArgs{TerminalID: id})
 		b.StartTimer()
+	}
+}
+
+// BenchmarkRead4KiB is a 4 KiB read through a wire server and client on a
+// socketpair (no TLS): the receiver's read path, from frame to frame. Run
+// with -cpuprofile to see where a read's time goes (docs/performance.md).
+func BenchmarkRead4KiB(b *testing.B) {
+	testenv.Require(b, "root")
+	f := newFixture(b, Options{})
+	c := newConns(f)
+	cl := c.open()
+	writeFileB(b, f.grant.Tuple.Root+"/4k.txt", 4096)
+	var res wire.ReadResult
+	for b.Loop() {
+		if err := c.call(cl, wire.OpRead, wire.ReadArgs{Path: "4k.txt"}, &res); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func writeFileB(b *testing.B, path string, n int) {
+	b.Helper()
+	if err := os.WriteFile(path, bytes.Repeat([]byte("x"), n), 0o644); err != nil {
+		b.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/transport"
 )
@@ -77,7 +78,7 @@ func LoadConfig(path string) (Config, error) {
 // DecodeConfig strictly decodes and validates a configuration.
 func DecodeConfig(data []byte) (Config, error) {
 	var c Config
-	if err := decodeStrictInto(data, &c); err != nil {
+	if err := strictjson.Decode(data, maxConfigBytes, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, c.Validate()

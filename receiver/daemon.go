@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/transport"
@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 // Daemon is a started receiver: the admission refresher, the Handler, the
 // wire server and its listeners. Shutdown stops it.
 type Daemon struct {
-	refresher *admission.Refresher
+	refresher *signedfile.Refresher
 	handler   *Handler
 	server    *wire.Server
 	addrs     []string
@@ -98,12 +98,12 @@ func (d *Daemon) build(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("%w: admission.public_key: %w", ErrConfig, err)
 	}
-	l, err := admission.NewLoader(admission.LoaderConfig{Path: cfg.Admission.File, PublicKey: pub,
+	l, err := signedfile.NewLoader(signedfile.LoaderConfig{Path: cfg.Admission.File, PublicKey: pub,
 		OwnerUID: cfg.Admission.OwnerUID, MaxBytes: cfg.Admission.MaxBytes})
 	if err != nil {
 		return fmt.Errorf("%w: admission: %w", ErrConfig, err)
 	}
-	if d.refresher, err = admission.NewRefresher(ctx, l, admission.RefresherOptions{}); err != nil {
+	if d.refresher, err = signedfile.NewRefresher(ctx, l, signedfile.RefresherOptions{}); err != nil {
 		return err
 	}
 	mode, _ := cfg.spawnMode()

@@ -3,6 +3,7 @@ package receiver
 import (
 	"errors"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -10,15 +11,15 @@ import (
 // receiver/wire (strict: exactly one object, exact keys, no duplicates,
 // documented bounds). On a request the wire server dispatched they were
 // decoded once already and are reused; a request built by a direct caller
-// is decoded here. Every failure is a *wire.Error with CodeInvalid.
+// is decoded here. Every failure is a *errcode.Error with CodeInvalid.
 func decodeArgs(req *wire.Request) (any, error) {
 	args, err := req.DecodeArgs()
 	if err == nil {
 		return args, nil
 	}
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		return nil, we
 	}
-	return nil, wire.Errorf(wire.CodeInvalid, "%s args: %v", req.Op, err)
+	return nil, errcode.Errorf(errcode.CodeInvalid, "%s args: %v", req.Op, err)
 }

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // A grant's resource limits (max_pids, max_memory_bytes, max_disk_bytes,
@@ -65,7 +65,7 @@ func (e enforcement) check(g admission.Grant) error {
 			continue
 		}
 		if have, what := c.have(); have > c.want {
-			return wire.Errorf(wire.CodeDenied, "grant limit %s %d is not enforced by this computer: %s", c.name, c.want, what)
+			return errcode.Errorf(errcode.CodeDenied, "grant limit %s %d is not enforced by this computer: %s", c.name, c.want, what)
 		}
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/cgroupv1"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -30,14 +31,14 @@ func TestGrantLimitsEnforcedOrRefused(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		set  func(*admission.Limits)
-		want wire.Code
+		want errcode.Code
 	}{
-		{"open files below RLIMIT_NOFILE", func(l *admission.Limits) { l.MaxOpenFiles = int64(nofile.Max) - 1 }, wire.CodeDenied},
+		{"open files below RLIMIT_NOFILE", func(l *admission.Limits) { l.MaxOpenFiles = int64(nofile.Max) - 1 }, errcode.CodeDenied},
 		{"open files at RLIMIT_NOFILE", func(l *admission.Limits) { l.MaxOpenFiles = int64(nofile.Max) }, ""},
-		{"disk smaller than the root's file system", func(l *admission.Limits) { l.MaxDiskBytes = 1 << 20 }, wire.CodeDenied},
+		{"disk smaller than the root's file system", func(l *admission.Limits) { l.MaxDiskBytes = 1 << 20 }, errcode.CodeDenied},
 		{"disk larger than the root's file system", func(l *admission.Limits) { l.MaxDiskBytes = 1 << 62 }, ""},
-		{"pids without a pids cgroup", func(l *admission.Limits) { l.MaxPids = 1 << 40 }, wire.CodeDenied},
-		{"memory without a memory cgroup", func(l *admission.Limits) { l.MaxMemoryBytes = 1 << 60 }, wire.CodeDenied},
+		{"pids without a pids cgroup", func(l *admission.Limits) { l.MaxPids = 1 << 40 }, errcode.CodeDenied},
+		{"memory without a memory cgroup", func(l *admission.Limits) { l.MaxMemoryBytes = 1 << 60 }, errcode.CodeDenied},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			g := f.grant
@@ -101,7 +102,7 @@ func TestIntegrationCgroupV1Limits(t *testing.T) {
 	}
 	g.Limits.MaxPids = 99 // tighter than pids.max and RLIMIT_NPROC: refused
 	f.publish(g)
-	if _, err := f.call(g, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}); code(err) != wire.CodeDenied {
+	if _, err := f.call(g, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}); code(err) != errcode.CodeDenied {
 		t.Fatalf("grant tighter than the computer: %v, want denied", err)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/spawn"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // DefaultChildEnv is the default environment of every command when the
@@ -65,11 +65,11 @@ func childEnv(defaults map[string]string, g admission.Grant, request map[string]
 	}
 	slices.Sort(env)
 	if err := spawn.CheckEnv(env); err != nil {
-		code := wire.CodeInvalid
+		code := errcode.CodeInvalid
 		if errors.Is(err, spawn.ErrLoaderEnv) {
-			code = wire.CodeDenied
+			code = errcode.CodeDenied
 		}
-		return nil, nil, wire.Errorf(code, "env (the request's merged over the grant's and the receiver's): %v", err)
+		return nil, nil, errcode.Errorf(code, "env (the request's merged over the grant's and the receiver's): %v", err)
 	}
 	return env, merged, nil
 }

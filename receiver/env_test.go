@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -43,7 +44,7 @@ func TestExecDefaultEnvironment(t *testing.T) {
 	}
 	custom.Env = []admission.EnvVar{{Name: "LD_PRELOAD", Value: "/tmp/x.so"}}
 	f.publish(f.grant, custom)
-	if _, err := f.call(custom, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}); code(err) != wire.CodeDenied {
+	if _, err := f.call(custom, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}); code(err) != errcode.CodeDenied {
 		t.Fatalf("a grant's loader variable: %v, want denied", err)
 	}
 }
@@ -55,7 +56,7 @@ func TestExecChildEnvConfigured(t *testing.T) {
 	testenv.Require(t, "root")
 	f := newFixture(t, Options{ChildEnv: map[string]string{}})
 	_, err := f.call(f.grant, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"sh", "-c", "true"}})
-	if code(err) != wire.CodeNotFound || !strings.Contains(err.Error(), `PATH ""`) {
+	if code(err) != errcode.CodeNotFound || !strings.Contains(err.Error(), `PATH ""`) {
 		t.Fatalf("bare name with no PATH anywhere: %v, want not_found naming the empty PATH", err)
 	}
 	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", "echo $HOME $LANG."}})

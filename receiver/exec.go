@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -33,13 +34,13 @@ type execPlan struct {
 // the receiver's limits. It has no side effects.
 func (h *Handler) planExec(req *wire.Request, a *wire.ExecStartArgs, g admission.Grant, now time.Time) (execPlan, error) {
 	if len(a.Argv) == 0 || a.Argv[0] == "" {
-		return execPlan{}, wire.Errorf(wire.CodeInvalid, "argv is empty")
+		return execPlan{}, errcode.Errorf(errcode.CodeInvalid, "argv is empty")
 	}
 	if a.OutputLimit != nil && *a.OutputLimit < 0 {
-		return execPlan{}, wire.Errorf(wire.CodeInvalid, "output_limit is negative")
+		return execPlan{}, errcode.Errorf(errcode.CodeInvalid, "output_limit is negative")
 	}
 	if len(a.HashAfterExit) > h.limits.MaxHashPaths {
-		return execPlan{}, wire.Errorf(wire.CodeTooLarge, "hash_after_exit names %d paths, limit %d", len(a.HashAfterExit), h.limits.MaxHashPaths)
+		return execPlan{}, errcode.Errorf(errcode.CodeTooLarge, "hash_after_exit names %d paths, limit %d", len(a.HashAfterExit), h.limits.MaxHashPaths)
 	}
 	env, merged, err := childEnv(h.childEnv, g, a.Env)
 	if err != nil {
@@ -54,7 +55,7 @@ func (h *Handler) planExec(req *wire.Request, a *wire.ExecStartArgs, g admission
 	p.deadline = earliest(req.Deadline, g.NotAfter,
 		addSeconds(now, g.Limits.MaxRuntimeS), now.Add(h.limits.maxRuntime()))
 	if !p.deadline.After(now) {
-		return execPlan{}, wire.Errorf(wire.CodeTimeout, "command deadline %s has passed", p.deadline.UTC().Format(time.RFC3339Nano))
+		return execPlan{}, errcode.Errorf(errcode.CodeTimeout, "command deadline %s has passed", p.deadline.UTC().Format(time.RFC3339Nano))
 	}
 	return p, nil
 }
@@ -79,12 +80,12 @@ func outputLimit(requested *int64, grant, receiver int64) int64 {
 func searchPath(name, pathVar string) ([]string, error) {
 	if strings.Contains(name, "/") {
 		if !filepath.IsAbs(name) {
-			return nil, wire.Errorf(wire.CodeInvalid, "argv[0] %q must be absolute or a bare name looked up in PATH", name)
+			return nil, errcode.Errorf(errcode.CodeInvalid, "argv[0] %q must be absolute or a bare name looked up in PATH", name)
 		}
 		return nil, nil
 	}
 	if name == "." || name == ".." {
-		return nil, wire.Errorf(wire.CodeInvalid, "argv[0] %q is not a command name", name)
+		return nil, errcode.Errorf(errcode.CodeInvalid, "argv[0] %q is not a command name", name)
 	}
 	var dirs []string
 	for _, dir := range filepath.SplitList(pathVar) {
@@ -136,7 +137,7 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 	t, err := h.startTerminal(slot.id, req.TupleSHA256, plan, a, g, now, onThisThread)
 	if errors.Is(err, spawn.ErrNotFound) { // nothing ran: the op key may be used again
 		slot.forget()
-		return nil, wire.Errorf(wire.CodeNotFound, "argv[0] %q not found in PATH %q (the request's env merged over the defaults) as the grant's user sees it inside the root's view",
+		return nil, errcode.Errorf(errcode.CodeNotFound, "argv[0] %q not found in PATH %q (the request's env merged over the defaults) as the grant's user sees it inside the root's view",
 			a.Argv[0], plan.pathVar)
 	}
 	if err != nil {
@@ -144,8 +145,9 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 		return nil, err
 	}
 	if !slot.commit(t) {
-		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	}
+	h.terms.claim(t, wire.ConnOf(ctx))
 	res := wire.ExecStartResult{TerminalID: t.id, PID: t.child.PID()}
 	if onThisThread {
 		return &startedResult{ExecStartResult: res, child: t.child}, nil
@@ -220,7 +222,7 @@ func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admissi
 	defer rs.Close()
 	v1, release, err := h.cgv1.acquire()
 	if err != nil {
-		return nil, nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+		return nil, nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	}
 	defer release()
 	rd, wr, err := outputPipe()
@@ -243,20 +245,28 @@ func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admissi
 func (h *Handler) terminalOp(ctx context.Context, req *wire.Request, a *wire.TerminalArgs) (any, error) {
 	t := h.terms.get(req.TupleSHA256, a.TerminalID)
 	if t == nil {
-		return nil, wire.Errorf(wire.CodeNotFound, "terminal %q does not exist for this tuple", a.TerminalID)
+		return nil, errcode.Errorf(errcode.CodeNotFound, "terminal %q does not exist for this tuple", a.TerminalID)
 	}
+	if a.Release && req.Op != wire.OpExecWait {
+		return nil, errcode.Errorf(errcode.CodeInvalid, "release is an argument of exec_wait alone, not of %s", req.Op)
+	}
+	h.terms.claim(t, wire.ConnOf(ctx)) // a reattach, if it was orphaned
 	switch req.Op {
 	case wire.OpExecOutput:
-		return t.outputSoFar(), nil
+		res := t.outputSoFar()
+		if res.FileSHA256 != nil && h.fits(res, "") != nil { // exec_wait still gives them
+			res.FileSHA256 = nil
+		}
+		return res, nil
 	case wire.OpExecWait:
-		return h.wait(ctx, t)
+		return h.wait(ctx, t, a.Release)
 	case wire.OpExecKill:
 		t.kill()
 		return &wire.Empty{}, nil
 	case wire.OpExecRelease:
 		return h.release(ctx, t)
 	}
-	return nil, wire.Errorf(wire.CodeInvalid, "op %s is not a terminal op", req.Op)
+	return nil, errcode.Errorf(errcode.CodeInvalid, "op %s is not a terminal op", req.Op)
 }
 
 // release kills the group, forgets the terminal and waits until it is
@@ -270,24 +280,39 @@ func (h *Handler) release(ctx context.Context, t *terminal) (*wire.Empty, error)
 	case <-t.done:
 		return &wire.Empty{}, nil
 	case <-ctx.Done():
-		return nil, wire.Errorf(wire.CodeTimeout,
+		return nil, errcode.Errorf(errcode.CodeTimeout,
 			"request ended before the released command was final; it is killed and forgotten, and may still be draining")
 	}
 }
 
-func (h *Handler) wait(ctx context.Context, t *terminal) (*wire.ExecWaitResult, error) {
+// wait answers once the terminal is final: its exit, its after-exit
+// digests and its final output, so the client needs no exec_output after
+// the exit. With release, the terminal is forgotten in the same answer
+// (it is final: nothing of it runs, and the answer holds all it kept);
+// when the output does not fit beside the digests, it is left out and the
+// terminal kept, for exec_output to give it.
+func (h *Handler) wait(ctx context.Context, t *terminal, release bool) (*wire.ExecWaitResult, error) {
 	select {
 	case <-t.done:
 	case <-ctx.Done():
-		return nil, wire.Errorf(wire.CodeTimeout, "request ended before the command exited; it is still running")
+		return nil, errcode.Errorf(errcode.CodeTimeout, "request ended before the command exited; it is still running")
 	case <-h.closed:
-		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	}
-	res := &wire.ExecWaitResult{Exit: *t.status(), FileSHA256: t.hashes}
-	if len(res.FileSHA256) == 0 { // an exit status alone always fits a frame
+	out, trunc := t.out.Snapshot(true)
+	res := &wire.ExecWaitResult{Exit: *t.status(), FileSHA256: t.hashes, Output: &out, Truncated: trunc}
+	if h.fits(res, "") != nil {
+		res.Output, res.Truncated = nil, false
+		if err := h.fits(res, "hash_after_exit result"); err != nil {
+			return nil, err
+		}
 		return res, nil
 	}
-	return res, h.fits(res, "hash_after_exit result")
+	if release {
+		h.terms.remove(t.id)
+		res.Released = true
+	}
+	return res, nil
 }
 
 // outputPipe returns a child's output pipe: the read end in the runtime's
@@ -316,7 +341,7 @@ func (h *Handler) newCgroup(id string) (*termCgroup, error) {
 	}
 	tc, err := h.cgroups.create(id)
 	if errors.Is(err, errCgroupsClosed) {
-		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	}
 	if err != nil { // never mapped by errno (a missing parent is no not_found of the peer's)
 		return nil, h.logInternal(wire.OpExecStart, err)

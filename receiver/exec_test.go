@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/spawn"
@@ -88,18 +89,18 @@ func TestExecRefusals(t *testing.T) {
 	cases := []struct {
 		name string
 		args wire.ExecStartArgs
-		want wire.Code
+		want errcode.Code
 	}{
-		{"LD_PRELOAD", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, wire.CodeDenied},
-		{"LD_LIBRARY_PATH", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"LD_LIBRARY_PATH": "/tmp"}}, wire.CodeDenied},
-		{"GLIBC_TUNABLES", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"GLIBC_TUNABLES": "x"}}, wire.CodeDenied},
-		{"relative argv0", wire.ExecStartArgs{Argv: []string{"./x"}}, wire.CodeInvalid},
-		{"PATH without the name", wire.ExecStartArgs{Argv: []string{"true"}, Env: map[string]string{"PATH": "/nonexistent"}}, wire.CodeNotFound},
-		{"relative path with a slash", wire.ExecStartArgs{Argv: []string{"bin/sh"}}, wire.CodeInvalid},
-		{"missing binary", wire.ExecStartArgs{Argv: []string{"/nonexistent/x"}}, wire.CodeNotFound},
-		{"cwd escape", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Cwd: "../.."}, wire.CodePathEscape},
-		{"cwd missing", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Cwd: "nope"}, wire.CodeNotFound},
-		{"empty argv", wire.ExecStartArgs{}, wire.CodeInvalid},
+		{"LD_PRELOAD", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"LD_PRELOAD": "/tmp/x.so"}}, errcode.CodeDenied},
+		{"LD_LIBRARY_PATH", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"LD_LIBRARY_PATH": "/tmp"}}, errcode.CodeDenied},
+		{"GLIBC_TUNABLES", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Env: map[string]string{"GLIBC_TUNABLES": "x"}}, errcode.CodeDenied},
+		{"relative argv0", wire.ExecStartArgs{Argv: []string{"./x"}}, errcode.CodeInvalid},
+		{"PATH without the name", wire.ExecStartArgs{Argv: []string{"true"}, Env: map[string]string{"PATH": "/nonexistent"}}, errcode.CodeNotFound},
+		{"relative path with a slash", wire.ExecStartArgs{Argv: []string{"bin/sh"}}, errcode.CodeInvalid},
+		{"missing binary", wire.ExecStartArgs{Argv: []string{"/nonexistent/x"}}, errcode.CodeNotFound},
+		{"cwd escape", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Cwd: "../.."}, errcode.CodePathEscape},
+		{"cwd missing", wire.ExecStartArgs{Argv: []string{"/bin/true"}, Cwd: "nope"}, errcode.CodeNotFound},
+		{"empty argv", wire.ExecStartArgs{}, errcode.CodeInvalid},
 	}
 	for _, c := range cases {
 		if _, err := f.call(f.grant, wire.OpExecStart, c.args); code(err) != c.want {
@@ -167,7 +168,7 @@ func TestKillReleaseAndScope(t *testing.T) {
 	f.publish(f.grant, other)
 	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", "sleep 100 & sleep 100"}})
 	for _, op := range []wire.Op{wire.OpExecOutput, wire.OpExecWait, wire.OpExecKill, wire.OpExecRelease} {
-		if _, err := f.call(other, op, wire.TerminalArgs{TerminalID: id}); code(err) != wire.CodeNotFound {
+		if _, err := f.call(other, op, wire.TerminalArgs{TerminalID: id}); code(err) != errcode.CodeNotFound {
 			t.Fatalf("%s on another tuple's terminal: %v, want not_found", op, err)
 		}
 	}
@@ -184,7 +185,7 @@ func TestKillReleaseAndScope(t *testing.T) {
 	if _, err := f.call(f.grant, wire.OpExecRelease, wire.TerminalArgs{TerminalID: id}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: id}); code(err) != wire.CodeNotFound {
+	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: id}); code(err) != errcode.CodeNotFound {
 		t.Fatalf("released terminal still answers: %v", err)
 	}
 	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
@@ -204,14 +205,14 @@ func TestExecLimitsAndReplay(t *testing.T) {
 	f.publish(f.grant, one)
 	sleep := wire.ExecStartArgs{Argv: []string{"/bin/sleep", "100"}}
 	first := f.start(one, sleep)
-	if _, err := f.call(one, wire.OpExecStart, sleep); code(err) != wire.CodeDenied {
+	if _, err := f.call(one, wire.OpExecStart, sleep); code(err) != errcode.CodeDenied {
 		t.Fatalf("second command under max_procs 1: %v", err)
 	}
 	f.call(one, wire.OpExecKill, wire.TerminalArgs{TerminalID: first})
 	f.wait(one, first)
 	f.wait(one, f.start(one, wire.ExecStartArgs{Argv: []string{"/bin/true"}})) // a finished command frees its proc
 	f.start(f.grant, sleep)
-	if _, err := f.call(f.grant, wire.OpExecStart, sleep); code(err) != wire.CodeDenied {
+	if _, err := f.call(f.grant, wire.OpExecStart, sleep); code(err) != errcode.CodeDenied {
 		t.Fatalf("fourth terminal with max_terminals 3: %v", err)
 	}
 	// The same op_key never starts a second command.
@@ -224,7 +225,7 @@ func TestExecLimitsAndReplay(t *testing.T) {
 	if _, err := f.h.Serve(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.h.Serve(context.Background(), req); code(err) != wire.CodeOpKeyConflict {
+	if _, err := f.h.Serve(context.Background(), req); code(err) != errcode.CodeOpKeyConflict {
 		t.Fatalf("replayed op_key: %v", err)
 	}
 }
@@ -250,7 +251,7 @@ func TestCloseKillsEverything(t *testing.T) {
 	if ps := procsOfUID(t, gUID); len(ps) > 0 {
 		t.Fatalf("processes %v survived Close", ps)
 	}
-	if _, err := f.call(f.grant, wire.OpStat, wire.StatArgs{Path: "."}); code(err) != wire.CodeUnavailable {
+	if _, err := f.call(f.grant, wire.OpStat, wire.StatArgs{Path: "."}); code(err) != errcode.CodeUnavailable {
 		t.Fatalf("after Close: %v", err)
 	}
 }
@@ -359,12 +360,12 @@ func TestStaleTerminalsMakeRoom(t *testing.T) {
 	old := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/true"}})
 	f.wait(f.grant, old)
 	running := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sleep", "100"}})
-	if _, err := f.call(f.grant, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}); code(err) != wire.CodeDenied {
+	if _, err := f.call(f.grant, wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}); code(err) != errcode.CodeDenied {
 		t.Fatalf("full table with a recent finished terminal: %v", err)
 	}
 	f.clk.Advance(TerminalRetention + time.Second)
 	f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/true"}})
-	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: old}); code(err) != wire.CodeNotFound {
+	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: old}); code(err) != errcode.CodeNotFound {
 		t.Fatalf("stale terminal kept: %v", err)
 	}
 	if out := f.output(f.grant, running); out.Exit != nil {
@@ -388,7 +389,7 @@ func TestMaxProcsUnderConcurrentStarts(t *testing.T) {
 			switch code(err) {
 			case "":
 				started.Add(1)
-			case wire.CodeDenied:
+			case errcode.CodeDenied:
 				denied.Add(1)
 			default:
 				t.Errorf("exec_start: %v", err)
@@ -434,7 +435,7 @@ func TestLookPathAsGrantUser(t *testing.T) {
 	}
 	_, errHidden := start("k-hidden", "probe", hidden)
 	_, errAbsent := start("k-absent", "absent", hidden)
-	if code(errHidden) != wire.CodeNotFound || code(errAbsent) != wire.CodeNotFound {
+	if code(errHidden) != errcode.CodeNotFound || code(errAbsent) != errcode.CodeNotFound {
 		t.Fatalf("hidden: %v; absent: %v; want not_found for both", errHidden, errAbsent)
 	}
 	if a, b := strings.ReplaceAll(errHidden.Error(), "probe", "X"), strings.ReplaceAll(errAbsent.Error(), "absent", "X"); a != b {
@@ -447,7 +448,7 @@ func TestLookPathAsGrantUser(t *testing.T) {
 	if w := f.wait(f.grant, res.(*wire.ExecStartResult).TerminalID); exitCode(w.Exit) != 0 {
 		t.Fatalf("probe: %+v", w.Exit)
 	}
-	if _, err := start("k-hidden", "probe", open); code(err) != wire.CodeOpKeyConflict {
+	if _, err := start("k-hidden", "probe", open); code(err) != errcode.CodeOpKeyConflict {
 		t.Fatalf("op key reused after a command ran: %v, want op_key_conflict", err)
 	}
 }
@@ -507,7 +508,7 @@ func TestReleaseAnswersTimeoutUntilFinal(t *testing.T) {
 	defer cancel()
 	_, err := f.callCtx(ctx, f.grant.Tuple.SHA256(), wire.OpExecRelease, wire.TerminalArgs{TerminalID: id},
 		f.clk.Now().Add(30*time.Second))
-	if code(err) != wire.CodeTimeout {
+	if code(err) != errcode.CodeTimeout {
 		t.Fatalf("release before the terminal is final: %v, want timeout", err)
 	}
 	if f.h.terms.get(f.grant.Tuple.SHA256(), id) != nil {
@@ -517,5 +518,62 @@ func TestReleaseAnswersTimeoutUntilFinal(t *testing.T) {
 	case <-tm.done:
 	case <-time.After(30 * time.Second): // a bound for a slow guest, not a wait
 		t.Fatal("the released terminal never became final")
+	}
+}
+
+// TestWaitCarriesFinalOutput: one exec_wait answers the exit, the
+// after-exit digests and the whole output; with release it forgets the
+// terminal in the same exchange, and release is refused on other ops.
+// exec_output after the exit carries the digests too.
+func TestWaitCarriesFinalOutput(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{})
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"sh", "-c", `printf 'a\nb'; printf x > made; exit 2`},
+		HashAfterExit: []string{"made"}})
+	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: id, Release: true}); code(err) != errcode.CodeInvalid {
+		t.Fatalf("exec_output with release: %v, want invalid", err)
+	}
+	sum := sha256.Sum256([]byte("x"))
+	res, err := f.call(f.grant, wire.OpExecWait, wire.TerminalArgs{TerminalID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := res.(*wire.ExecWaitResult)
+	if w.Output == nil || *w.Output != "a\nb" || w.Truncated || exitCode(w.Exit) != 2 || w.Released ||
+		w.FileSHA256["made"] != hex.EncodeToString(sum[:]) {
+		t.Fatalf("exec_wait = %+v", w)
+	}
+	if out := f.output(f.grant, id); out.FileSHA256["made"] != hex.EncodeToString(sum[:]) {
+		t.Fatalf("exec_output after exit: digests %v", out.FileSHA256)
+	}
+	res, err = f.call(f.grant, wire.OpExecWait, wire.TerminalArgs{TerminalID: id, Release: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.(*wire.ExecWaitResult); !w.Released || w.Output == nil || *w.Output != "a\nb" {
+		t.Fatalf("exec_wait with release = %+v", w)
+	}
+	if _, err := f.call(f.grant, wire.OpExecOutput, wire.TerminalArgs{TerminalID: id}); code(err) != errcode.CodeNotFound {
+		t.Fatalf("exec_output after a releasing wait: %v, want not_found", err)
+	}
+}
+
+// TestWaitLeavesOutOutputThatDoesNotFit: output whose encoding passes the
+// result bound beside the digests is left out (Output nil), and the
+// terminal is then kept even with release, so exec_output can give it.
+func TestWaitLeavesOutOutputThatDoesNotFit(t *testing.T) {
+	testenv.Require(t, "root")
+	f := newFixture(t, Options{Limits: Limits{MaxResultBytes: 65536}})
+	// 20000 control bytes encode as \u0001 each: 120000 bytes of JSON.
+	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"sh", "-c", `head -c 20000 /dev/zero | tr '\0' '\1'`}})
+	res, err := f.call(f.grant, wire.OpExecWait, wire.TerminalArgs{TerminalID: id, Release: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := res.(*wire.ExecWaitResult); w.Output != nil || w.Released || exitCode(w.Exit) != 0 {
+		t.Fatalf("exec_wait = %+v, want the exit without output, not released", w)
+	}
+	if out := f.output(f.grant, id); len(out.Output) != 20000 {
+		t.Fatalf("exec_output after: %d bytes", len(out.Output))
 	}
 }

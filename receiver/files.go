@@ -1,11 +1,13 @@
 package receiver
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io/fs"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -27,12 +29,97 @@ func (h *Handler) read(g admission.Grant, a *wire.ReadArgs) (*wire.ReadResult, e
 		return nil, err
 	}
 	defer root.Close()
-	res, err := root.Read(a.Path, a.Line, a.Limit)
+	res, err := root.ReadSelect(a.Path, a.Line, a.Limit, h.limits.MaxResultBytes)
 	if err != nil {
 		return nil, err
 	}
 	out := &wire.ReadResult{Content: res.Content, Size: res.Size, SHA256: res.SHA256}
-	return out, h.fits(out, "selected content; read fewer lines with line and limit")
+	// JSON escapes a byte to at most six: below that bound no encoding is
+	// needed to know the answer fits.
+	if res.Overflow || 6*len(out.Content)+512 > h.limits.MaxResultBytes && h.fits(out, "") != nil { // the client reads it in chunks
+		return &wire.ReadResult{Size: res.Size, SHA256: res.SHA256, Chunked: true}, nil
+	}
+	return out, nil
+}
+
+// readChunk answers at most as many bytes as fit one result in base64.
+func (h *Handler) readChunk(g admission.Grant, a *wire.ReadChunkArgs) (*wire.ReadChunkResult, error) {
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	data, size, err := root.ReadAt(a.Path, a.Offset, min(a.Length, h.chunkBound()))
+	if err != nil {
+		return nil, err
+	}
+	return &wire.ReadChunkResult{Data: data, Size: size}, nil
+}
+
+// chunkBound is the most bytes whose base64 fits one result beside its
+// envelope.
+func (h *Handler) chunkBound() int64 {
+	return int64(h.limits.MaxResultBytes-256) / 4 * 3
+}
+
+// writeBegin checks a chunked write as write would and opens its
+// unnamed staging file, held by the request's connection.
+func (h *Handler) writeBegin(ctx context.Context, req *wire.Request, g admission.Grant, a *wire.WriteBeginArgs) (*wire.WriteBeginResult, error) {
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	st, err := root.Stage(fsops.StageRequest{Path: a.Path, Size: a.Size, SHA256: a.SHA256, Mode: a.Mode,
+		ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent})
+	if err != nil {
+		return nil, err
+	}
+	t, err := h.transfers.open(req.TupleSHA256, wire.ConnOf(ctx), st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return &wire.WriteBeginResult{TransferID: t.id}, nil
+}
+
+// writeChunk appends one chunk; a chunk that fails drops the transfer.
+func (h *Handler) writeChunk(req *wire.Request, a *wire.WriteChunkArgs) (*wire.WriteChunkResult, error) {
+	t, err := h.transfers.get(req.TupleSHA256, a.TransferID)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.st.Append(a.Offset, a.Data); err != nil {
+		h.transfers.dropLocked(t)
+		return nil, err
+	}
+	n := t.st.Received()
+	h.transfers.done(t)
+	return &wire.WriteChunkResult{Received: n}, nil
+}
+
+// writeEnd commits (write_commit) or drops (write_abort) a transfer; either
+// way it is closed.
+func (h *Handler) writeEnd(req *wire.Request, g admission.Grant, a *wire.TransferArgs) (any, error) {
+	t, err := h.transfers.get(req.TupleSHA256, a.TransferID)
+	if err != nil {
+		return nil, err
+	}
+	st := h.transfers.take(t)
+	defer st.Close()
+	if req.Op == wire.OpWriteAbort {
+		return &wire.Empty{}, nil
+	}
+	root, err := h.openRoot(g)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	res, err := root.Commit(st)
+	if err != nil {
+		return nil, err
+	}
+	return &wire.WriteResult{Size: res.Size, SHA256: res.SHA256}, nil
 }
 
 func (h *Handler) write(g admission.Grant, a *wire.WriteArgs) (*wire.WriteResult, error) {
@@ -109,7 +196,7 @@ func (h *Handler) fits(v any, what string) error {
 		return err
 	}
 	if len(b) > h.limits.MaxResultBytes {
-		return wire.Errorf(wire.CodeTooLarge, "%s encodes to %d bytes, limit %d; %s", "result", len(b), h.limits.MaxResultBytes, what)
+		return errcode.Errorf(errcode.CodeTooLarge, "%s encodes to %d bytes, limit %d; %s", "result", len(b), h.limits.MaxResultBytes, what)
 	}
 	return nil
 }
@@ -117,37 +204,39 @@ func (h *Handler) fits(v any, what string) error {
 // errCodes maps the errors of fsops and spawn onto wire codes.
 var errCodes = []struct {
 	err  error
-	code wire.Code
+	code errcode.Code
 }{
-	{fsops.ErrEscape, wire.CodePathEscape},
-	{fsops.ErrNotFound, wire.CodeNotFound},
-	{fsops.ErrNotDir, wire.CodeNotFound},
-	{fsops.ErrTooLarge, wire.CodeTooLarge},
-	{fsops.ErrPrecondition, wire.CodePrecondition},
-	{fsops.ErrHardLink, wire.CodeDenied},
-	{fsops.ErrSymlink, wire.CodeDenied},
-	{fsops.ErrNotRegular, wire.CodeInvalid},
-	{fsops.ErrNotText, wire.CodeInvalid},
-	{fsops.ErrInvalid, wire.CodeInvalid},
-	{spawn.ErrCapability, wire.CodeDenied},
-	{spawn.ErrLoaderEnv, wire.CodeDenied},
-	{spawn.ErrSpec, wire.CodeInvalid},
-	{spawn.ErrLandlock, wire.CodeDenied},
-	{fs.ErrNotExist, wire.CodeNotFound},
-	{fs.ErrPermission, wire.CodeDenied},
-	{spawn.ErrStart, wire.CodeDenied},
+	{fsops.ErrEscape, errcode.CodePathEscape},
+	{fsops.ErrNotFound, errcode.CodeNotFound},
+	{fsops.ErrNotDir, errcode.CodeNotFound},
+	{fsops.ErrTooLarge, errcode.CodeTooLarge},
+	{fsops.ErrPrecondition, errcode.CodePrecondition},
+	{fsops.ErrBusy, errcode.CodeBusy},
+	{fsops.ErrHardLink, errcode.CodeDenied},
+	{fsops.ErrSymlink, errcode.CodeDenied},
+	{fsops.ErrNotRegular, errcode.CodeInvalid},
+	{fsops.ErrNotText, errcode.CodeInvalid},
+	{fsops.ErrInvalid, errcode.CodeInvalid},
+	{fsops.ErrDigest, errcode.CodeInvalid},
+	{spawn.ErrCapability, errcode.CodeDenied},
+	{spawn.ErrLoaderEnv, errcode.CodeDenied},
+	{spawn.ErrSpec, errcode.CodeInvalid},
+	{spawn.ErrLandlock, errcode.CodeDenied},
+	{fs.ErrNotExist, errcode.CodeNotFound},
+	{fs.ErrPermission, errcode.CodeDenied},
+	{spawn.ErrStart, errcode.CodeDenied},
 }
 
 // toWire gives err its code; an unclassified error is logged and sent as
 // internal, so internals never reach the peer.
 func (h *Handler) toWire(op wire.Op, err error) error {
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		return we
 	}
 	for _, m := range errCodes {
 		if errors.Is(err, m.err) {
-			return wire.Errorf(m.code, "%s: %v", op, err)
+			return errcode.Errorf(m.code, "%s: %v", op, err)
 		}
 	}
 	return h.logInternal(op, err)

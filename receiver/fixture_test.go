@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/spawn"
@@ -37,7 +39,7 @@ func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 type fixture struct {
 	t     testing.TB
 	h     *Handler
-	pub   *admission.Publisher
+	pub   *signedfile.Publisher
 	clk   *clock
 	base  string
 	seq   atomic.Int64
@@ -70,16 +72,16 @@ func newFixture(t testing.TB, opts Options) *fixture {
 	}
 	f := &fixture{t: t, base: base, clk: &clock{}}
 	f.clk.ns.Store(time.Now().UnixNano())
-	if f.pub, err = admission.NewPublisher(admission.PublisherConfig{Dir: adm, Key: key, Now: f.clk.Now}); err != nil {
+	if f.pub, err = signedfile.NewPublisher(signedfile.PublisherConfig{Dir: adm, Key: key, Now: f.clk.Now}); err != nil {
 		t.Fatal(err)
 	}
 	owner := uint32(os.Geteuid())
-	l, err := admission.NewLoader(admission.LoaderConfig{Path: filepath.Join(adm, admission.FileName),
+	l, err := signedfile.NewLoader(signedfile.LoaderConfig{Path: filepath.Join(adm, admission.FileName),
 		PublicKey: key.Public(), OwnerUID: &owner, Now: f.clk.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := admission.NewRefresher(context.Background(), l, admission.RefresherOptions{NoWatch: true})
+	r, err := signedfile.NewRefresher(context.Background(), l, signedfile.RefresherOptions{NoWatch: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,14 +140,14 @@ func (f *fixture) callCtx(ctx context.Context, digest string, op wire.Op, args a
 }
 
 // code returns the wire code of err ("" for nil).
-func code(err error) wire.Code {
+func code(err error) errcode.Code {
 	if err == nil {
 		return ""
 	}
-	if we, ok := err.(*wire.Error); ok {
+	if we, ok := err.(*errcode.Error); ok {
 		return we.Code
 	}
-	return "not-a-wire-error: " + wire.Code(fmt.Sprint(err))
+	return "not-a-wire-error: " + errcode.Code(fmt.Sprint(err))
 }
 
 // procsOfUID lists processes whose real uid is u.

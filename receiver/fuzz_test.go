@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -32,6 +33,11 @@ func FuzzDecodeArgs(f *testing.F) {
 		wire.OpList:        `{"path":"."}{"path":"x"}`,
 		wire.OpStat:        `{"path":".","PATH":"x"}`,
 		wire.OpExecRelease: `[]`,
+		wire.OpReadChunk:   `{"path":"a","offset":10,"length":4096}`,
+		wire.OpWriteBegin:  `{"path":"a","size":3,"sha256":"ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}`,
+		wire.OpWriteChunk:  `{"transfer_id":"w-1","offset":0,"data":"YWJj"}`,
+		wire.OpWriteCommit: `{"transfer_id":"w-1"}`,
+		wire.OpWriteAbort:  `{"transfer_id":"w-1","x":1}`,
 	}
 	for op, raw := range seeds {
 		f.Add(uint8(slices.Index(wire.Ops, op)), []byte(raw))
@@ -45,8 +51,8 @@ func FuzzDecodeArgs(f *testing.F) {
 		op := wire.Ops[int(opIndex)%len(wire.Ops)]
 		args, err := decodeArgs(&wire.Request{Op: op, Args: raw})
 		if err != nil {
-			var we *wire.Error
-			if !errors.As(err, &we) || we.Code != wire.CodeInvalid {
+			var we *errcode.Error
+			if !errors.As(err, &we) || we.Code != errcode.CodeInvalid {
 				t.Fatalf("decode error %v is not invalid", err)
 			}
 			return

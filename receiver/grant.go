@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -23,17 +24,17 @@ func (h *Handler) grant(ctx context.Context, digest string, op admission.Op) (ad
 func (h *Handler) recheck(g admission.Grant, digest string, op admission.Op) error {
 	switch {
 	case g.Tuple.SHA256() != digest:
-		return wire.Errorf(wire.CodeNotAdmitted, "grant source answered for tuple %s, not %s", g.Tuple.SHA256(), digest)
+		return errcode.Errorf(errcode.CodeNotAdmitted, "grant source answered for tuple %s, not %s", g.Tuple.SHA256(), digest)
 	case !h.now().Before(g.NotAfter):
-		return wire.Errorf(wire.CodeLeaseExpired, "grant ended at %s", g.NotAfter.UTC().Format("2006-01-02T15:04:05Z07:00"))
+		return errcode.Errorf(errcode.CodeLeaseExpired, "grant ended at %s", g.NotAfter.UTC().Format("2006-01-02T15:04:05Z07:00"))
 	case !g.Allows(op):
-		return wire.Errorf(wire.CodeDenied, "grant does not allow %s", op)
+		return errcode.Errorf(errcode.CodeDenied, "grant does not allow %s", op)
 	case g.UID == 0 || g.GID == 0:
-		return wire.Errorf(wire.CodeDenied, "grant maps children onto uid %d gid %d; id 0 is refused", g.UID, g.GID)
+		return errcode.Errorf(errcode.CodeDenied, "grant maps children onto uid %d gid %d; id 0 is refused", g.UID, g.GID)
 	}
 	for _, gr := range g.Groups {
 		if gr == 0 {
-			return wire.Errorf(wire.CodeDenied, "grant lists supplementary group 0")
+			return errcode.Errorf(errcode.CodeDenied, "grant lists supplementary group 0")
 		}
 	}
 	return nil
@@ -46,15 +47,15 @@ func (h *Handler) recheck(g admission.Grant, digest string, op admission.Op) err
 func lookupError(err error) error {
 	switch {
 	case errors.Is(err, admission.ErrGrantExpired):
-		return wire.Errorf(wire.CodeLeaseExpired, "%v", err)
+		return errcode.Errorf(errcode.CodeLeaseExpired, "%v", err)
 	case errors.Is(err, admission.ErrOpNotAllowed):
-		return wire.Errorf(wire.CodeDenied, "%v", err)
+		return errcode.Errorf(errcode.CodeDenied, "%v", err)
 	case errors.Is(err, admission.ErrNoGrant):
-		return wire.Errorf(wire.CodeNotAdmitted, "%v", err)
+		return errcode.Errorf(errcode.CodeNotAdmitted, "%v", err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return wire.Errorf(wire.CodeTimeout, "grant lookup: %v", err)
+		return errcode.Errorf(errcode.CodeTimeout, "grant lookup: %v", err)
 	}
-	return wire.Errorf(wire.CodeNotAdmitted, "no usable admission snapshot: %v", err)
+	return errcode.Errorf(errcode.CodeNotAdmitted, "no usable admission snapshot: %v", err)
 }
 
 // attachOps is the order attach tries grant ops in.

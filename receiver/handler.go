@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -23,7 +24,7 @@ import (
 // Options configure a Handler.
 type Options struct {
 	// Grants answers every request's grant lookup; required. The daemon
-	// uses an admission.Refresher.
+	// uses an signedfile.Refresher.
 	Grants admission.GrantSource
 	// Limits cap what any grant may ask for; zero fields take the
 	// DefaultLimits values.
@@ -68,7 +69,8 @@ type Handler struct {
 	now      func() time.Time
 	log      *slog.Logger
 
-	terms *terminals
+	terms     *terminals
+	transfers *transfers
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -123,7 +125,9 @@ func NewHandler(opts Options) (*Handler, error) {
 		return nil, err
 	}
 	h.enforced = newEnforcement(opts.Cgroup)
+	h.transfers = newTransfers()
 	h.terms = newTerminals(lim.MaxTerminals)
+	h.terms.bound(lim.MaxTerminalsPerTuple, lim.orphanGrace(), h.log)
 	every := opts.RecheckEvery
 	if every <= 0 {
 		every = DefaultRecheckEvery
@@ -141,6 +145,7 @@ func (h *Handler) Close() error {
 		close(h.closed)
 		h.sweeper.Wait()
 		h.terms.closeAll()
+		h.transfers.closeAll()
 		h.landlock.close()
 		h.cgroups.close()
 		h.cgv1.close()
@@ -149,12 +154,12 @@ func (h *Handler) Close() error {
 }
 
 // Serve answers one request: envelope checks, argument decoding, the grant
-// at request time, then the op. Every refusal is a *wire.Error whose code
+// at request time, then the op. Every refusal is a *errcode.Error whose code
 // names the failed check; nothing happens before the grant allows it.
 func (h *Handler) Serve(ctx context.Context, req *wire.Request) (any, error) {
 	select {
 	case <-h.closed:
-		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	default:
 	}
 	if err := checkEnvelope(req, h.now()); err != nil {
@@ -184,7 +189,9 @@ var grantOp = map[wire.Op]admission.Op{
 	wire.OpWrite: admission.OpWrite, wire.OpList: admission.OpList,
 	wire.OpExecStart: admission.OpExec, wire.OpExecOutput: admission.OpExec,
 	wire.OpExecWait: admission.OpExec, wire.OpExecRelease: admission.OpExec,
-	wire.OpExecKill: admission.OpKill,
+	wire.OpExecKill:  admission.OpKill,
+	wire.OpReadChunk: admission.OpRead, wire.OpWriteBegin: admission.OpWrite, wire.OpWriteChunk: admission.OpWrite,
+	wire.OpWriteCommit: admission.OpWrite, wire.OpWriteAbort: admission.OpWrite,
 }
 
 func (h *Handler) dispatch(ctx context.Context, req *wire.Request, args any, g admission.Grant) (any, error) {
@@ -203,23 +210,31 @@ func (h *Handler) dispatch(ctx context.Context, req *wire.Request, args any, g a
 		return h.execStart(ctx, req, a, g)
 	case *wire.TerminalArgs:
 		return h.terminalOp(ctx, req, a)
+	case *wire.ReadChunkArgs:
+		return h.readChunk(g, a)
+	case *wire.WriteBeginArgs:
+		return h.writeBegin(ctx, req, g, a)
+	case *wire.WriteChunkArgs:
+		return h.writeChunk(req, a)
+	case *wire.TransferArgs:
+		return h.writeEnd(req, g, a)
 	}
-	return nil, wire.Errorf(wire.CodeInvalid, "op %s has no handler", req.Op)
+	return nil, errcode.Errorf(errcode.CodeInvalid, "op %s has no handler", req.Op)
 }
 
 // checkEnvelope checks what every request carries before anything else.
 func checkEnvelope(req *wire.Request, now time.Time) error {
 	switch {
 	case !req.Op.Valid():
-		return wire.Errorf(wire.CodeInvalid, "op %q is not in the closed set", req.Op)
+		return errcode.Errorf(errcode.CodeInvalid, "op %q is not in the closed set", req.Op)
 	case !wire.ValidDigest(req.TupleSHA256):
-		return wire.Errorf(wire.CodeInvalid, "tuple_sha256 is not 64 lowercase hex digits")
+		return errcode.Errorf(errcode.CodeInvalid, "tuple_sha256 is not 64 lowercase hex digits")
 	case !wire.ValidOpKey(req.OpKey):
-		return wire.Errorf(wire.CodeInvalid, "op_key is not 1..128 characters of [A-Za-z0-9._:-]")
+		return errcode.Errorf(errcode.CodeInvalid, "op_key is not 1..128 characters of [A-Za-z0-9._:-]")
 	case req.Deadline.IsZero():
-		return wire.Errorf(wire.CodeInvalid, "deadline missing")
+		return errcode.Errorf(errcode.CodeInvalid, "deadline missing")
 	case !now.Before(req.Deadline):
-		return wire.Errorf(wire.CodeTimeout, "request deadline %s has passed", req.Deadline.UTC().Format(time.RFC3339Nano))
+		return errcode.Errorf(errcode.CodeTimeout, "request deadline %s has passed", req.Deadline.UTC().Format(time.RFC3339Nano))
 	}
 	return nil
 }
@@ -227,7 +242,7 @@ func checkEnvelope(req *wire.Request, now time.Time) error {
 // logInternal records an unexpected failure; the peer sees only internal.
 func (h *Handler) logInternal(op wire.Op, err error) error {
 	h.log.Error("receiver: op failed", "op", op, "err", err)
-	return wire.Errorf(wire.CodeInternal, "%s failed inside the receiver", op)
+	return errcode.Errorf(errcode.CodeInternal, "%s failed inside the receiver", op)
 }
 
 // sweep re-resolves the grant of every running command each interval and

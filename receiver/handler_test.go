@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
@@ -50,13 +51,13 @@ func TestRefusedBeforeSideEffects(t *testing.T) {
 	for op, args := range sideEffectArgs {
 		cases := []struct {
 			g    admission.Grant
-			want wire.Code
-		}{{unknown, wire.CodeNotAdmitted}, {expired, wire.CodeLeaseExpired}}
+			want errcode.Code
+		}{{unknown, errcode.CodeNotAdmitted}, {expired, errcode.CodeLeaseExpired}}
 		if grantOp[op] != admission.OpRead {
 			cases = append(cases, struct {
 				g    admission.Grant
-				want wire.Code
-			}{readOnly, wire.CodeDenied})
+				want errcode.Code
+			}{readOnly, errcode.CodeDenied})
 		}
 		for _, c := range cases {
 			if _, err := f.call(c.g, op, args); code(err) != c.want {
@@ -85,14 +86,14 @@ func TestEnvelopeChecks(t *testing.T) {
 		digest   string
 		opKey    string
 		deadline time.Time
-		want     wire.Code
+		want     errcode.Code
 	}{
-		{"no digest", "", "k", future, wire.CodeInvalid},
-		{"upper-case digest", strings.ToUpper(d), "k", future, wire.CodeInvalid},
-		{"no op key", d, "", future, wire.CodeInvalid},
-		{"op key with space", d, "a b", future, wire.CodeInvalid},
-		{"no deadline", d, "k", time.Time{}, wire.CodeInvalid},
-		{"deadline passed", d, "k", f.clk.Now().Add(-time.Second), wire.CodeTimeout},
+		{"no digest", "", "k", future, errcode.CodeInvalid},
+		{"upper-case digest", strings.ToUpper(d), "k", future, errcode.CodeInvalid},
+		{"no op key", d, "", future, errcode.CodeInvalid},
+		{"op key with space", d, "a b", future, errcode.CodeInvalid},
+		{"no deadline", d, "k", time.Time{}, errcode.CodeInvalid},
+		{"deadline passed", d, "k", f.clk.Now().Add(-time.Second), errcode.CodeTimeout},
 	}
 	for _, c := range cases {
 		req := &wire.Request{ID: 1, Op: wire.OpStat, TupleSHA256: c.digest, OpKey: c.opKey, Deadline: c.deadline,
@@ -103,7 +104,7 @@ func TestEnvelopeChecks(t *testing.T) {
 	}
 	for _, raw := range []string{`{"path":".","x":1}`, `[]`, `{"path":"."}{}`, ``, `null`} {
 		req := &wire.Request{ID: 1, Op: wire.OpStat, TupleSHA256: d, OpKey: "k", Deadline: future, Args: []byte(raw)}
-		if _, err := f.h.Serve(context.Background(), req); code(err) != wire.CodeInvalid {
+		if _, err := f.h.Serve(context.Background(), req); code(err) != errcode.CodeInvalid {
 			t.Errorf("args %q: %v, want invalid", raw, err)
 		}
 	}
@@ -128,7 +129,7 @@ func TestOpMapping(t *testing.T) {
 	for op, needs := range want {
 		for gop, g := range grants {
 			_, err := f.call(g, op, sideEffectArgs[op])
-			denied := code(err) == wire.CodeDenied
+			denied := code(err) == errcode.CodeDenied
 			if denied != (gop != needs) {
 				t.Errorf("%s with a grant of only %s: %v (needs %s)", op, gop, err, needs)
 			}
@@ -146,11 +147,11 @@ func TestAttach(t *testing.T) {
 	if err != nil || ar.GrantGeneration != 2 || !ar.NotAfter.Equal(kill.NotAfter) || len(ar.Ops) != 1 || ar.Ops[0] != "kill" {
 		t.Fatalf("attach = %+v, %v", res, err)
 	}
-	if _, err := f.call(f.newGrant("nobody"), wire.OpAttach, wire.AttachArgs{}); code(err) != wire.CodeNotAdmitted {
+	if _, err := f.call(f.newGrant("nobody"), wire.OpAttach, wire.AttachArgs{}); code(err) != errcode.CodeNotAdmitted {
 		t.Fatalf("attach without grant: %v", err)
 	}
 	f.clk.Advance(61 * time.Minute)
-	if _, err := f.call(kill, wire.OpAttach, wire.AttachArgs{}); code(err) != wire.CodeLeaseExpired {
+	if _, err := f.call(kill, wire.OpAttach, wire.AttachArgs{}); code(err) != errcode.CodeLeaseExpired {
 		t.Fatalf("attach after not_after: %v", err)
 	}
 }
@@ -169,14 +170,14 @@ func TestHandlerRechecksGrant(t *testing.T) {
 	other := f.newGrant("other", allOps...)
 	cases := map[string]struct {
 		mut  func(*admission.Grant)
-		want wire.Code
+		want errcode.Code
 	}{
-		"other tuple": {func(g *admission.Grant) { g.Tuple = other.Tuple }, wire.CodeNotAdmitted},
-		"expired":     {func(g *admission.Grant) { g.NotAfter = f.clk.Now().Add(-time.Second) }, wire.CodeLeaseExpired},
-		"op missing":  {func(g *admission.Grant) { g.Ops = []admission.Op{admission.OpRead} }, wire.CodeDenied},
-		"uid 0":       {func(g *admission.Grant) { g.UID = 0 }, wire.CodeDenied},
-		"gid 0":       {func(g *admission.Grant) { g.GID = 0 }, wire.CodeDenied},
-		"group 0":     {func(g *admission.Grant) { g.Groups = []uint32{0} }, wire.CodeDenied},
+		"other tuple": {func(g *admission.Grant) { g.Tuple = other.Tuple }, errcode.CodeNotAdmitted},
+		"expired":     {func(g *admission.Grant) { g.NotAfter = f.clk.Now().Add(-time.Second) }, errcode.CodeLeaseExpired},
+		"op missing":  {func(g *admission.Grant) { g.Ops = []admission.Op{admission.OpRead} }, errcode.CodeDenied},
+		"uid 0":       {func(g *admission.Grant) { g.UID = 0 }, errcode.CodeDenied},
+		"gid 0":       {func(g *admission.Grant) { g.GID = 0 }, errcode.CodeDenied},
+		"group 0":     {func(g *admission.Grant) { g.Groups = []uint32{0} }, errcode.CodeDenied},
 	}
 	for name, c := range cases {
 		g := f.grant
@@ -224,10 +225,10 @@ func TestFileOps(t *testing.T) {
 	if err != nil || rr.Content != "two\n" || rr.SHA256 != wr.SHA256 {
 		t.Fatalf("read = %+v, %v", res, err)
 	}
-	if _, err := f.call(g, wire.OpWrite, wire.WriteArgs{Path: "a.txt", Content: "x", ExpectSHA256: strings.Repeat("0", 64)}); code(err) != wire.CodePrecondition {
+	if _, err := f.call(g, wire.OpWrite, wire.WriteArgs{Path: "a.txt", Content: "x", ExpectSHA256: strings.Repeat("0", 64)}); code(err) != errcode.CodePrecondition {
 		t.Fatalf("stale edit: %v", err)
 	}
-	if _, err := f.call(g, wire.OpWrite, wire.WriteArgs{Path: "a.txt", Content: "x", ExpectAbsent: true}); code(err) != wire.CodePrecondition {
+	if _, err := f.call(g, wire.OpWrite, wire.WriteArgs{Path: "a.txt", Content: "x", ExpectAbsent: true}); code(err) != errcode.CodePrecondition {
 		t.Fatalf("expect_absent on existing: %v", err)
 	}
 	res, err = f.call(g, wire.OpList, wire.ListArgs{Path: "."})
@@ -249,18 +250,18 @@ func TestFileOps(t *testing.T) {
 		if args == nil {
 			continue
 		}
-		if _, err := f.call(g, op, args); code(err) != wire.CodePathEscape {
+		if _, err := f.call(g, op, args); code(err) != errcode.CodePathEscape {
 			t.Errorf("%s %+v: %v, want path_escape", op, args, err)
 		}
 	}
 	if _, err := os.Lstat("/etc/evil"); err == nil {
 		t.Fatal("a write escaped into /etc")
 	}
-	if _, err := f.call(g, wire.OpRead, wire.ReadArgs{Path: "missing"}); code(err) != wire.CodeNotFound {
+	if _, err := f.call(g, wire.OpRead, wire.ReadArgs{Path: "missing"}); code(err) != errcode.CodeNotFound {
 		t.Fatalf("missing file: %v", err)
 	}
 	big := strings.Repeat("x", int(g.Limits.MaxFileBytes)+1)
-	if _, err := f.call(g, wire.OpWrite, wire.WriteArgs{Path: "big", Content: big}); code(err) != wire.CodeTooLarge {
+	if _, err := f.call(g, wire.OpWrite, wire.WriteArgs{Path: "big", Content: big}); code(err) != errcode.CodeTooLarge {
 		t.Fatalf("write beyond max_file_bytes: %v", err)
 	}
 }
@@ -268,11 +269,11 @@ func TestFileOps(t *testing.T) {
 func TestErrorMapping(t *testing.T) {
 	h := &Handler{log: nil}
 	h.log = discardLogger()
-	cases := map[error]wire.Code{
-		&spawn.CapError{Missing: []string{"KILL"}}: wire.CodeDenied,
-		spawn.ErrLoaderEnv:                         wire.CodeDenied,
-		fsops.ErrEscape:                            wire.CodePathEscape,
-		errors.New("boom"):                         wire.CodeInternal,
+	cases := map[error]errcode.Code{
+		&spawn.CapError{Missing: []string{"KILL"}}: errcode.CodeDenied,
+		spawn.ErrLoaderEnv:                         errcode.CodeDenied,
+		fsops.ErrEscape:                            errcode.CodePathEscape,
+		errors.New("boom"):                         errcode.CodeInternal,
 	}
 	for err, want := range cases {
 		if got := code(h.toWire(wire.OpExecStart, err)); got != want {
@@ -310,8 +311,11 @@ func TestResultsFitAFrame(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(f.grant.Tuple.Root, "big"), []byte(strings.Repeat("a\n", 40<<10)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.call(f.grant, wire.OpRead, wire.ReadArgs{Path: "big"}); code(err) != wire.CodeTooLarge {
-		t.Fatalf("read of 80 KiB into a 64 KiB result: %v", err)
+	// A selection over the bound is answered chunked (no content, the
+	// whole file's size and digest), for the client to read in chunks.
+	rr, err := f.call(f.grant, wire.OpRead, wire.ReadArgs{Path: "big"})
+	if r, _ := rr.(*wire.ReadResult); err != nil || !r.Chunked || r.Content != "" || r.Size != 80<<10 || len(r.SHA256) != 64 {
+		t.Fatalf("read of 80 KiB into a 64 KiB result: %+v, %v", rr, err)
 	}
 	if _, err := f.call(f.grant, wire.OpRead, wire.ReadArgs{Path: "big", Line: 1, Limit: 100}); err != nil {
 		t.Fatalf("read of 100 lines: %v", err)

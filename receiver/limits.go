@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -23,20 +24,31 @@ type Limits struct {
 	// MaxTerminals bounds the terminals (running or not yet released)
 	// the receiver keeps for all tuples together.
 	MaxTerminals int `json:"max_terminals"`
+	// MaxTerminalsPerTuple bounds the terminals one tuple keeps, so one
+	// session cannot take every slot from the others.
+	MaxTerminalsPerTuple int `json:"max_terminals_per_tuple"`
+	// OrphanGraceS is how long, in seconds, a command whose connection
+	// ended waits for a reattach before it is killed and forgotten
+	// (docs/protocol.md "Processes").
+	OrphanGraceS int64 `json:"orphan_grace_s"`
 	// MaxResultBytes bounds one encoded result; it must leave room for
 	// the response envelope within the wire's frame limit.
 	MaxResultBytes int `json:"max_result_bytes"`
 }
 
-// DefaultLimits are used for every zero field of Limits.
+// DefaultLimits are used for every zero field of Limits (the per-tuple
+// terminals and the orphan grace at most max_terminals and max_runtime_s).
 var DefaultLimits = Limits{
-	MaxFileBytes:   768 << 10,
+	MaxFileBytes:   64 << 20,
 	MaxOutputBytes: 64 << 10,
 	MaxRuntimeS:    3600,
 	MaxListEntries: 4096,
 	MaxHashPaths:   256,
 	MaxTerminals:   256,
 	MaxResultBytes: 1<<20 - 4<<10,
+
+	MaxTerminalsPerTuple: 64,
+	OrphanGraceS:         30,
 }
 
 // HardMaxOutputBytes keeps every exec_output answer within a frame even
@@ -72,6 +84,8 @@ func (l Limits) withDefaults() (Limits, error) {
 	if l.MaxResultBytes != 0 {
 		d.MaxResultBytes = l.MaxResultBytes
 	}
+	d.MaxTerminalsPerTuple = cmp.Or(l.MaxTerminalsPerTuple, min(d.MaxTerminalsPerTuple, d.MaxTerminals))
+	d.OrphanGraceS = cmp.Or(l.OrphanGraceS, min(d.OrphanGraceS, d.MaxRuntimeS))
 	return d, d.validate()
 }
 
@@ -83,11 +97,17 @@ func (l Limits) validate() error {
 		return fmt.Errorf("%w: max_output_bytes %d not in 1..%d", ErrLimits, l.MaxOutputBytes, HardMaxOutputBytes)
 	case l.MaxResultBytes < 64<<10 || l.MaxResultBytes > HardMaxResultBytes:
 		return fmt.Errorf("%w: max_result_bytes %d not in %d..%d", ErrLimits, l.MaxResultBytes, 64<<10, HardMaxResultBytes)
+	case l.MaxTerminalsPerTuple < 0 || l.MaxTerminalsPerTuple > l.MaxTerminals:
+		return fmt.Errorf("%w: max_terminals_per_tuple %d not in 1..max_terminals (%d)", ErrLimits, l.MaxTerminalsPerTuple, l.MaxTerminals)
+	case l.OrphanGraceS < 0 || l.OrphanGraceS > l.MaxRuntimeS:
+		return fmt.Errorf("%w: orphan_grace_s %d not in 1..max_runtime_s (%d)", ErrLimits, l.OrphanGraceS, l.MaxRuntimeS)
 	}
 	return nil
 }
 
 func (l Limits) maxRuntime() time.Duration { return time.Duration(l.MaxRuntimeS) * time.Second }
+
+func (l Limits) orphanGrace() time.Duration { return time.Duration(l.OrphanGraceS) * time.Second }
 
 // min64 returns the smallest positive value of vs (0 when none is).
 func min64(vs ...int64) int64 {

@@ -4,11 +4,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
+	"log/slog"
 	"os"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -20,10 +22,16 @@ type terminal struct {
 	id      string
 	tuple   string // the tuple_sha256 that started it; others cannot see it
 	pending bool   // a reserved slot whose child is being started
-	child   *spawn.Child
-	out     *tailBuffer
-	timer   *time.Timer
-	output  *os.File // read end of the output pipe
+	// owner is the id of the connection that holds the terminal (the one
+	// that started it or last asked for it; 0: none, served outside a
+	// wire.Server); orphan is the grace timer running while no live
+	// connection holds it. Both are guarded by the table's mutex.
+	owner  uint64
+	orphan *time.Timer
+	child  *spawn.Child
+	out    *tailBuffer
+	timer  *time.Timer
+	output *os.File // read end of the output pipe
 	// cgroup is the command's own cgroup (nil when containment is off);
 	// watch removes it with removeCgroup before the terminal is final.
 	cgroup       *termCgroup
@@ -145,7 +153,11 @@ func (t *terminal) status() *wire.ExitStatus {
 func (t *terminal) outputSoFar() *wire.ExecOutputResult {
 	exit := t.status()
 	out, trunc := t.out.Snapshot(exit != nil)
-	return &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: exit}
+	res := &wire.ExecOutputResult{Output: out, Truncated: trunc, Exit: exit}
+	if exit != nil {
+		res.FileSHA256 = t.hashes
+	}
+	return res
 }
 
 var signalNames = map[syscall.Signal]string{
@@ -177,21 +189,35 @@ func itoa(n int) string {
 	return string(b[i:])
 }
 
-// terminals is the table of every terminal, bounded in size.
+// terminals is the table of every terminal, bounded in size in total and
+// per tuple.
 type terminals struct {
-	mu     sync.Mutex
-	max    int
-	byID   map[string]*terminal
-	opKeys map[string]string // tuple_sha256 + "\n" + op_key of every exec_start -> terminal id
-	keyLog []keyEntry        // opKeys in insertion order, for eviction
-	closed bool
+	mu       sync.Mutex
+	max      int
+	perTuple int           // bound per tuple (0: max)
+	grace    time.Duration // orphan grace (0: orphans are never killed)
+	log      *slog.Logger
+	byID     map[string]*terminal
+	opKeys   map[string]string // tuple_sha256 + "\n" + op_key of every exec_start -> terminal id
+	keyLog   []keyEntry        // opKeys in insertion order, for eviction
+	closed   bool
+	watched  map[uint64]bool // connections whose end is watched
+	stop     chan struct{}   // closed by closeAll: watchers end
+	watchers sync.WaitGroup
 }
 
 // maxRememberedOpKeys bounds the exec_start keys kept for replay refusal.
 const maxRememberedOpKeys = 16384
 
 func newTerminals(max int) *terminals {
-	return &terminals{max: max, byID: map[string]*terminal{}, opKeys: map[string]string{}}
+	return &terminals{max: max, byID: map[string]*terminal{}, opKeys: map[string]string{},
+		watched: map[uint64]bool{}, stop: make(chan struct{}), log: slog.New(slog.DiscardHandler)}
+}
+
+// bound sets the per-tuple bound and the orphan grace; call it before
+// the table is used.
+func (ts *terminals) bound(perTuple int, grace time.Duration, log *slog.Logger) {
+	ts.perTuple, ts.grace, ts.log = perTuple, grace, log
 }
 
 // reserve checks capacity, the tuple's max_procs and op-key replay before
@@ -202,25 +228,42 @@ func (ts *terminals) reserve(tuple, opKey string, maxProcs int, now time.Time) (
 	key := tuple + "\n" + opKey
 	switch {
 	case ts.closed:
-		return nil, wire.Errorf(wire.CodeUnavailable, "receiver is shutting down")
+		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
 	case ts.opKeys[key] != "":
-		return nil, wire.Errorf(wire.CodeOpKeyConflict, "op_key %q already started terminal %s; a command never runs twice", opKey, ts.opKeys[key])
+		return nil, errcode.Errorf(errcode.CodeOpKeyConflict, "op_key %q already started terminal %s; a command never runs twice", opKey, ts.opKeys[key])
 	case len(ts.byID) >= ts.max && ts.evictStale(now) == 0:
-		return nil, wire.Errorf(wire.CodeDenied, "the receiver keeps %d terminals already; release finished ones", ts.max)
+		return nil, errcode.Errorf(errcode.CodeDenied, "the receiver keeps %d terminals already; release finished ones", ts.max)
 	}
-	running := 0 // reserved slots count: concurrent starts cannot pass the limit together
-	for _, t := range ts.byID {
-		if t.tuple == tuple && (t.pending || !t.finished()) {
-			running++
-		}
+	held, running := ts.countLocked(tuple)
+	if ts.perTuple > 0 && held >= ts.perTuple && ts.evictStale(now) > 0 {
+		held, running = ts.countLocked(tuple)
+	}
+	if ts.perTuple > 0 && held >= ts.perTuple {
+		return nil, errcode.Errorf(errcode.CodeDenied, "this tuple keeps %d terminals, its limit; release finished ones", held)
 	}
 	if maxProcs > 0 && running >= maxProcs {
-		return nil, wire.Errorf(wire.CodeDenied, "grant max_procs %d: %d commands are running", maxProcs, running)
+		return nil, errcode.Errorf(errcode.CodeDenied, "grant max_procs %d: %d commands are running", maxProcs, running)
 	}
 	id := newTerminalID()
 	ts.byID[id] = &terminal{id: id, tuple: tuple, pending: true} // get() skips it until commit
 	ts.rememberKey(key, id)
 	return &reservation{ts: ts, id: id, key: key}, nil
+}
+
+// countLocked returns how many terminals tuple holds (pending, running or
+// finished and unreleased) and how many of them run; reserved slots count,
+// so concurrent starts cannot pass a limit together. ts.mu is held.
+func (ts *terminals) countLocked(tuple string) (held, running int) {
+	for _, t := range ts.byID {
+		if t.tuple != tuple {
+			continue
+		}
+		held++
+		if t.pending || !t.finished() {
+			running++
+		}
+	}
+	return held, running
 }
 
 // TerminalRetention is how long a finished, unreleased terminal keeps its
@@ -331,6 +374,7 @@ func (ts *terminals) remove(id string) {
 func (ts *terminals) closeAll() {
 	ts.mu.Lock()
 	ts.closed = true
+	ts.stopOrphansLocked()
 	all := make([]*terminal, 0, len(ts.byID))
 	for _, t := range ts.byID {
 		if !t.pending { // a pending start is killed by its commit
@@ -338,6 +382,7 @@ func (ts *terminals) closeAll() {
 		}
 	}
 	ts.mu.Unlock()
+	ts.watchers.Wait()
 	for _, t := range all {
 		t.kill()
 	}

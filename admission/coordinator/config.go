@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // ErrConfig is wrapped by every configuration refusal.
@@ -79,7 +79,7 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	var c Config
-	if err := admission.DecodeStrictJSON(data, &c); err != nil {
+	if err := strictjson.Decode(data, maxConfigBytes, &c); err != nil {
 		return Config{}, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
 	}
 	base, err := filepath.Abs(filepath.Dir(path))

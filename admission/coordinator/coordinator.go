@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 )
 
@@ -24,7 +25,7 @@ var (
 // any other publisher).
 type Coordinator struct {
 	renewer    Renewer
-	publisher  *admission.Publisher
+	publisher  *signedfile.Publisher
 	grantsPath string
 	interval   time.Duration
 	now        func() time.Time
@@ -35,7 +36,7 @@ type Coordinator struct {
 // Options assemble a Coordinator from parts; New builds them from a Config.
 type Options struct {
 	Renewer    Renewer
-	Publisher  *admission.Publisher
+	Publisher  *signedfile.Publisher
 	GrantsPath string        // publish input, re-read every round
 	Interval   time.Duration // between rounds
 	Now        func() time.Time
@@ -47,7 +48,7 @@ type Options struct {
 // Round is the outcome of one successful round.
 type Round struct {
 	Lease     Lease
-	Published admission.Published
+	Published signedfile.Published
 	Leader    uint64 // the leader revision the round published under (0 without election)
 }
 
@@ -61,7 +62,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: key: %w", ErrConfig, err)
 	}
-	pub, err := admission.NewPublisher(admission.PublisherConfig{Dir: cfg.Dir, Key: key})
+	pub, err := signedfile.NewPublisher(signedfile.PublisherConfig{Dir: cfg.Dir, Key: key})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
@@ -125,7 +126,7 @@ func (c *Coordinator) RunOnce(ctx context.Context) (Round, error) {
 }
 
 // RunOnceAsLeader runs one round for a leader whose election revision is
-// leader: the publish is refused (admission.ErrDeposed) if a later leader
+// leader: the publish is refused (signedfile.ErrDeposed) if a later leader
 // has published.
 func (c *Coordinator) RunOnceAsLeader(ctx context.Context, leader uint64) (Round, error) {
 	return c.round(ctx, leader)
@@ -145,7 +146,7 @@ func (c *Coordinator) round(ctx context.Context, leader uint64) (Round, error) {
 		return Round{}, fmt.Errorf("%w: %w", ErrRenew, err)
 	}
 	capped := capInput(in, lease.Expiry)
-	var pub admission.Published
+	var pub signedfile.Published
 	if leader == 0 {
 		pub, err = c.publisher.Publish(ctx, capped)
 	} else {

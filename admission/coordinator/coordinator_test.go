@@ -15,6 +15,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/coordinator"
 	"github.com/tetherdev/tether/admission/coordinator/baotest"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 )
 
@@ -25,7 +26,7 @@ type fixture struct {
 	bao       *baotest.Server
 	key       signing.PrivateKey
 	cfg       coordinator.Config
-	loader    *admission.Loader
+	loader    *signedfile.Loader
 }
 
 func tuple(n int) admission.Tuple {
@@ -86,7 +87,7 @@ func newFixture(t *testing.T, mode string, ttl int, grants admission.PublishInpu
 		Dir: "admission", Key: "admission.key", Grants: "grants.json", IntervalS: 60,
 	}
 	writeJSONFile(t, filepath.Join(f.dir, "coordinator.json"), f.cfg, 0o644)
-	f.loader, err = admission.NewLoader(admission.LoaderConfig{Path: filepath.Join(f.adir, admission.FileName),
+	f.loader, err = signedfile.NewLoader(signedfile.LoaderConfig{Path: filepath.Join(f.adir, admission.FileName),
 		PublicKey: f.key.Public(), OwnerUID: ptr(uint32(os.Geteuid()))})
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +255,7 @@ func TestRunRoundsUntilCancelled(t *testing.T) {
 	far := time.Now().Add(24 * time.Hour)
 	f := newFixture(t, coordinator.RenewToken, 1800, admission.PublishInput{NotAfter: far, Grants: []admission.Grant{grant(1, far)}})
 	key, _ := signing.LoadPrivateKey(filepath.Join(f.dir, "admission.key"))
-	pub, _ := admission.NewPublisher(admission.PublisherConfig{Dir: f.adir, Key: key})
+	pub, _ := signedfile.NewPublisher(signedfile.PublisherConfig{Dir: f.adir, Key: key})
 	cfg, _ := coordinator.LoadConfig(filepath.Join(f.dir, "coordinator.json"))
 	r, _ := coordinator.NewOpenBaoRenewer(cfg.OpenBao, nil)
 	c, err := coordinator.NewWithOptions(coordinator.Options{Renewer: r, Publisher: pub,

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/coordinator"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/fixtures/etcdtest"
 )
 
@@ -172,7 +173,7 @@ func checkDeposedRefused(t *testing.T, f *fixture, deposed uint64) {
 	before := f.fileBytes()
 	c := f.coordinator(t)
 	_, err := c.RunOnceAsLeader(context.Background(), deposed)
-	if !errors.Is(err, admission.ErrDeposed) {
+	if !errors.Is(err, signedfile.ErrDeposed) {
 		t.Fatalf("the deposed leader's late publish: %v, want ErrDeposed", err)
 	}
 	if after := f.fileBytes(); after != before {

@@ -1,7 +1,6 @@
 package signing
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/ed25519"
@@ -11,12 +10,15 @@ import (
 	"fmt"
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Errors Verify returns; callers branch on them with errors.Is.
 var (
-	// ErrEnvelope: the bytes are not one strict DSSE envelope (unknown
-	// fields, trailing data, bad base64, too many signatures).
+	// ErrEnvelope: the bytes are not one strict DSSE envelope (duplicate,
+	// unknown or case-folded keys, trailing data, too large, bad base64,
+	// too many signatures).
 	ErrEnvelope = errors.New("malformed DSSE envelope")
 	// ErrPayloadType: the envelope's payload type is not the expected one.
 	ErrPayloadType = errors.New("wrong payload type")
@@ -30,6 +32,10 @@ var (
 // MaxSignatures bounds the signatures Verify will look at, so a hostile
 // envelope cannot make it spend unbounded time.
 const MaxSignatures = 8
+
+// MaxEnvelopeBytes bounds the envelope Verify decodes. The admission
+// loader's own limit is not larger (signedfile.HardMaxBytes).
+const MaxEnvelopeBytes = 64 << 20
 
 // Sign returns the JSON of a DSSE envelope over payload with payloadType,
 // holding one ed25519 signature by key whose keyid is key's KeyID.
@@ -86,18 +92,15 @@ func Verify(ctx context.Context, envelopeJSON []byte, payloadType string, pub Pu
 	return payload, nil
 }
 
-// decodeEnvelope decodes exactly one envelope with no unknown fields and
-// checks every base64 field before dsse sees it, so that a dsse error can
-// only mean a signature failure.
+// decodeEnvelope decodes exactly one envelope with the one strict decoder
+// (admission/strictjson): a duplicated "payload" or "signatures" key, which
+// another DSSE reader could resolve to the other value, is refused, as are
+// unknown fields and trailing data. It checks every base64 field before
+// dsse sees it, so that a dsse error can only mean a signature failure.
 func decodeEnvelope(data []byte) (*dsse.Envelope, error) {
 	var env dsse.Envelope
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&env); err != nil {
+	if err := strictjson.Decode(data, MaxEnvelopeBytes, &env); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrEnvelope, err)
-	}
-	if len(bytes.TrimSpace(data[dec.InputOffset():])) != 0 {
-		return nil, fmt.Errorf("%w: trailing data after the envelope", ErrEnvelope)
 	}
 	if len(env.Signatures) > MaxSignatures {
 		return nil, fmt.Errorf("%w: %d signatures, at most %d", ErrEnvelope, len(env.Signatures), MaxSignatures)

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Kind is one member of the closed set of report frames.
@@ -146,7 +146,7 @@ func Decode(r io.Reader, steps int) (*Transcript, error) {
 			return t, fmt.Errorf("%w: line %d: %w", ErrStream, n, err)
 		}
 		var f Frame
-		if err := admission.DecodeStrictJSON(line, &f); err != nil {
+		if err := strictjson.Decode(line, maxFrameLine, &f); err != nil {
 			return t, fmt.Errorf("%w: line %d: %w", ErrStream, n, err)
 		}
 		if err := d.apply(f); err != nil {

@@ -17,7 +17,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // PlanPath is where the host places the plan in the image.
@@ -91,10 +91,13 @@ func (s Step) validate() error {
 
 func absClean(p string) bool { return path.IsAbs(p) && path.Clean(p) == p }
 
+// maxPlanBytes bounds a plan file.
+const maxPlanBytes = 1 << 20
+
 // DecodePlan strictly decodes and validates a plan.
 func DecodePlan(data []byte) (Plan, error) {
 	var p Plan
-	if err := admission.DecodeStrictJSON(data, &p); err != nil {
+	if err := strictjson.Decode(data, maxPlanBytes, &p); err != nil {
 		return Plan{}, fmt.Errorf("%w: %w", ErrPlan, err)
 	}
 	return p, p.Validate()

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Result is one test's outcome.
@@ -174,14 +174,14 @@ const MaxBytes = 32 << 20
 // ErrReceipt wraps every failure to read a receipt.
 var ErrReceipt = errors.New("receipt")
 
-// Decode strictly decodes one receipt: unknown, duplicate or non-snake_case
-// keys and trailing data are refused.
+// Decode strictly decodes one receipt (admission/strictjson): unknown,
+// duplicate or case-folded keys and trailing data are refused.
 func Decode(data []byte) (*Receipt, error) {
 	if len(data) > MaxBytes {
 		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrReceipt, len(data), MaxBytes)
 	}
 	var r Receipt
-	if err := admission.DecodeStrictJSON(data, &r); err != nil {
+	if err := strictjson.Decode(data, MaxBytes, &r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrReceipt, err)
 	}
 	return &r, nil

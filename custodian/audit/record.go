@@ -14,8 +14,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"time"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Kind is the closed set of audited events.
@@ -24,8 +25,8 @@ type Kind string
 // The audited events.
 const (
 	KindBind     Kind = "bind"     // a session was bound to a tuple
-	KindAttach   Kind = "attach"   // an attach was confirmed or refused by the receiver
-	KindRefusal  Kind = "refusal"  // a callback was refused before anything was sent
+	KindAttach   Kind = "attach"   // an attach was confirmed by the receiver (a refused one is counted in refusals)
+	KindRefusal  Kind = "refusal"  // one refusal (logs written before refusals were aggregated)
 	KindDispatch Kind = "dispatch" // a request was sent to the receiver
 	KindResult   Kind = "result"   // the receiver's answer (or its loss)
 	KindCancel   Kind = "cancel"   // a cancel or kill was sent for a running child
@@ -35,9 +36,15 @@ const (
 	// KindPermission: the agent's session/request_permission and its
 	// answer (the selected option's kind, or "cancelled", as Outcome).
 	KindPermission Kind = "permission"
+	// KindRefusals: the callbacks of one session (or, without a session
+	// id, of sessions not bound on one ACP connection) refused before
+	// anything was sent, since that session's previous refusals record:
+	// per code, a count and the first and last (Refusals).
+	KindRefusals Kind = "refusals"
 )
 
-var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease, KindAgent, KindPermission}
+var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease, KindAgent,
+	KindPermission, KindRefusals}
 
 // Valid reports whether k is in the closed set.
 func (k Kind) Valid() bool {
@@ -73,6 +80,26 @@ type Record struct {
 	Signal          string            `json:"signal,omitempty"`
 	Digests         map[string]string `json:"digests,omitempty"`
 	Sizes           map[string]int64  `json:"sizes,omitempty"`
+	// Refusals (kind refusals) maps each code to its count and its first
+	// and last refusal.
+	Refusals map[string]RefusalCount `json:"refusals,omitempty"`
+}
+
+// RefusalCount is how often one code refused a session's callbacks, and
+// the first and last of them.
+type RefusalCount struct {
+	Count int64        `json:"count"`
+	First RefusalEvent `json:"first"`
+	Last  RefusalEvent `json:"last"`
+}
+
+// RefusalEvent is one refused callback: when, which method, its op key
+// (when its tag had a valid one) and who tagged it.
+type RefusalEvent struct {
+	Time     time.Time `json:"time"`
+	Method   string    `json:"method,omitempty"`
+	OpKey    string    `json:"op_key,omitempty"`
+	TaggedBy string    `json:"tagged_by,omitempty"`
 }
 
 // MaxRecordBytes bounds one encoded record.
@@ -99,17 +126,9 @@ func (r *Record) encode() ([]byte, error) {
 
 // DecodeRecord strictly decodes one stored record.
 func DecodeRecord(data []byte) (*Record, error) {
-	if len(data) > MaxRecordBytes {
-		return nil, fmt.Errorf("%w: record of %d bytes exceeds %d", ErrCorrupt, len(data), MaxRecordBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var r Record
-	if err := dec.Decode(&r); err != nil {
+	if err := strictjson.Decode(data, MaxRecordBytes, &r); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: trailing data after record", ErrCorrupt)
 	}
 	if !r.Kind.Valid() {
 		return nil, fmt.Errorf("%w: kind %q not in the closed set", ErrCorrupt, r.Kind)

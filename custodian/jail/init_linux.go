@@ -1,11 +1,8 @@
 package jail
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -15,6 +12,8 @@ import (
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // initSpec is what the custodian sends the init on initSpecFD.
@@ -100,17 +99,8 @@ func readInitSpec() (*initSpec, error) {
 		return nil, errors.New("no spec descriptor")
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxInitSpec+1))
-	if err != nil {
-		return nil, fmt.Errorf("read spec: %w", err)
-	}
-	if len(data) > maxInitSpec {
-		return nil, fmt.Errorf("spec exceeds %d bytes", maxInitSpec)
-	}
 	var s initSpec
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	if err := strictjson.Read(f, maxInitSpec, &s); err != nil {
 		return nil, fmt.Errorf("decode spec: %w", err)
 	}
 	if s.Path == "" || len(s.Argv) == 0 {

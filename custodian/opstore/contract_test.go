@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // The op-key contract, written once and run against both backends: the
@@ -41,7 +43,7 @@ func contractReplay(t *testing.T, b backend) {
 		t.Fatalf("first Begin = %v, %v, %v; want a ticket", tk, replay, err)
 	}
 	finishOK(t, tk, `{"_meta":{"x":1}}`)
-	before, err := s.Get("k1")
+	before, err := s.Get(testKey("k1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func contractReplay(t *testing.T, b backend) {
 			t.Fatalf("replayed receipt differs:\n%s\n%s", again, before)
 		}
 	}
-	after, _ := s.Get("k1")
+	after, _ := s.Get(testKey("k1"))
 	if !bytes.Equal(after, before) {
 		t.Fatalf("stored receipt changed after commit:\n%s\n%s", after, before)
 	}
@@ -125,19 +127,19 @@ func contractPendingCompletes(t *testing.T, b backend) {
 		t.Fatal(err)
 	}
 	code := 0
-	err := s.Complete(ctx, "exec", func(r *Receipt) {
-		r.Outcome, r.Exit = Verified, &Exit{ExitCode: &code}
+	err := s.Complete(ctx, testKey("exec"), func(r *Receipt) {
+		r.Outcome, r.Exit = Verified, &wire.ExitStatus{ExitCode: &code}
 		r.Response = json.RawMessage(`{"terminalId":"forged"}`)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, _ := s.Get("exec")
+	data, _ := s.Get(testKey("exec"))
 	r, _ := Unmarshal(data)
 	if r.Outcome != Verified || string(r.Response) != `{"terminalId":"t1"}` {
 		t.Fatalf("completed receipt = %s; want verified with the original response", data)
 	}
-	if err := s.Complete(ctx, "exec", func(r *Receipt) { r.Outcome = Failed }); !errors.Is(err, ErrInvalid) {
+	if err := s.Complete(ctx, testKey("exec"), func(r *Receipt) { r.Outcome = Failed }); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("completing a final receipt: %v, want ErrInvalid", err)
 	}
 }
@@ -185,7 +187,7 @@ func contractFateUnknownIsInterrupted(t *testing.T, b backend) {
 	if err := s.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	doneBefore, _ := s.Get("done")
+	doneBefore, _ := s.Get(testKey("done"))
 	s = b.reopen(t)
 	for _, k := range []string{"inflight", "exec"} {
 		tk, r, err := s.Begin(ctx, intent(k, "r"))
@@ -196,7 +198,7 @@ func contractFateUnknownIsInterrupted(t *testing.T, b backend) {
 			t.Fatalf("%s with another digest: %v, want ErrConflict", k, err)
 		}
 	}
-	if after, _ := s.Get("done"); !bytes.Equal(after, doneBefore) {
+	if after, _ := s.Get(testKey("done")); !bytes.Equal(after, doneBefore) {
 		t.Fatalf("finished receipt changed across the handover:\n%s\n%s", after, doneBefore)
 	}
 }
@@ -239,10 +241,10 @@ func contractKeepForLease(t *testing.T, open func(t *testing.T, o Options) backe
 	if err := s.Prune(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("other"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(Key(other.TupleSHA256, other.SessionID, "other")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("another tuple's expired key: %v, want pruned", err)
 	}
-	if _, err := s.Get("kept"); err != nil {
+	if _, err := s.Get(testKey("kept")); err != nil {
 		t.Fatalf("key pruned inside the extended lease: %v", err)
 	}
 	s = b.reopen(t)
@@ -250,14 +252,14 @@ func contractKeepForLease(t *testing.T, open func(t *testing.T, o Options) backe
 	if err := s.Prune(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("kept"); err != nil {
+	if _, err := s.Get(testKey("kept")); err != nil {
 		t.Fatalf("key pruned at the extended lease + retention (after reopen): %v", err)
 	}
 	at(72*time.Hour + 24*time.Hour + time.Second)
 	if err := s.Prune(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("kept"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get(testKey("kept")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("key past the extended lease + retention: %v, want pruned", err)
 	}
 }

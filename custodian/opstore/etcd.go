@@ -115,6 +115,7 @@ func OpenEtcd(ctx context.Context, opts EtcdOptions) (*EtcdStore, error) {
 
 // Key layout under the prefix. Session ids are base64url-encoded so no id
 // can reach into another session's keys.
+// opKey is the etcd key of store key k (Key: scoped per binding).
 func (s *EtcdStore) opKey(k string) string { return s.opts.Prefix + "ops/" + k }
 func (s *EtcdStore) sessKey(sid string) string {
 	return s.opts.Prefix + "sessions/" + base64.RawURLEncoding.EncodeToString([]byte(sid))
@@ -218,10 +219,10 @@ func (s *EtcdStore) Begin(ctx context.Context, in Intent) (*Ticket, *Receipt, er
 	if err != nil {
 		return nil, nil, err
 	}
-	k := s.opKey(in.OpKey)
+	k := s.opKey(in.key())
 	resp, err := s.cli.Txn(ctx).
 		If(s.ownedBy(in.SessionID, tok), clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, string(data)), clientv3.OpPut(s.openPrefix(in.SessionID)+in.OpKey, "")).
+		Then(clientv3.OpPut(k, string(data)), clientv3.OpPut(s.openPrefix(in.SessionID)+in.key(), "")).
 		Else(clientv3.OpGet(s.ownerKey(in.SessionID)), clientv3.OpGet(k)).Commit()
 	if err != nil {
 		s.undoBegin(in, tok, data)
@@ -274,10 +275,10 @@ func (s *EtcdStore) undoBegin(in Intent, tok uint64, data []byte) {
 	}
 	ctx, cancel := s.reqCtx()
 	defer cancel()
-	k := s.opKey(in.OpKey)
+	k := s.opKey(in.key())
 	_, _ = s.cli.Txn(ctx).
 		If(s.ownedBy(in.SessionID, tok), clientv3.Compare(clientv3.Value(k), "=", string(data))).
-		Then(clientv3.OpPut(k, string(fail)), clientv3.OpDelete(s.openPrefix(in.SessionID)+in.OpKey)).Commit()
+		Then(clientv3.OpPut(k, string(fail)), clientv3.OpDelete(s.openPrefix(in.SessionID)+in.key())).Commit()
 }
 
 // finish records a ticket's result, fenced by the ticket's token and by
@@ -297,7 +298,7 @@ func (s *EtcdStore) finish(t *Ticket, r *Receipt) error {
 		now := s.opts.Now().UTC()
 		rec.CompletedAt = &now
 	}
-	return s.putFenced(t.in.SessionID, t.tok, t.in.OpKey, t.rev, &rec)
+	return s.putFenced(t.in.SessionID, t.tok, t.in.key(), t.rev, &rec)
 }
 
 // putFenced writes r over key if the session is still owned under tok and

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Claimed is what a successful claim of a session returns.
@@ -55,13 +56,26 @@ func (s *EtcdStore) Claim(ctx context.Context, sessionID string) (Claimed, error
 	s.mu.Unlock()
 	keys, err := s.takeover(ctx, sessionID, tok)
 	if err != nil {
+		s.forget(sessionID, tok)
 		return Claimed{Token: tok}, err
 	}
 	b, err := s.Binding(ctx, sessionID)
 	if err != nil && !isNotFound(err) {
+		s.forget(sessionID, tok)
 		return Claimed{Token: tok, Interrupted: keys}, err
 	}
 	return Claimed{Token: tok, Interrupted: keys, Binding: b}, nil
+}
+
+// forget drops a claim whose takeover did not finish, so the next Claim
+// finds the owner key (ours, by its lease) and runs the takeover again
+// instead of answering from the local claim with keys left in flight.
+func (s *EtcdStore) forget(sid string, tok uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owned[sid] == tok {
+		delete(s.owned, sid)
+	}
 }
 
 // createOwner creates the owner key if it does not exist and returns its
@@ -90,13 +104,35 @@ func (s *EtcdStore) createOwner(ctx context.Context, sid string) (uint64, error)
 	return 0, &OwnedError{SessionID: sid, Owner: o.Name, Token: uint64(kvs[0].CreateRevision)}
 }
 
+// claimRetry is how long WaitClaim waits before asking etcd again after it
+// did not answer.
+const claimRetry = 100 * time.Millisecond
+
+// sleepCtx waits d or until ctx ends (then it returns ctx's cause).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
 // WaitClaim claims the session as soon as no live custodian owns it: it
 // watches the owner key and claims when the owner's lease expires (or the
 // owner releases it). It returns when the claim succeeds, fails for
-// another reason than ErrOwned, or ctx ends. This is what a standby runs.
+// another reason than ErrOwned or ErrUnavailable (etcd not answering is waited out, as a standby must), or ctx ends. This is what a standby runs.
 func (s *EtcdStore) WaitClaim(ctx context.Context, sessionID string) (Claimed, error) {
 	for {
 		c, err := s.Claim(ctx, sessionID)
+		if errors.Is(err, ErrUnavailable) { // a member restarting, a leader election
+			if err := sleepCtx(ctx, claimRetry); err != nil {
+				return Claimed{}, fmt.Errorf("claim session %s: %w (last: %w)", sessionID, err, ErrUnavailable)
+			}
+			continue
+		}
 		if !isOwned(err) {
 			return c, err
 		}
@@ -135,7 +171,8 @@ func (s *EtcdStore) waitOwnerGone(ctx context.Context, sid string) error {
 }
 
 // takeover makes every key the session's earlier owners left open
-// Interrupted, fenced by tok. It returns their op keys.
+// Interrupted, fenced by tok. It returns their op keys (the open markers
+// hold store keys, Key).
 func (s *EtcdStore) takeover(ctx context.Context, sid string, tok uint64) ([]string, error) {
 	resp, err := s.cli.Get(ctx, s.openPrefix(sid), clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -147,7 +184,7 @@ func (s *EtcdStore) takeover(ctx context.Context, sid string, tok uint64) ([]str
 		if err := s.interruptOne(ctx, sid, tok, key); err != nil {
 			return keys, err
 		}
-		keys = append(keys, key)
+		keys = append(keys, opKeyOf(key))
 	}
 	return keys, nil
 }
@@ -244,7 +281,7 @@ func (s *EtcdStore) Binding(ctx context.Context, sessionID string) (*BindingReco
 		return nil, fmt.Errorf("%w: binding of session %s", ErrNotFound, sessionID)
 	}
 	var b BindingRecord
-	if err := decodeStrict(resp.Kvs[0].Value, &b); err != nil {
+	if err := strictjson.Decode(resp.Kvs[0].Value, maxRecordBytes, &b); err != nil {
 		return nil, fmt.Errorf("%w: binding of session %s: %w", ErrCorrupt, sessionID, err)
 	}
 	if err := b.validate(); err != nil {

@@ -204,7 +204,7 @@ func TestIntegrationEtcdOwnerKilled(t *testing.T) {
 		t.Fatalf("helper: %q", l)
 	}
 	standby := openEtcd(t, cli, prefix, "standby", Options{})
-	done, err := standby.Get("done")
+	done, err := standby.Get(testKey("done"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,6 +78,7 @@ func TestIntegrationEtcdContract(t *testing.T) {
 		"pending":      contractPendingCompletes,
 		"idempotent":   contractIdempotent,
 		"fate_unknown": contractFateUnknownIsInterrupted,
+		"scoped_keys":  contractScopedKeys,
 	} {
 		t.Run(name, func(t *testing.T) { f(t, open(t, Options{})) })
 	}
@@ -124,7 +125,7 @@ func TestIntegrationEtcdFencing(t *testing.T) {
 	if tk, _, err := a.Begin(ctx, intent("k2", "r")); tk != nil || !errors.Is(err, ErrFenced) {
 		t.Fatalf("A's Begin after the takeover = %v, %v; want ErrFenced", tk, err)
 	}
-	if _, err := b.Get("k2"); !errors.Is(err, ErrNotFound) {
+	if _, err := b.Get(testKey("k2")); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a fenced Begin left a record: %v", err)
 	}
 	_, r, err := b.Begin(ctx, intent("k1", "r"))

@@ -1,16 +1,15 @@
 package opstore
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Intent is the record made durable before a keyed request is dispatched:
@@ -123,7 +122,7 @@ func decodeFrame(b []byte) (Intent, int, error) {
 		return Intent{}, 0, errors.New("checksum mismatch")
 	}
 	var in Intent
-	if err := decodeStrict(payload, &in); err != nil {
+	if err := strictjson.Decode(payload, maxIntentBytes, &in); err != nil {
 		return Intent{}, 0, err
 	}
 	if err := in.validate(); err != nil {
@@ -139,18 +138,4 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// decodeStrict decodes exactly one JSON value, refusing unknown fields and
-// trailing data.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("strict json: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("strict json: trailing data after value")
-	}
-	return nil
 }

@@ -14,6 +14,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/tetherdev/tether/admission/strictjson"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Outcome is the closed set of what a receipt says about its request.
@@ -69,14 +72,8 @@ type ResultError struct {
 }
 
 // CodeInterrupted is the tether code of an Interrupted receipt's error
-// (receiver/wire.CodeInterrupted).
+// (admission/errcode.CodeInterrupted).
 const CodeInterrupted = "interrupted"
-
-// Exit is how a child ended: an exit code or a signal name.
-type Exit struct {
-	ExitCode *int   `json:"exit_code,omitempty"`
-	Signal   string `json:"signal,omitempty"`
-}
 
 // Receipt is the durable account of one keyed request. Response is the
 // exact ACP result returned to the agent (replayed byte for byte on a retry
@@ -97,10 +94,13 @@ type Receipt struct {
 	Response      json.RawMessage `json:"response,omitempty"`
 	Error         *ResultError    `json:"error,omitempty"`
 	TerminalID    string          `json:"terminal_id,omitempty"`
-	Exit          *Exit           `json:"exit,omitempty"`
 	Files         []FileCheck     `json:"files,omitempty"`
 	Note          string          `json:"note,omitempty"`
 	TaggedBy      string          `json:"tagged_by,omitempty"` // "custodian": the key was minted for a plain agent
+
+	// Exit is how the child ended: the receiver's exit status itself, the
+	// one type from the receiver's answer to this receipt.
+	Exit *wire.ExitStatus `json:"exit,omitempty"`
 }
 
 // HasResult reports whether the receiver's answer (or a refusal standing
@@ -112,10 +112,14 @@ func (r *Receipt) HasResult() bool {
 // Marshal returns the receipt's stored bytes.
 func (r *Receipt) Marshal() ([]byte, error) { return json.Marshal(r) }
 
+// maxRecordBytes bounds a stored receipt or binding record: they hold
+// digests and sizes, never contents (etcd's own request limit is 1.5 MiB).
+const maxRecordBytes = 1 << 20
+
 // Unmarshal decodes stored receipt bytes strictly and checks the outcome.
 func Unmarshal(data []byte) (*Receipt, error) {
 	var r Receipt
-	if err := decodeStrict(data, &r); err != nil {
+	if err := strictjson.Decode(data, maxRecordBytes, &r); err != nil {
 		return nil, fmt.Errorf("%w: receipt: %w", ErrCorrupt, err)
 	}
 	if !r.Outcome.Valid() {

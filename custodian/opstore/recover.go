@@ -33,6 +33,9 @@ func (s *Store) recover() (uint64, error) {
 		if _, err := tx.CreateBucketIfNotExists(leasesBucket); err != nil {
 			return err
 		}
+		if err := scopeOldKeys(b); err != nil {
+			return err
+		}
 		if err := recoverIntents(b, intents, now); err != nil {
 			return err
 		}
@@ -78,7 +81,7 @@ func readSegments(dir string, ids []uint64) ([]Intent, error) {
 func recoverIntents(b *bolt.Bucket, intents []Intent, now time.Time) error {
 	for i := range intents {
 		in := &intents[i]
-		if v := b.Get([]byte(in.OpKey)); v != nil {
+		if v := b.Get([]byte(in.key())); v != nil {
 			r, err := Unmarshal(v)
 			if err != nil {
 				return err
@@ -135,5 +138,5 @@ func putReceipt(b *bolt.Bucket, r *Receipt) error {
 	if err != nil {
 		return err
 	}
-	return b.Put([]byte(r.OpKey), data)
+	return b.Put([]byte(r.key()), data)
 }

@@ -202,11 +202,11 @@ func (s *Store) Begin(ctx context.Context, in Intent) (*Ticket, *Receipt, error)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err != nil {
-		delete(s.inflight, in.OpKey)
+		delete(s.inflight, in.key())
 		return nil, nil, fmt.Errorf("record dispatch of op key %s: %w", in.OpKey, err)
 	}
 	t.seg = seg
-	s.putLocked(in.OpKey, dispatchedReceipt(&in), seg)
+	s.putLocked(in.key(), dispatchedReceipt(&in), seg)
 	return t, nil, nil
 }
 
@@ -227,7 +227,7 @@ func (s *Store) BeginIdempotent(ctx context.Context, in Intent) (*Ticket, *Recei
 	defer s.mu.Unlock()
 	t, replay, err := s.reserveLocked(&in)
 	if t != nil {
-		s.putLocked(in.OpKey, dispatchedReceipt(&in), 0)
+		s.putLocked(in.key(), dispatchedReceipt(&in), 0)
 	}
 	return t, replay, err
 }
@@ -244,14 +244,14 @@ func (s *Store) reserveLocked(in *Intent) (*Ticket, *Receipt, error) {
 	if err := s.usableLocked(); err != nil {
 		return nil, nil, err
 	}
-	if _, busy := s.inflight[in.OpKey]; busy {
+	if _, busy := s.inflight[in.key()]; busy {
 		return nil, nil, &ConflictError{OpKey: in.OpKey, InFlight: true, Got: in.RequestSHA256}
 	}
-	prev, err := s.lookupLocked(in.OpKey)
+	prev, err := s.lookupLocked(in.key())
 	switch {
 	case errors.Is(err, ErrNotFound):
 		t := &Ticket{s: s, in: *in}
-		s.inflight[in.OpKey] = t
+		s.inflight[in.key()] = t
 		return t, nil, nil
 	case err != nil:
 		return nil, nil, err

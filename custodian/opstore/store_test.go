@@ -141,14 +141,14 @@ func TestRetentionFloorAndPrune(t *testing.T) {
 	mid := start.Add(71 * time.Hour) // past 24 h, still within lease + 24 h
 	now.Store(&mid)
 	time.Sleep(50 * time.Millisecond)
-	if _, err := s.Get("old"); err != nil {
+	if _, err := s.Get(testKey("old")); err != nil {
 		t.Fatalf("receipt pruned before lease end + retention: %v", err)
 	}
 	late := start.Add(73 * time.Hour)
 	now.Store(&late)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := s.Get("old"); errors.Is(err, ErrNotFound) {
+		if _, err := s.Get(testKey("old")); errors.Is(err, ErrNotFound) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -205,7 +205,7 @@ func TestTaggedByKeptInReceipts(t *testing.T) {
 	}
 	s = openT(t, dir, Options{})
 	for key, outcome := range map[string]Outcome{"plain-1": Verified, "plain-2": Interrupted} {
-		raw, err := s.Get(key)
+		raw, err := s.Get(testKey(key))
 		if err != nil {
 			t.Fatal(err)
 		}

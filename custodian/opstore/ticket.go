@@ -60,14 +60,14 @@ func (t *Ticket) Finish(r *Receipt) error {
 		return fmt.Errorf("%w: op key %s finished twice", ErrInvalid, t.in.OpKey)
 	}
 	t.done = true
-	delete(s.inflight, t.in.OpKey)
+	delete(s.inflight, t.in.key())
 	rec := *r
 	stamp(&rec, &t.in)
 	if rec.CompletedAt == nil {
 		now := s.opts.Now().UTC()
 		rec.CompletedAt = &now
 	}
-	s.putLocked(t.in.OpKey, &rec, 0)
+	s.putLocked(t.in.key(), &rec, 0)
 	return s.werr
 }
 
@@ -79,9 +79,9 @@ func stamp(r *Receipt, in *Intent) {
 	r.TaggedBy = in.TaggedBy
 }
 
-// Complete moves a Pending receipt (an exec whose exit was not yet
-// observed) to its final outcome; fn fills in the outcome, exit and file
-// checks. The response replayed to a retry never changes. Completing a
+// Complete moves the Pending receipt of store key key (Key: an exec whose
+// exit was not yet observed) to its final outcome; fn fills in the
+// outcome, exit and file checks. The response replayed to a retry never changes. Completing a
 // receipt that is already final is an error wrapping ErrInvalid.
 func (s *Store) Complete(ctx context.Context, key string, fn func(r *Receipt)) error {
 	if err := ctx.Err(); err != nil {
@@ -111,7 +111,8 @@ func (s *Store) Complete(ctx context.Context, key string, fn func(r *Receipt)) e
 	return nil
 }
 
-// Get returns the stored bytes of key's receipt, exactly as stored.
+// Get returns the stored bytes of the receipt of store key key (Key),
+// exactly as stored.
 func (s *Store) Get(key string) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -52,10 +52,10 @@ func readOnly(dir string, wait time.Duration) ([]*Receipt, error) {
 	}
 	now := nowUTC()
 	for _, in := range intents {
-		if r, ok := byKey[in.OpKey]; ok && r.DispatchedAt.Equal(in.DispatchedAt) && r.HasResult() {
+		if r, ok := byKey[in.key()]; ok && r.DispatchedAt.Equal(in.DispatchedAt) && r.HasResult() {
 			continue
 		}
-		byKey[in.OpKey] = interrupted(in, now, "custodian stopped before the result was recorded (not yet recovered)")
+		byKey[in.key()] = interrupted(in, now, "custodian stopped before the result was recorded (not yet recovered)")
 	}
 	out := make([]*Receipt, 0, len(byKey))
 	for _, r := range byKey {
@@ -80,12 +80,12 @@ func readBucket(db *bolt.DB) (map[string]*Receipt, error) {
 		if b == nil {
 			return nil
 		}
-		return b.ForEach(func(k, v []byte) error {
+		return b.ForEach(func(_, v []byte) error {
 			r, err := Unmarshal(v)
 			if err != nil {
 				return err
 			}
-			out[string(k)] = r
+			out[r.key()] = r // a store written before keys were scoped holds bare op keys
 			return nil
 		})
 	})

@@ -1,8 +1,6 @@
 package binding
 
-import (
-	"github.com/tetherdev/tether/receiver/wire"
-)
+import "github.com/tetherdev/tether/admission/errcode"
 
 // Authorize returns the grant a tool may act on for sessionID on connID, or
 // the refusal: never asked to bind or unknown (not_admitted: plugin tools
@@ -15,15 +13,15 @@ func (t *Table) Authorize(connID, sessionID string) (Grant, error) {
 	s, ok := t.sessions[sessionID]
 	switch {
 	case !ok:
-		return Grant{}, refuse(wire.CodeNotAdmitted, "session %q is unknown to the plugin", sessionID)
+		return Grant{}, refuse(errcode.CodeNotAdmitted, "session %q is unknown to the plugin", sessionID)
 	case !s.intent:
-		return Grant{}, refuse(wire.CodeNotAdmitted, "session %q never asked to bind; the plugin's tools run only in a bound session", sessionID)
+		return Grant{}, refuse(errcode.CodeNotAdmitted, "session %q never asked to bind; the plugin's tools run only in a bound session", sessionID)
 	case s.fenced:
-		return Grant{}, refuse(wire.CodeFenced, "session %q is fenced (%s: %s); reattach with session/load and _tether/attach", sessionID, s.code, s.message)
+		return Grant{}, refuse(errcode.CodeFenced, "session %q is fenced (%s: %s); reattach with session/load and _tether/attach", sessionID, s.code, s.message)
 	case !s.attached:
-		return Grant{}, refuse(wire.CodeNotAdmitted, "session %q asked to bind but no bind has succeeded (%s: %s)", sessionID, s.code, s.message)
+		return Grant{}, refuse(errcode.CodeNotAdmitted, "session %q asked to bind but no bind has succeeded (%s: %s)", sessionID, s.code, s.message)
 	case s.conn != connID:
-		return Grant{}, refuse(wire.CodeFenced, "session %q is attached on another ACP connection; this connection must reattach (session/load with the same tuple, then _tether/attach)", sessionID)
+		return Grant{}, refuse(errcode.CodeFenced, "session %q is attached on another ACP connection; this connection must reattach (session/load with the same tuple, then _tether/attach)", sessionID)
 	}
 	if err := t.expireLocked(s); err != nil {
 		return Grant{}, err
@@ -41,9 +39,9 @@ func (t *Table) Check(g Grant) error {
 	s, ok := t.sessions[g.SessionID]
 	switch {
 	case !ok:
-		return refuse(wire.CodeNotAdmitted, "session %q vanished", g.SessionID)
+		return refuse(errcode.CodeNotAdmitted, "session %q vanished", g.SessionID)
 	case s.epoch != g.Epoch || !s.attached:
-		return refuse(wire.CodeFenced, "session %q lost its binding during the call (%s: %s)", g.SessionID, s.code, s.message)
+		return refuse(errcode.CodeFenced, "session %q lost its binding during the call (%s: %s)", g.SessionID, s.code, s.message)
 	}
 	return t.expireLocked(s)
 }
@@ -51,7 +49,7 @@ func (t *Table) Check(g Grant) error {
 // Fence fences the binding g was issued for, if it is still that binding
 // (a later reattach is not undone by a stale failure). Sticky: only an
 // explicit reattach lifts it (rule 6).
-func (t *Table) Fence(g Grant, code wire.Code, msg string) {
+func (t *Table) Fence(g Grant, code errcode.Code, msg string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s, ok := t.sessions[g.SessionID]; ok && s.epoch == g.Epoch && s.attached {
@@ -66,7 +64,7 @@ func (t *Table) Disconnect(connID string) {
 	defer t.mu.Unlock()
 	for _, s := range t.sessions {
 		if s.conn == connID && s.attached {
-			t.fenceLocked(s, wire.CodeFenced, "ACP connection "+connID+" closed: transport lost")
+			t.fenceLocked(s, errcode.CodeFenced, "ACP connection "+connID+" closed: transport lost")
 		}
 	}
 }
@@ -92,18 +90,18 @@ func (t *Table) Policy(connID, sessionID string, kind HostToolKind) error {
 		return nil
 	case HostFilesystem, HostProcess:
 	default:
-		return refuse(wire.CodeInvalid, "host tool kind %d is not filesystem, process or other", kind)
+		return refuse(errcode.CodeInvalid, "host tool kind %d is not filesystem, process or other", kind)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.sessions[sessionID]
 	switch {
 	case !ok:
-		return refuse(wire.CodeNotAdmitted, "session %q is unknown to the plugin; hosts report session/new and session/load through OpenSession first", sessionID)
+		return refuse(errcode.CodeNotAdmitted, "session %q is unknown to the plugin; hosts report session/new and session/load through OpenSession first", sessionID)
 	case s.intent:
-		return refuse(wire.CodeDenied, "session %q is in a bound scope (%s): the host's own filesystem and process tools are refused", sessionID, s.state())
+		return refuse(errcode.CodeDenied, "session %q is in a bound scope (%s): the host's own filesystem and process tools are refused", sessionID, s.state())
 	case s.conn != connID:
-		return refuse(wire.CodeDenied, "session %q lives on another ACP connection", sessionID)
+		return refuse(errcode.CodeDenied, "session %q lives on another ACP connection", sessionID)
 	}
 	return nil
 }

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // OpenRequest reports one session/new or session/load.
@@ -29,13 +29,13 @@ type OpenRequest struct {
 // which case the load is refused and nothing changes. With it, the request
 // must come from the tuple's owner (rules 1, 5), name the pinned tuple if
 // one is pinned (rule 3), and be confirmed by `_tether/attach` on this
-// connection (rule 4). Every refusal is a *wire.Error naming the check.
+// connection (rule 4). Every refusal is a *errcode.Error naming the check.
 func (t *Table) Open(ctx context.Context, req OpenRequest) (Status, error) {
 	if req.SessionID == "" || req.ConnID == "" {
-		return Status{}, refuse(wire.CodeInvalid, "session id and connection id are required")
+		return Status{}, refuse(errcode.CodeInvalid, "session id and connection id are required")
 	}
 	if req.Principal == "" {
-		return Status{}, refuse(wire.CodeDenied, "connection %s has no authenticated principal", req.ConnID)
+		return Status{}, refuse(errcode.CodeDenied, "connection %s has no authenticated principal", req.ConnID)
 	}
 	s, err := t.lookupOrCreate(req)
 	if err != nil {
@@ -49,7 +49,7 @@ func (t *Table) Open(ctx context.Context, req OpenRequest) (Status, error) {
 	case !present:
 		return t.openUnbound(s, req)
 	case err != nil:
-		return t.refuseBind(s, wire.CodeInvalid, "bind request malformed: %v", err)
+		return t.refuseBind(s, errcode.CodeInvalid, "bind request malformed: %v", err)
 	}
 	if err := t.admit(s, req, bind); err != nil {
 		return t.snapshot(s), err
@@ -70,11 +70,11 @@ func (t *Table) lookupOrCreate(req OpenRequest) (*session, error) {
 		return s, nil
 	}
 	if s.principal != req.Principal {
-		return nil, refuse(wire.CodeDenied, "session %q belongs to another principal; %q may not open it",
+		return nil, refuse(errcode.CodeDenied, "session %q belongs to another principal; %q may not open it",
 			req.SessionID, req.Principal)
 	}
 	if req.Method == MethodNew {
-		return nil, refuse(wire.CodeInvalid, "session/new reused existing session id %q", req.SessionID)
+		return nil, refuse(errcode.CodeInvalid, "session/new reused existing session id %q", req.SessionID)
 	}
 	return s, nil
 }
@@ -84,7 +84,7 @@ func (t *Table) openUnbound(s *session, req OpenRequest) (Status, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.intent {
-		return s.status(), refuse(wire.CodeNotAdmitted,
+		return s.status(), refuse(errcode.CodeNotAdmitted,
 			"session %q asked to bind (state %s); only a session/load carrying _meta[%q] can reattach it",
 			s.id, s.state(), acpmeta.KeyBind)
 	}
@@ -93,12 +93,12 @@ func (t *Table) openUnbound(s *session, req OpenRequest) (Status, error) {
 }
 
 // refuseBind records the sticky intent and refuses.
-func (t *Table) refuseBind(s *session, code wire.Code, format string, args ...any) (Status, error) {
+func (t *Table) refuseBind(s *session, code errcode.Code, format string, args ...any) (Status, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s.intent = true
 	err := refuse(code, format, args...)
-	s.code, s.message = code, err.(*wire.Error).Message
+	s.code, s.message = code, err.(*errcode.Error).Message
 	return s.status(), err
 }
 
@@ -111,23 +111,23 @@ func (t *Table) admit(s *session, req OpenRequest, bind acpmeta.Bind) error {
 	var err error
 	switch {
 	case bind.Tuple.Owner != req.Principal:
-		err = refuse(wire.CodeDenied, "principal %q is not the tuple owner %q", req.Principal, bind.Tuple.Owner)
+		err = refuse(errcode.CodeDenied, "principal %q is not the tuple owner %q", req.Principal, bind.Tuple.Owner)
 	case s.tuple != nil && !s.tuple.Equal(bind.Tuple):
-		err = refuse(wire.CodeTupleMismatch, "tuple_sha256 %s differs from the pinned %s: the tuple is immutable",
+		err = refuse(errcode.CodeTupleMismatch, "tuple_sha256 %s differs from the pinned %s: the tuple is immutable",
 			bind.Tuple.SHA256(), s.tuple.SHA256())
-		t.fenceLocked(s, wire.CodeTupleMismatch, err.(*wire.Error).Message)
+		t.fenceLocked(s, errcode.CodeTupleMismatch, err.(*errcode.Error).Message)
 		return err
 	case s.tuple != nil && bind.LeaseNotAfter.Before(s.leaseMeta):
-		err = refuse(wire.CodeInvalid, "lease_not_after %s is before the accepted %s: only a same-tuple extension is accepted",
+		err = refuse(errcode.CodeInvalid, "lease_not_after %s is before the accepted %s: only a same-tuple extension is accepted",
 			rfc3339(bind.LeaseNotAfter), rfc3339(s.leaseMeta))
 	case !bind.LeaseNotAfter.After(t.now()):
 		s.pin(bind.Tuple)
-		err = refuse(wire.CodeLeaseExpired, "lease_not_after %s has passed", rfc3339(bind.LeaseNotAfter))
+		err = refuse(errcode.CodeLeaseExpired, "lease_not_after %s has passed", rfc3339(bind.LeaseNotAfter))
 	default:
 		s.pin(bind.Tuple)
 		return nil
 	}
-	s.code, s.message = err.(*wire.Error).Code, err.(*wire.Error).Message
+	s.code, s.message = err.(*errcode.Error).Code, err.(*errcode.Error).Message
 	return err
 }
 
@@ -146,21 +146,21 @@ func (t *Table) finishAttach(s *session, req OpenRequest, bind acpmeta.Bind, lea
 	case aerr != nil:
 		code, ok := acpmeta.CodeOf(aerr)
 		if !ok {
-			code = wire.CodeNotAdmitted
+			code = errcode.CodeNotAdmitted
 		}
 		msg := aerr.Error()
-		var we *wire.Error
+		var we *errcode.Error
 		if errors.As(aerr, &we) {
 			msg = we.Message
 		}
 		err = refuse(code, "_tether/attach for session %q refused: %s", s.id, msg)
 	case !lease.After(t.now()):
-		err = refuse(wire.CodeLeaseExpired, "_tether/attach returned lease_not_after %s, already passed", rfc3339(lease))
+		err = refuse(errcode.CodeLeaseExpired, "_tether/attach returned lease_not_after %s, already passed", rfc3339(lease))
 	case gen == 0:
-		err = refuse(wire.CodeNotAdmitted, "_tether/attach returned grant_generation 0")
+		err = refuse(errcode.CodeNotAdmitted, "_tether/attach returned grant_generation 0")
 	}
 	if err != nil {
-		we := err.(*wire.Error)
+		we := err.(*errcode.Error)
 		t.fenceLocked(s, we.Code, we.Message)
 		return s.status(), err
 	}
@@ -176,7 +176,7 @@ func (t *Table) finishAttach(s *session, req OpenRequest, bind acpmeta.Bind, lea
 // fenceLocked detaches s. A session that was ever bound becomes Fenced; one
 // that never bound stays Pending. Either way only an explicit reattach
 // lifts it. Callers hold t.mu.
-func (t *Table) fenceLocked(s *session, code wire.Code, msg string) {
+func (t *Table) fenceLocked(s *session, code errcode.Code, msg string) {
 	s.attached = false
 	s.fenced = s.bound
 	s.epoch++

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // State is a session's binding state.
@@ -65,7 +65,7 @@ type Status struct {
 	LeaseNotAfter   time.Time
 	GrantGeneration uint64
 	// Code and Message describe the last refusal or fence.
-	Code    wire.Code
+	Code    errcode.Code
 	Message string
 }
 
@@ -97,7 +97,7 @@ type session struct {
 	notAfter   time.Time // min(leaseMeta, attach's lease_not_after)
 	generation uint64
 	epoch      uint64 // bumps on every attach and every fence
-	code       wire.Code
+	code       errcode.Code
 	message    string
 }
 
@@ -139,10 +139,10 @@ func New(now func() time.Time) *Table {
 	return &Table{sessions: make(map[string]*session), now: now}
 }
 
-// refuse builds the error every refusal returns: a *wire.Error naming the
+// refuse builds the error every refusal returns: a *errcode.Error naming the
 // failed check.
-func refuse(code wire.Code, format string, args ...any) error {
-	return wire.Errorf(code, format, args...)
+func refuse(code errcode.Code, format string, args ...any) error {
+	return errcode.Errorf(code, format, args...)
 }
 
 func (t *Table) snapshot(s *session) Status {
@@ -162,9 +162,9 @@ func (t *Table) Status(principal, sessionID string) (Status, error) {
 	s, ok := t.sessions[sessionID]
 	switch {
 	case !ok:
-		return Status{}, refuse(wire.CodeNotAdmitted, "session %q is unknown to the plugin", sessionID)
+		return Status{}, refuse(errcode.CodeNotAdmitted, "session %q is unknown to the plugin", sessionID)
 	case s.principal != principal:
-		return Status{}, refuse(wire.CodeDenied, "session %q belongs to another principal", sessionID)
+		return Status{}, refuse(errcode.CodeDenied, "session %q belongs to another principal", sessionID)
 	}
 	_ = t.expireLocked(s) // the refusal is in the snapshot's code and message
 	return s.status(), nil
@@ -178,6 +178,6 @@ func (t *Table) expireLocked(s *session) error {
 		return nil
 	}
 	msg := "lease ended at " + rfc3339(s.notAfter)
-	t.fenceLocked(s, wire.CodeLeaseExpired, msg)
-	return refuse(wire.CodeLeaseExpired, "session %q: %s", s.id, msg)
+	t.fenceLocked(s, errcode.CodeLeaseExpired, msg)
+	return refuse(errcode.CodeLeaseExpired, "session %q: %s", s.id, msg)
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 func tu(owner string) admission.Tuple {
@@ -44,7 +44,7 @@ func TestStaleFenceDoesNotUndoReattach(t *testing.T) {
 	if _, err := open(tb, "c2", "s", "alice", MethodLoad, bindMeta(tu("alice"))); err != nil {
 		t.Fatal(err)
 	}
-	tb.Fence(old, wire.CodeTupleMismatch, "stale")
+	tb.Fence(old, errcode.CodeTupleMismatch, "stale")
 	if _, err := tb.Authorize("c2", "s"); err != nil {
 		t.Fatalf("stale fence undid the reattach: %v", err)
 	}
@@ -58,12 +58,12 @@ func TestStaleFenceDoesNotUndoReattach(t *testing.T) {
 func TestAttachFailureStates(t *testing.T) {
 	tb := New(nil)
 	fail := func(ctx context.Context, sid, sha string) (time.Time, uint64, error) {
-		return time.Time{}, 0, wire.Errorf(wire.CodeFateUnknown, "lost")
+		return time.Time{}, 0, errcode.Errorf(errcode.CodeFateUnknown, "lost")
 	}
 	req := OpenRequest{ConnID: "c", SessionID: "s", Principal: "alice", Method: MethodNew, Meta: bindMeta(tu("alice")), Attach: fail}
 	st, err := tb.Open(context.Background(), req)
-	var we *wire.Error
-	if !errors.As(err, &we) || we.Code != wire.CodeFateUnknown || st.State != Pending {
+	var we *errcode.Error
+	if !errors.As(err, &we) || we.Code != errcode.CodeFateUnknown || st.State != Pending {
 		t.Fatalf("first attach lost: %v %v", st.State, err)
 	}
 	req.Method, req.Attach = MethodLoad, admitAll
@@ -88,7 +88,7 @@ func TestConcurrentUse(t *testing.T) {
 			for j := 0; j < 50; j++ {
 				_, _ = open(tb, conn, "s", "alice", MethodLoad, bindMeta(tu("alice")))
 				if g, err := tb.Authorize(conn, "s"); err == nil {
-					tb.Fence(g, wire.CodeFenced, "x")
+					tb.Fence(g, errcode.CodeFenced, "x")
 				}
 				_ = tb.Policy(conn, "s", HostFilesystem)
 				if j%10 == 0 {
@@ -121,18 +121,18 @@ func TestStatusFencesPassedLease(t *testing.T) {
 	mu.Lock()
 	now = now.Add(2 * time.Hour) // past both the meta's and attach's lease
 	mu.Unlock()
-	var we *wire.Error
-	if _, err := tb.Status("bob", "s"); !errors.As(err, &we) || we.Code != wire.CodeDenied {
+	var we *errcode.Error
+	if _, err := tb.Status("bob", "s"); !errors.As(err, &we) || we.Code != errcode.CodeDenied {
 		t.Fatalf("another principal's status: %v", err)
 	}
 	if tb.sessions["s"].fenced {
 		t.Fatal("another principal's read fenced the session")
 	}
 	st, err := tb.Status("alice", "s")
-	if err != nil || st.State != Fenced || st.Code != wire.CodeLeaseExpired || st.Message != "lease ended at "+rfc3339(st.LeaseNotAfter) {
+	if err != nil || st.State != Fenced || st.Code != errcode.CodeLeaseExpired || st.Message != "lease ended at "+rfc3339(st.LeaseNotAfter) {
 		t.Fatalf("status after the lease: %v %q %q %v", st.State, st.Code, st.Message, err)
 	}
-	if _, err := tb.Authorize("c1", "s"); !errors.As(err, &we) || we.Code != wire.CodeFenced {
+	if _, err := tb.Authorize("c1", "s"); !errors.As(err, &we) || we.Code != errcode.CodeFenced {
 		t.Fatalf("tool after Status fenced the lease: %v", err)
 	}
 }

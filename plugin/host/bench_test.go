@@ -13,9 +13,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/host"
-	pb "github.com/tetherdev/tether/plugin/proto"
 )
 
 // BenchmarkLaunch: start + verify + handshake + dispense of the plugin,
@@ -97,7 +96,7 @@ func pct(ds []time.Duration, p int) time.Duration {
 }
 
 // BenchmarkRead4KiB: one 4 KiB fs/read_text_file through the plugin
-// (host -> plugin -> broker -> host -> ACP -> client) against the same ACP
+// (host -> plugin for the plan, then host -> ACP -> client) against the same ACP
 // call, with the same op tag, made directly on the agent-side connection;
 // interleaved. hop-p50-µs is what the plugin hop adds.
 func BenchmarkRead4KiB(b *testing.B) {
@@ -112,8 +111,8 @@ func BenchmarkRead4KiB(b *testing.B) {
 		r, err := l.asc.ReadTextFile(ctx, req)
 		return check(len(r.Content) == 4096, err)
 	}, func() error {
-		r, err := l.conn.ReadTextFile(ctx, "s1", nil, "4k.txt", 0, 0)
-		return check(len(r.GetContent()) == 4096, err)
+		r, err := l.conn.ReadTextFile(ctx, "s1", host.CallOptions{}, "4k.txt", 0, 0)
+		return check(len(r.Content) == 4096, err)
 	})
 	l.client.Reset()
 }
@@ -142,8 +141,8 @@ func BenchmarkRunCommand(b *testing.B) {
 		return err
 	}
 	measure(b, []string{"direct-acp", "through-plugin"}, direct, func() error {
-		r, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/true"})
-		return check(r.GetExit().GetExitCode() == 0, err)
+		r, err := l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/true"})
+		return check(exitCode(r) == 0, err)
 	})
 	l.client.Reset()
 }

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/host"
-	pb "github.com/tetherdev/tether/plugin/proto"
 )
 
 // TestRunCommandCancelCleansUpBeforeReturning: a cancelled run_command
@@ -29,7 +27,7 @@ func TestRunCommandCancelCleansUpBeforeReturning(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	resp, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sh",
+	resp, err := l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/sh",
 		Args: []string{"-c", "echo started; exec sleep 30"}})
 	// At the moment the call returns, nothing is left: no polling.
 	running, kills, releases := l.client.Running(), len(callsOf(l.client, "terminal/kill")), len(callsOf(l.client, "terminal/release"))
@@ -43,9 +41,9 @@ func TestRunCommandCancelCleansUpBeforeReturning(t *testing.T) {
 	if running != 0 || kills != 1 || releases != 1 {
 		t.Fatalf("when the call returned: %d running, %d kills, %d releases; want 0, 1, 1", running, kills, releases)
 	}
-	if ce.Run == nil || resp != ce.Run || !ce.Run.GetCancelled() || ce.Run.GetTimedOut() || ce.Run.GetExit().GetSignal() != "killed" ||
-		ce.Run.GetOutput() != "started\n" || ce.Run.GetOpKey() == "" {
-		t.Fatalf("the cancelled command's result: %v", ce.Run)
+	if ce.Run == nil || *ce.Run != resp || !resp.Cancelled || resp.TimedOut || signal(resp) != "killed" ||
+		resp.Output != "started\n" || resp.OpKey == "" {
+		t.Fatalf("the cancelled command's result: %+v (in the error: %+v)", resp, ce.Run)
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("cancel took %v", d)
@@ -55,8 +53,8 @@ func TestRunCommandCancelCleansUpBeforeReturning(t *testing.T) {
 }
 
 // TestCancelledCallSendsNothingMore: once the caller cancels, the host
-// refuses the call's next ACP request: an edit cancelled after its read
-// never writes, and reports the cancel.
+// sends none of the call's further requests: an edit cancelled after its
+// read never writes, and reports the cancel.
 func TestCancelledCallSendsNothingMore(t *testing.T) {
 	p := loadPlugin(t)
 	l, _ := bound(t, p)
@@ -66,7 +64,7 @@ func TestCancelledCallSendsNothingMore(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(ctxT(t))
 	l.client.AfterRead = func(string) { cancel() }
-	_, err := l.conn.EditTextFile(ctx, "s1", nil, "doc.txt", "beta", "BETA")
+	_, err := l.conn.EditTextFile(ctx, "s1", host.CallOptions{}, "doc.txt", "beta", "BETA")
 	if !errors.Is(err, host.ErrCancelled) {
 		t.Fatalf("edit cancelled after its read: %v", err)
 	}
@@ -78,7 +76,7 @@ func TestCancelledCallSendsNothingMore(t *testing.T) {
 	}
 	// A call whose ctx is already done sends nothing at all.
 	before := len(l.client.Calls())
-	_, err = l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/true"})
+	_, err = l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/true"})
 	if !errors.Is(err, host.ErrCancelled) || len(l.client.Calls()) != before {
 		t.Fatalf("run on a cancelled ctx: %v, %d callbacks", err, len(l.client.Calls())-before)
 	}
@@ -101,18 +99,19 @@ func TestGlobCancelled(t *testing.T) {
 		case <-time.After(30 * time.Second): // a bound; the glob then returns its result and the test fails
 		}
 	}
-	_, err := l.conn.Glob(ctx, "s1", nil, "*", "")
+	_, err := l.conn.Glob(ctx, "s1", host.CallOptions{}, "*", "")
 	if !errors.Is(err, host.ErrCancelled) || l.client.Running() != 0 || len(callsOf(l.client, "terminal/release")) != 1 {
 		t.Fatalf("cancelled glob: %v, %d running", err, l.client.Running())
 	}
 }
 
-// TestCancelUnconfirmedStillCleansUpTheHost: a plugin that does not answer
-// within the cancel grace gives ErrCancelUnconfirmed, and still only after
-// the host's own clean-up (kill, output, release) ended.
-func TestCancelUnconfirmedStillCleansUpTheHost(t *testing.T) {
+// TestCancelCleanupNeedsNoPlugin: once the plan is issued, a cancel's
+// clean-up (kill, output, release) is the host's alone: with the plugin
+// process killed while the command runs, the cancelled call still kills
+// and releases the command before it returns.
+func TestCancelCleanupNeedsNoPlugin(t *testing.T) {
 	path, sum := selfBinary(t)
-	p, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg), host.WithCancelGrace(100*time.Millisecond))
+	p, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,19 +119,20 @@ func TestCancelUnconfirmedStillCleansUpTheHost(t *testing.T) {
 	l, _ := bound(t, p)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	l.client.OnTerminal = func(m string) {
-		switch m {
-		case "terminal/create":
+		if m == "terminal/create" {
+			_ = p.Close() // the plugin is gone from here on
 			time.AfterFunc(200*time.Millisecond, cancel)
-		case "terminal/kill":
-			time.Sleep(time.Second) // a slow client: the grace passes
 		}
 	}
-	_, err = l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sleep", Args: []string{"30"}})
+	resp, err := l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/sleep", Args: []string{"30"}})
 	running := l.client.Running()
-	if !errors.Is(err, host.ErrCancelUnconfirmed) || !strings.Contains(err.Error(), "run_command cancelled") {
-		t.Fatalf("slow clean-up past the grace: %v", err)
+	if !errors.Is(err, host.ErrCancelled) || !resp.Cancelled || signal(resp) != "killed" {
+		t.Fatalf("cancel with the plugin gone: %+v, %v", resp, err)
 	}
-	if running != 0 {
+	if running != 0 || len(callsOf(l.client, "terminal/kill")) != 1 || len(callsOf(l.client, "terminal/release")) != 1 {
 		t.Fatalf("%d terminals still running when the call returned", running)
+	}
+	if !p.Exited() {
+		t.Fatal("the plugin still runs")
 	}
 }

@@ -12,9 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// MaxPluginBytes bounds the plugin binary Load copies.
-const MaxPluginBytes = 512 << 20
-
 // sealedCopy copies the binary at path into a sealed memfd while hashing
 // it, and refuses it unless its SHA-256 equals want. The caller executes
 // the memfd (/proc/self/fd/N), so the bytes that run are exactly the bytes

@@ -19,7 +19,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/host"
 	"github.com/tetherdev/tether/plugin/impl"
@@ -249,3 +249,19 @@ func callsOf(c *acptest.Client, method string) []acptest.Call {
 }
 
 var errTest = errors.New("test")
+
+// exitCode is a command's exit code, or -1 if it has none.
+func exitCode(r host.CommandResult) int {
+	if r.Exit.ExitCode == nil {
+		return -1
+	}
+	return *r.Exit.ExitCode
+}
+
+// signal is the signal that killed a command, or "".
+func signal(r host.CommandResult) string {
+	if r.Exit.Signal == nil {
+		return ""
+	}
+	return *r.Exit.Signal
+}

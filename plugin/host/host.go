@@ -1,7 +1,3 @@
-// Package host is what a Go agent runtime imports to use tether-plugin:
-// Load starts and verifies the plugin; Plugin.Connect hands it one ACP
-// agent-side connection; Conn reports sessions, asks the ToolPolicy and runs
-// the tools. docs/plugin.md shows a host in fifteen lines.
 package host
 
 import (
@@ -9,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -23,62 +18,10 @@ import (
 	"github.com/tetherdev/tether/plugin/shared"
 )
 
-// Errors Load returns; callers branch on them with errors.Is.
-var (
-	// ErrChecksum: the binary's SHA-256 is not the expected one (see
-	// *ChecksumError) or the expected value is malformed.
-	ErrChecksum = errors.New("plugin checksum")
-	// ErrStart: the plugin did not complete the handshake (wrong versions,
-	// no mutual TLS, crash, timeout); the error carries its stderr.
-	ErrStart = errors.New("plugin start")
-)
-
-// ChecksumError names the path and both digests.
-type ChecksumError struct {
-	Path, Want, Got string
-}
-
-func (e *ChecksumError) Error() string {
-	return fmt.Sprintf("plugin checksum: %s has SHA-256 %s, want %s", e.Path, e.Got, e.Want)
-}
-
-// Is makes errors.Is(err, ErrChecksum) true.
-func (e *ChecksumError) Is(target error) bool { return target == ErrChecksum }
-
-// Option configures Load.
-type Option func(*options)
-
-type options struct {
-	args         []string
-	stderr       io.Writer
-	logger       hclog.Logger
-	startTimeout time.Duration
-	versions     []int
-	cancelGrace  time.Duration
-}
-
-// WithArgs passes arguments to the plugin binary.
-func WithArgs(args ...string) Option { return func(o *options) { o.args = args } }
-
-// WithStderr copies the plugin's raw stderr (its JSON log) to w.
-func WithStderr(w io.Writer) Option { return func(o *options) { o.stderr = w } }
-
-// WithLogger sets go-plugin's logger (default: errors to os.Stderr).
-func WithLogger(l hclog.Logger) Option { return func(o *options) { o.logger = l } }
-
-// WithStartTimeout bounds the handshake (default 30 s).
-func WithStartTimeout(d time.Duration) Option { return func(o *options) { o.startTimeout = d } }
-
-// WithCancelGrace bounds how long a cancelled tool call waits for the
-// plugin's answer (default DefaultCancelGrace); past it the call returns
-// ErrCancelUnconfirmed.
-func WithCancelGrace(d time.Duration) Option { return func(o *options) { o.cancelGrace = d } }
-
 // Plugin is a running, verified tether-plugin process. Close kills it.
 type Plugin struct {
-	client      *goplugin.Client
-	impl        *shared.PluginClient
-	cancelGrace time.Duration
+	client *goplugin.Client
+	impl   shared.Plugin
 
 	closeOnce sync.Once
 }
@@ -90,7 +33,7 @@ type Plugin struct {
 // sealed in-memory copy of the bytes that were hashed. ctx bounds the
 // start; the plugin lives until Close.
 func Load(ctx context.Context, path, sha256Hex string, opts ...Option) (*Plugin, error) {
-	o := options{startTimeout: 30 * time.Second, versions: shared.ProtocolVersions, cancelGrace: DefaultCancelGrace}
+	o := options{startTimeout: 30 * time.Second, versions: shared.ProtocolVersions}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -111,7 +54,7 @@ func Load(ctx context.Context, path, sha256Hex string, opts ...Option) (*Plugin,
 		return nil, fmt.Errorf("%w: %v; the host speaks protocol versions %v; plugin stderr: %q",
 			ErrStart, err, o.versions, tail.String())
 	}
-	return &Plugin{client: client, impl: impl, cancelGrace: o.cancelGrace}, nil
+	return &Plugin{client: client, impl: impl}, nil
 }
 
 func clientConfig(o options, exe *os.File, want []byte, tail *tailBuffer) *goplugin.ClientConfig {
@@ -175,15 +118,11 @@ func start(ctx context.Context, client *goplugin.Client) (*shared.PluginClient, 
 	}
 }
 
-// Close stops every broker stream and kills the plugin process. Every
-// binding the plugin held is gone with it; hosts must not restart the
-// plugin behind their sessions' backs (sessions then reattach). Safe to
-// call twice.
+// Close kills the plugin process. Every binding the plugin held is gone
+// with it; hosts must not restart the plugin behind their sessions' backs
+// (sessions then reattach). Safe to call twice.
 func (p *Plugin) Close() error {
-	p.closeOnce.Do(func() {
-		_ = p.impl.Close()
-		p.client.Kill()
-	})
+	p.closeOnce.Do(p.client.Kill)
 	return nil
 }
 

@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/host"
-	pb "github.com/tetherdev/tether/plugin/proto"
 	"github.com/tetherdev/tether/plugin/shared"
 )
 
@@ -34,24 +33,24 @@ func TestIntegrationReadTextFileThroughPlugin(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bind: %v", err)
 	}
-	if st.GetState() != pb.BindingState_BINDING_STATE_BOUND || st.GetTupleSha256() != tu.SHA256() || st.GetGrantGeneration() != 7 {
+	if st.State != host.Bound || st.TupleSHA256 != tu.SHA256() || st.GrantGeneration != 7 {
 		t.Fatalf("status after bind = %v", st)
 	}
-	resp, err := l.conn.ReadTextFile(ctx, "s1", nil, "hello.txt", 0, 0)
+	resp, err := l.conn.ReadTextFile(ctx, "s1", host.CallOptions{}, "hello.txt", 0, 0)
 	if err != nil {
 		t.Fatalf("read: %v", err)
 	}
-	if resp.GetContent() != "hello, computer\n" || resp.GetPath() != filepath.Join(client.Root, "hello.txt") {
-		t.Fatalf("read = %q at %q", resp.GetContent(), resp.GetPath())
+	if resp.Content != "hello, computer\n" || resp.Path != filepath.Join(client.Root, "hello.txt") {
+		t.Fatalf("read = %q at %q", resp.Content, resp.Path)
 	}
 	reads := callsOf(client, "fs/read_text_file")
 	if len(reads) != 1 {
 		t.Fatalf("client saw %d reads, want 1", len(reads))
 	}
 	op := reads[0].Op
-	if reads[0].OpErr != nil || op.TupleSHA256 != tu.SHA256() || !strings.HasPrefix(op.OpKey, resp.GetOpKey()+":") ||
+	if reads[0].OpErr != nil || op.TupleSHA256 != tu.SHA256() || !strings.HasPrefix(op.OpKey, resp.OpKey+":") ||
 		!op.Deadline.After(time.Now()) || op.Deadline.After(time.Now().Add(61*time.Second)) {
-		t.Fatalf("op meta = %+v (err %v), op key %q", op, reads[0].OpErr, resp.GetOpKey())
+		t.Fatalf("op meta = %+v (err %v), op key %q", op, reads[0].OpErr, resp.OpKey)
 	}
 	if n := len(callsOf(client, acpmeta.MethodAttach)); n != 1 {
 		t.Fatalf("attach calls = %d, want 1", n)
@@ -106,12 +105,12 @@ func TestLoadRunsTheBytesItHashed(t *testing.T) {
 
 func TestLoadVersionMismatchNamesBothSides(t *testing.T) {
 	path, sum := selfBinary(t)
-	_, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg, "versions=1,3"))
+	_, err := host.Load(ctxT(t), path, sum, host.WithArgs(helperArg, "versions=1,2"))
 	if !errors.Is(err, host.ErrStart) {
-		t.Fatalf("Load against a v1/v3 plugin: %v", err)
+		t.Fatalf("Load against a v1/v2 plugin: %v", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{"speaks protocol versions [1 3]", "host speaks [2]", "the host speaks protocol versions [2]"} {
+	for _, want := range []string{"speaks protocol versions [1 2]", "host speaks [3]", "the host speaks protocol versions [3]"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("mismatch error %q does not say %q", msg, want)
 		}

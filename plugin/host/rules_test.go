@@ -10,10 +10,9 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/host"
-	pb "github.com/tetherdev/tether/plugin/proto"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // The binding rules of issue 5, one test each (SECURITY.md "Plugin:
@@ -24,7 +23,7 @@ func readOK(t *testing.T, l *link, sid string) {
 	if err := os.WriteFile(filepath.Join(l.client.Root, "probe.txt"), []byte("probe"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.conn.ReadTextFile(ctxT(t), sid, nil, "probe.txt", 0, 0); err != nil {
+	if _, err := l.conn.ReadTextFile(ctxT(t), sid, host.CallOptions{}, "probe.txt", 0, 0); err != nil {
 		t.Fatalf("tool in a bound session: %v", err)
 	}
 }
@@ -32,20 +31,20 @@ func readOK(t *testing.T, l *link, sid string) {
 func readRefused(t *testing.T, l *link, sid, code string) {
 	t.Helper()
 	before := len(callsOf(l.client, "fs/read_text_file"))
-	_, err := l.conn.ReadTextFile(ctxT(t), sid, nil, "probe.txt", 0, 0)
+	_, err := l.conn.ReadTextFile(ctxT(t), sid, host.CallOptions{}, "probe.txt", 0, 0)
 	wantCode(t, err, code)
 	if after := len(callsOf(l.client, "fs/read_text_file")); after != before {
 		t.Fatalf("a refused tool still sent %d reads", after-before)
 	}
 }
 
-func state(t *testing.T, l *link, sid string) pb.BindingState {
+func state(t *testing.T, l *link, sid string) host.BindingState {
 	t.Helper()
 	st, err := l.conn.Status(ctxT(t), sid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.GetState()
+	return st.State
 }
 
 // Rule 1: only `_meta["tether/bind"]` from the authenticated owner binds.
@@ -89,14 +88,14 @@ func TestRule2IntentIsSticky(t *testing.T) {
 	client := newClient(t, lease)
 	admit := client.Attach
 	client.Attach = func(context.Context, acpmeta.AttachRequest) (acpmeta.AttachResponse, error) {
-		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeNotAdmitted, "no grant yet")
+		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeNotAdmitted, "no grant yet")
 	}
 	l := newLink(t, p, client, "alice")
 	ctx, tu := ctxT(t), tuple("alice", client.Root)
 
 	_, err := l.conn.OpenSession(ctx, host.MethodNew, "s1", bindMeta(t, tu, lease))
 	wantCode(t, err, "not_admitted")
-	if state(t, l, "s1") != pb.BindingState_BINDING_STATE_PENDING {
+	if state(t, l, "s1") != host.Pending {
 		t.Fatalf("state after failed admission = %v", state(t, l, "s1"))
 	}
 	readRefused(t, l, "s1", "not_admitted")
@@ -129,7 +128,7 @@ func TestRule3TupleIsImmutable(t *testing.T) {
 	readOK(t, l, "s1")
 	// Same tuple, later lease: accepted and extended.
 	st, err := l.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, lease.Add(30*time.Minute)))
-	if err != nil || st.GetLeaseNotAfter() != lease.Add(30*time.Minute).UTC().Format(time.RFC3339Nano) {
+	if err != nil || !st.LeaseNotAfter.Equal(lease.Add(30*time.Minute)) {
 		t.Fatalf("extension: %v %v", st, err)
 	}
 	// Any changed field: refused, and the binding fences.
@@ -223,7 +222,7 @@ func TestRule6FencesAreSticky(t *testing.T) {
 		// Status alone, before any tool call, sees the lease has passed
 		// and fences (never BOUND past the lease).
 		st, err := l.conn.Status(ctx, "s2")
-		if err != nil || st.GetState() != pb.BindingState_BINDING_STATE_FENCED || st.GetCode() != "lease_expired" {
+		if err != nil || st.State != host.Fenced || st.Code != "lease_expired" {
 			t.Fatalf("status after the lease: %v %v", st, err)
 		}
 		readRefused(t, l, "s2", "fenced")
@@ -241,13 +240,13 @@ func TestRule6FencesAreSticky(t *testing.T) {
 		l, digest := bound(t, loadPlugin(t))
 		l.client.Bind("s1", "0000000000000000000000000000000000000000000000000000000000000000")
 		readOK2 := func() error {
-			_, err := l.conn.ReadTextFile(ctxT(t), "s1", nil, "probe.txt", 0, 0)
+			_, err := l.conn.ReadTextFile(ctxT(t), "s1", host.CallOptions{}, "probe.txt", 0, 0)
 			return err
 		}
 		wantCode(t, readOK2(), "tuple_mismatch")
 		l.client.Bind("s1", digest) // the client is fine again; the fence holds
 		readRefused(t, l, "s1", "fenced")
-		if state(t, l, "s1") != pb.BindingState_BINDING_STATE_FENCED {
+		if state(t, l, "s1") != host.Fenced {
 			t.Fatal("not fenced")
 		}
 	})
@@ -258,10 +257,10 @@ func TestRule6FencesAreSticky(t *testing.T) {
 		n := newLink(t, p, l.client, "alice")
 		l.cut()
 		deadline := time.Now().Add(10 * time.Second)
-		for state(t, n, "s1") != pb.BindingState_BINDING_STATE_FENCED && time.Now().Before(deadline) {
+		for state(t, n, "s1") != host.Fenced && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if state(t, n, "s1") != pb.BindingState_BINDING_STATE_FENCED {
+		if state(t, n, "s1") != host.Fenced {
 			t.Fatal("transport loss did not fence")
 		}
 		readRefused(t, n, "s1", "fenced")
@@ -312,17 +311,17 @@ func TestGlobFailsWhenBindingLostMidway(t *testing.T) {
 		other := tu
 		other.Generation = 99
 		_, err := l.conn.OpenSession(context.WithoutCancel(ctx), host.MethodLoad, "s1", bindMeta(t, other, time.Now().Add(time.Hour)))
-		if code, _ := acpmeta.CodeOf(err); code != wire.CodeTupleMismatch {
+		if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch {
 			t.Errorf("substitution: %v", errors.Join(err))
 		}
 	}
-	_, err := l.conn.Glob(ctx, "s1", nil, "*.txt", "")
+	_, err := l.conn.Glob(ctx, "s1", host.CallOptions{}, "*.txt", "")
 	wantCode(t, err, "fenced")
 	l.client.OnTerminal = nil
 	// Once fenced, grep is refused by its check before (its check after
 	// has a test of its own: TestGrepFailsWhenBindingLostMidway).
 	creates := len(callsOf(l.client, "terminal/create"))
-	_, err = l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "x"})
+	_, err = l.conn.Grep(ctx, "s1", host.CallOptions{}, "x", "", host.GrepOptions{})
 	wantCode(t, err, "fenced")
 	if n := len(callsOf(l.client, "terminal/create")) - creates; n != 0 {
 		t.Fatalf("grep in a fenced session sent %d terminal/create", n)
@@ -341,8 +340,8 @@ func TestGrepFailsWhenBindingLostMidway(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Control: with the binding intact the same grep finds the line.
-	r, err := l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "needle"})
-	if err != nil || len(r.GetMatches()) != 1 {
+	r, err := l.conn.Grep(ctx, "s1", host.CallOptions{}, "needle", "", host.GrepOptions{})
+	if err != nil || len(r.Matches) != 1 {
 		t.Fatalf("grep in a bound session: %v %v", r, err)
 	}
 	var swapped atomic.Bool
@@ -353,20 +352,20 @@ func TestGrepFailsWhenBindingLostMidway(t *testing.T) {
 		other := tu
 		other.Generation = 99
 		_, err := l.conn.OpenSession(context.WithoutCancel(ctx), host.MethodLoad, "s1", bindMeta(t, other, time.Now().Add(time.Hour)))
-		if code, _ := acpmeta.CodeOf(err); code != wire.CodeTupleMismatch {
+		if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch {
 			t.Errorf("substitution: %v", errors.Join(err))
 		}
 	}
 	creates := len(callsOf(l.client, "terminal/create"))
-	r, err = l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "needle"})
+	r, err = l.conn.Grep(ctx, "s1", host.CallOptions{}, "needle", "", host.GrepOptions{})
 	wantCode(t, err, "fenced")
-	if r != nil {
+	if r.Matches != nil {
 		t.Fatalf("grep returned matches with its binding lost: %v", r)
 	}
 	if !swapped.Load() || len(callsOf(l.client, "terminal/create")) != creates+1 {
 		t.Fatal("grep's command did not run: the check before refused it, not the check after")
 	}
-	if state(t, l, "s1") != pb.BindingState_BINDING_STATE_FENCED {
+	if state(t, l, "s1") != host.Fenced {
 		t.Fatalf("state after the substitution = %v", state(t, l, "s1"))
 	}
 }

@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/host"
-	pb "github.com/tetherdev/tether/plugin/proto"
 	"github.com/tetherdev/tether/plugin/tools"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // bound returns a link with session "s1" bound to a tuple rooted at the
@@ -56,46 +55,46 @@ func TestIntegrationFiveToolsAndGlobGrep(t *testing.T) {
 	l, digest := bound(t, p)
 	ctx, root := ctxT(t), l.client.Root
 
-	if _, err := l.conn.WriteTextFile(ctx, "s1", nil, "src/main.go", "package main\n\nfunc main() {}\n"); err == nil {
+	if _, err := l.conn.WriteTextFile(ctx, "s1", host.CallOptions{}, "src/main.go", "package main\n\nfunc main() {}\n"); err == nil {
 		t.Fatal("write into a missing directory succeeded")
 	}
 	if err := os.MkdirAll(filepath.Join(root, "src", "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w, err := l.conn.WriteTextFile(ctx, "s1", nil, "src/main.go", "package main\n\nfunc main() {}\n")
-	if err != nil || w.GetBytes() != 29 {
+	w, err := l.conn.WriteTextFile(ctx, "s1", host.CallOptions{}, "src/main.go", "package main\n\nfunc main() {}\n")
+	if err != nil || w.Bytes != 29 {
 		t.Fatalf("write: %v %v", w, err)
 	}
-	if _, err := l.conn.WriteTextFile(ctx, "s1", nil, "src/sub/notes.txt", "one\ntwo\nthree\n"); err != nil {
+	if _, err := l.conn.WriteTextFile(ctx, "s1", host.CallOptions{}, "src/sub/notes.txt", "one\ntwo\nthree\n"); err != nil {
 		t.Fatal(err)
 	}
-	r, err := l.conn.ReadTextFile(ctx, "s1", nil, "src/sub/notes.txt", 2, 1)
-	if err != nil || r.GetContent() != "two\n" {
-		t.Fatalf("read line 2: %q %v", r.GetContent(), err)
+	r, err := l.conn.ReadTextFile(ctx, "s1", host.CallOptions{}, "src/sub/notes.txt", 2, 1)
+	if err != nil || r.Content != "two\n" {
+		t.Fatalf("read line 2: %q %v", r.Content, err)
 	}
-	e, err := l.conn.EditTextFile(ctx, "s1", nil, "src/main.go", "func main() {}", "func main() { println(1) }")
-	if err != nil || e.GetPreviousSha256() != tools.SHA256Hex("package main\n\nfunc main() {}\n") {
+	e, err := l.conn.EditTextFile(ctx, "s1", host.CallOptions{}, "src/main.go", "func main() {}", "func main() { println(1) }")
+	if err != nil || e.PreviousSHA256 != tools.SHA256Hex("package main\n\nfunc main() {}\n") {
 		t.Fatalf("edit: %v %v", e, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(root, "src/main.go")); string(b) != "package main\n\nfunc main() { println(1) }\n" {
 		t.Fatalf("after edit: %q", b)
 	}
-	ls, err := l.conn.ListDirectory(ctx, "s1", nil, "src")
-	if err != nil || len(ls.GetEntries()) != 2 || ls.GetEntries()[0].GetName() != "main.go" ||
-		ls.GetEntries()[0].GetType() != "file" || ls.GetEntries()[1].GetType() != "dir" {
+	ls, err := l.conn.ListDirectory(ctx, "s1", host.CallOptions{}, "src")
+	if err != nil || len(ls.Entries) != 2 || ls.Entries[0].Name != "main.go" ||
+		ls.Entries[0].Type != "file" || ls.Entries[1].Type != "dir" {
 		t.Fatalf("list: %v %v", ls, err)
 	}
-	run, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sh",
+	run, err := l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/sh",
 		Args: []string{"-c", "pwd; echo out; exit 3"}, Cwd: "src"})
-	if err != nil || run.GetExit().GetExitCode() != 3 || run.GetOutput() != filepath.Join(root, "src")+"\nout\n" {
+	if err != nil || exitCode(run) != 3 || run.Output != filepath.Join(root, "src")+"\nout\n" {
 		t.Fatalf("run: %v %v", run, err)
 	}
-	g, err := l.conn.Glob(ctx, "s1", nil, "**/*.txt", "")
-	if err != nil || len(g.GetMatches()) != 1 || g.GetMatches()[0] != filepath.Join(root, "src/sub/notes.txt") {
+	g, err := l.conn.Glob(ctx, "s1", host.CallOptions{}, "**/*.txt", "")
+	if err != nil || len(g.Matches) != 1 || g.Matches[0] != filepath.Join(root, "src/sub/notes.txt") {
 		t.Fatalf("glob: %v %v", g, err)
 	}
-	gr, err := l.conn.Grep(ctx, "s1", &pb.GrepToolRequest{Pattern: "TWO", IgnoreCase: true, Dir: "src"})
-	if err != nil || len(gr.GetMatches()) != 1 || gr.GetMatches()[0].GetLine() != 2 || gr.GetMatches()[0].GetText() != "two" {
+	gr, err := l.conn.Grep(ctx, "s1", host.CallOptions{}, "TWO", "src", host.GrepOptions{IgnoreCase: true})
+	if err != nil || len(gr.Matches) != 1 || gr.Matches[0].Line != 2 || gr.Matches[0].Text != "two" {
 		t.Fatalf("grep: %v %v", gr, err)
 	}
 	if l.client.Running() != 0 {
@@ -112,7 +111,7 @@ func TestOpKeyRetryReusesCallersKey(t *testing.T) {
 	l, _ := bound(t, p)
 	ctx := ctxT(t)
 	for i := 0; i < 2; i++ {
-		if _, err := l.conn.WriteTextFile(ctx, "s1", &pb.ToolContext{OpKey: "retry-7"}, "f.txt", "x"); err != nil {
+		if _, err := l.conn.WriteTextFile(ctx, "s1", host.CallOptions{OpKey: "retry-7"}, "f.txt", "x"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -120,14 +119,14 @@ func TestOpKeyRetryReusesCallersKey(t *testing.T) {
 	if len(writes) != 2 || writes[0].Op.OpKey != "retry-7:write" || writes[1].Op.OpKey != "retry-7:write" {
 		t.Fatalf("retry keys: %+v", writes)
 	}
-	_, err := l.conn.WriteTextFile(ctx, "s1", &pb.ToolContext{OpKey: "bad key!"}, "f.txt", "x")
+	_, err := l.conn.WriteTextFile(ctx, "s1", host.CallOptions{OpKey: "bad key!"}, "f.txt", "x")
 	wantCode(t, err, "invalid")
 }
 
 func TestWriteEmptyContentRefusedBeforeSending(t *testing.T) {
 	p := loadPlugin(t)
 	l, _ := bound(t, p)
-	_, err := l.conn.WriteTextFile(ctxT(t), "s1", nil, "empty.txt", "")
+	_, err := l.conn.WriteTextFile(ctxT(t), "s1", host.CallOptions{}, "empty.txt", "")
 	wantCode(t, err, "invalid")
 	if !strings.Contains(err.Error(), "WriteTextFileRequest.Validate") {
 		t.Fatalf("refusal does not explain itself: %v", err)
@@ -148,7 +147,7 @@ func TestEditLosesNoUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.client.AfterRead = func(string) { _ = os.WriteFile(f, []byte("alpha beta gamma\n"), 0o644) }
-	_, err := l.conn.EditTextFile(ctxT(t), "s1", nil, "doc.txt", "beta", "BETA")
+	_, err := l.conn.EditTextFile(ctxT(t), "s1", host.CallOptions{}, "doc.txt", "beta", "BETA")
 	wantCode(t, err, "precondition_failed")
 	if b, _ := os.ReadFile(f); string(b) != "alpha beta gamma\n" {
 		t.Fatalf("concurrent update lost: %q", b)
@@ -158,7 +157,7 @@ func TestEditLosesNoUpdate(t *testing.T) {
 		t.Fatalf("write did not carry the expected hash: %+v", w)
 	}
 	l.client.AfterRead = nil
-	_, err = l.conn.EditTextFile(ctxT(t), "s1", nil, "doc.txt", "a", "A")
+	_, err = l.conn.EditTextFile(ctxT(t), "s1", host.CallOptions{}, "doc.txt", "a", "A")
 	wantCode(t, err, "precondition_failed") // "a" occurs more than once
 }
 
@@ -166,9 +165,9 @@ func TestRunCommandDeadlineKillsAndReleases(t *testing.T) {
 	p := loadPlugin(t)
 	l, _ := bound(t, p)
 	start := time.Now()
-	run, err := l.conn.RunCommand(ctxT(t), "s1", &pb.RunCommandToolRequest{Ctx: &pb.ToolContext{TimeoutMs: 300},
-		Command: "/bin/sh", Args: []string{"-c", "echo started; exec sleep 30"}})
-	if err != nil || !run.GetTimedOut() || run.GetExit().GetSignal() != "killed" || run.GetOutput() != "started\n" {
+	run, err := l.conn.RunCommand(ctxT(t), "s1", host.CallOptions{Timeout: 300 * time.Millisecond},
+		host.Command{Command: "/bin/sh", Args: []string{"-c", "echo started; exec sleep 30"}})
+	if err != nil || !run.TimedOut || signal(run) != "killed" || run.Output != "started\n" {
 		t.Fatalf("run past deadline: %v %v", run, err)
 	}
 	if time.Since(start) > 10*time.Second {
@@ -184,7 +183,7 @@ func TestRunCommandCancelKills(t *testing.T) {
 	l, _ := bound(t, p)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	l.client.OnTerminal = func(string) { time.AfterFunc(200*time.Millisecond, cancel) }
-	_, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sleep", Args: []string{"30"}})
+	_, err := l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/sleep", Args: []string{"30"}})
 	if err == nil {
 		t.Fatal("cancelled command reported success")
 	}
@@ -201,7 +200,7 @@ func TestPathEscapeRefusedBeforeSending(t *testing.T) {
 	p := loadPlugin(t)
 	l, _ := bound(t, p)
 	for _, bad := range []string{"../outside.txt", "/etc/passwd", "a/../../b"} {
-		_, err := l.conn.ReadTextFile(ctxT(t), "s1", nil, bad, 0, 0)
+		_, err := l.conn.ReadTextFile(ctxT(t), "s1", host.CallOptions{}, bad, 0, 0)
 		wantCode(t, err, "path_escape")
 	}
 	if n := len(callsOf(l.client, "fs/read_text_file")); n != 0 {
@@ -214,7 +213,7 @@ func TestPathEscapeRefusedBeforeSending(t *testing.T) {
 func TestClientErrorCodeSurvivesTheHop(t *testing.T) {
 	p := loadPlugin(t)
 	l, _ := bound(t, p)
-	_, err := l.conn.ReadTextFile(ctxT(t), "s1", nil, "missing.txt", 0, 0)
+	_, err := l.conn.ReadTextFile(ctxT(t), "s1", host.CallOptions{}, "missing.txt", 0, 0)
 	wantCode(t, err, "not_found")
 	if code, _ := acpmeta.CodeOf(err); code != "not_found" || !strings.Contains(err.Error(), "missing.txt does not exist") {
 		t.Fatalf("message lost: %v", err)
@@ -230,10 +229,10 @@ func TestRunCommandVerifySentAsTetherVerify(t *testing.T) {
 	l, _ := bound(t, p)
 	ctx, root := ctxT(t), l.client.Root
 	sum := tools.SHA256Hex("built\n")
-	run, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/sh",
+	run, err := l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/sh",
 		Args: []string{"-c", "printf 'built\\n' > out.txt"}, Verify: map[string]string{
 			"out.txt": strings.ToUpper(sum), filepath.Join(root, "sub/../other.txt"): sum}})
-	if err != nil || run.GetExit().GetExitCode() != 0 {
+	if err != nil || exitCode(run) != 0 {
 		t.Fatalf("run with verify: %v %v", run, err)
 	}
 	creates := callsOf(l.client, "terminal/create")
@@ -259,7 +258,7 @@ func TestRunCommandVerifySentAsTetherVerify(t *testing.T) {
 		{map[string]string{"a.txt": sum, "./a.txt": sum}, "invalid"},
 		{many, "invalid"},
 	} {
-		_, err := l.conn.RunCommand(ctx, "s1", &pb.RunCommandToolRequest{Command: "/bin/true", Verify: c.verify})
+		_, err := l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/true", Verify: c.verify})
 		wantCode(t, err, c.code)
 	}
 	if n := len(callsOf(l.client, "terminal/create")); n != 1 {
@@ -278,7 +277,7 @@ func TestRunCommandStepErrorFences(t *testing.T) {
 			l.client.Bind("s1", strings.Repeat("0", 64))
 		}
 	}
-	_, err := l.conn.RunCommand(ctxT(t), "s1", &pb.RunCommandToolRequest{Command: "/bin/true"})
+	_, err := l.conn.RunCommand(ctxT(t), "s1", host.CallOptions{}, host.Command{Command: "/bin/true"})
 	wantCode(t, err, "tuple_mismatch")
 	if !strings.Contains(err.Error(), "is not the binding's") || strings.Contains(err.Error(), `"code"`) {
 		t.Fatalf("message: %v", err)
@@ -288,8 +287,8 @@ func TestRunCommandStepErrorFences(t *testing.T) {
 	readRefused(t, l, "s1", "fenced")
 	// The fence names the client's own message, not its JSON-RPC error.
 	st, err := l.conn.Status(ctxT(t), "s1")
-	if err != nil || st.GetCode() != "tuple_mismatch" || !strings.Contains(st.GetMessage(), "is not the binding's") ||
-		strings.Contains(st.GetMessage(), `"code"`) {
+	if err != nil || st.Code != "tuple_mismatch" || !strings.Contains(st.Message, "is not the binding's") ||
+		strings.Contains(st.Message, `"code"`) {
 		t.Fatalf("fenced status: %v %v", st, err)
 	}
 }
@@ -302,12 +301,12 @@ func TestAttachRefusalNamesCodeAndMessage(t *testing.T) {
 	lease := time.Now().Add(time.Hour)
 	client := newClient(t, lease)
 	client.Attach = func(context.Context, acpmeta.AttachRequest) (acpmeta.AttachResponse, error) {
-		return acpmeta.AttachResponse{}, acpmeta.NewError(wire.CodeLeaseExpired, "grant for tuple abc ended at 12:00")
+		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeLeaseExpired, "grant for tuple abc ended at 12:00")
 	}
 	l := newLink(t, p, client, "alice")
 	_, err := l.conn.OpenSession(ctxT(t), host.MethodNew, "s1", bindMeta(t, tuple("alice", client.Root), lease))
 	wantCode(t, err, "lease_expired")
-	var we *wire.Error
+	var we *errcode.Error
 	if !errors.As(err, &we) || we.Message != `_tether/attach for session "s1" refused: grant for tuple abc ended at 12:00` {
 		t.Fatalf("attach refusal message: %v", err)
 	}

@@ -1,59 +1,50 @@
 // Package impl is tether-plugin's implementation of shared.Plugin: it keeps
-// the ACP connections the host hands over, the binding table
-// (plugin/binding) and runs the tools (plugin/tools) in bound sessions. Main
-// serves it over go-plugin.
+// the principals of the host's ACP connections and the binding table
+// (plugin/binding), decides every tool call (Authorize returns its plan,
+// built by plugin/tools) and applies what the host reports back (fences,
+// the check after glob and grep). Main serves it over go-plugin.
 package impl
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/plugin/binding"
-	pb "github.com/tetherdev/tether/plugin/proto"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
-// Timeouts of a tool call and of `_tether/attach`.
+// Timeouts of a tool call.
 const (
 	DefaultToolTimeout = 60 * time.Second
 	MaxToolTimeout     = time.Hour
-	AttachTimeout      = 30 * time.Second
 )
 
 // Server implements shared.Plugin. The zero value is not usable; call New.
 type Server struct {
-	table *binding.Table
-	now   func() time.Time
+	table   *binding.Table
+	tickets *ticketer
+	now     func() time.Time
 
 	mu    sync.Mutex
-	conns map[string]*conn
+	conns map[string]string // connection id -> principal
 }
 
 var _ shared.Plugin = &Server{}
-
-// conn is one ACP connection the host handed over.
-type conn struct {
-	id        string
-	principal string
-	client    shared.ACPClient
-}
 
 // New returns a Server reading time from now (time.Now if nil).
 func New(now func() time.Time) *Server {
 	if now == nil {
 		now = time.Now
 	}
-	return &Server{table: binding.New(now), now: now, conns: make(map[string]*conn)}
+	return &Server{table: binding.New(now), tickets: newTicketer(now), now: now, conns: make(map[string]string)}
 }
 
 func randomID(prefix string) (string, error) {
@@ -66,9 +57,9 @@ func randomID(prefix string) (string, error) {
 
 // Connect implements shared.Plugin. The principal is the host's
 // authenticated identity for the connection; an empty one is refused.
-func (s *Server) Connect(ctx context.Context, client shared.ACPClient, principal string) (string, error) {
+func (s *Server) Connect(ctx context.Context, principal string) (string, error) {
 	if principal == "" {
-		return "", wire.Errorf(wire.CodeDenied, "connect: the host authenticated no principal")
+		return "", errcode.Errorf(errcode.CodeDenied, "connect: the host authenticated no principal")
 	}
 	id, err := randomID("conn-")
 	if err != nil {
@@ -76,80 +67,59 @@ func (s *Server) Connect(ctx context.Context, client shared.ACPClient, principal
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.conns[id] = &conn{id: id, principal: principal, client: client}
+	s.conns[id] = principal
 	return id, nil
 }
 
-// Disconnect implements shared.Plugin: bindings on the connection fence,
-// and the connection's client is closed.
+// Disconnect implements shared.Plugin: bindings on the connection fence.
 func (s *Server) Disconnect(ctx context.Context, connID string) error {
 	s.mu.Lock()
-	c, ok := s.conns[connID]
+	_, ok := s.conns[connID]
 	delete(s.conns, connID)
 	s.mu.Unlock()
 	s.table.Disconnect(connID)
 	if !ok {
-		return wire.Errorf(wire.CodeInvalid, "disconnect: unknown connection %q", connID)
-	}
-	if cl, ok := c.client.(io.Closer); ok {
-		_ = cl.Close()
+		return errcode.Errorf(errcode.CodeInvalid, "disconnect: unknown connection %q", connID)
 	}
 	return nil
 }
 
-func (s *Server) conn(id string) (*conn, error) {
+// principal returns the principal of a connection still open.
+func (s *Server) principal(connID string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.conns[id]
+	p, ok := s.conns[connID]
 	if !ok {
-		return nil, wire.Errorf(wire.CodeInvalid, "unknown connection %q (closed or never connected)", id)
+		return "", errcode.Errorf(errcode.CodeInvalid, "unknown connection %q (closed or never connected)", connID)
 	}
-	return c, nil
+	return p, nil
 }
 
 // OpenSession implements shared.Plugin.
-func (s *Server) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.SessionStatus, error) {
-	c, err := s.conn(req.GetConnId())
+func (s *Server) OpenSession(ctx context.Context, req shared.OpenRequest, attach shared.Attacher) (binding.Status, error) {
+	principal, err := s.principal(req.ConnID)
 	if err != nil {
-		return nil, err
+		return binding.Status{}, err
 	}
-	var method binding.Method
-	switch req.GetMethod() {
-	case pb.SessionMethod_SESSION_METHOD_NEW:
-		method = binding.MethodNew
-	case pb.SessionMethod_SESSION_METHOD_LOAD:
-		method = binding.MethodLoad
-	default:
-		return nil, wire.Errorf(wire.CodeInvalid, "open session: method must be new or load")
-	}
-	meta, err := shared.MetaFromJSON(req.GetMetaJson())
-	if err != nil {
-		return nil, wire.Errorf(wire.CodeInvalid, "open session: %v", err)
-	}
-	st, err := s.table.Open(ctx, binding.OpenRequest{ConnID: c.id, SessionID: req.GetSessionId(),
-		Principal: c.principal, Method: method, Meta: meta, Attach: attachFunc(c)})
-	if err != nil {
-		return nil, err
-	}
-	return statusPB(st), nil
+	return s.table.Open(ctx, binding.OpenRequest{ConnID: req.ConnID, SessionID: req.SessionID,
+		Principal: principal, Method: req.Method, Meta: req.Meta, Attach: attachFunc(attach)})
 }
 
-// attachFunc calls `_tether/attach` on c and decodes the result strictly.
-// A refusal comes back as a *wire.Error with the client's tether code (or
-// not_admitted when it named none) and the client's own message.
-func attachFunc(c *conn) binding.AttachFunc {
+// attachFunc calls `_tether/attach` through the host and decodes the
+// result strictly. A refusal comes back as a *errcode.Error with the client's
+// tether code (or not_admitted when it named none) and the client's own
+// message.
+func attachFunc(attach shared.Attacher) binding.AttachFunc {
 	return func(ctx context.Context, sid, sha string) (time.Time, uint64, error) {
-		ctx, cancel := context.WithTimeout(ctx, AttachTimeout)
+		ctx, cancel := context.WithTimeout(ctx, shared.AttachTimeout)
 		defer cancel()
-		raw, err := c.client.Attach(ctx, acpmeta.AttachRequest{SessionID: sid, TupleSHA256: sha})
+		raw, err := attach(ctx, sid, sha)
 		if err != nil {
 			return time.Time{}, 0, attachRefusal(err)
 		}
 		var resp acpmeta.AttachResponse
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&resp); err != nil {
-			return time.Time{}, 0, wire.Errorf(wire.CodeNotAdmitted, "_tether/attach result malformed: %v", err)
+		if err := strictjson.Decode(raw, acpmeta.MaxValueBytes, &resp); err != nil {
+			return time.Time{}, 0, errcode.Errorf(errcode.CodeNotAdmitted, "_tether/attach result malformed: %v", err)
 		}
 		return resp.LeaseNotAfter, resp.GrantGeneration, nil
 	}
@@ -157,65 +127,36 @@ func attachFunc(c *conn) binding.AttachFunc {
 
 // attachRefusal names why `_tether/attach` failed: the client's code and
 // message, the lost connection (fate_unknown), or the attach timeout.
-func attachRefusal(err error) *wire.Error {
+func attachRefusal(err error) *errcode.Error {
 	code, ok := acpmeta.CodeOf(err)
 	switch {
 	case ok:
 	case errors.Is(err, shared.ErrTransport):
-		code = wire.CodeFateUnknown
+		code = errcode.CodeFateUnknown
 	case errors.Is(err, context.DeadlineExceeded):
-		return wire.Errorf(wire.CodeTimeout, "no answer within %v", AttachTimeout)
+		return errcode.Errorf(errcode.CodeTimeout, "no answer within %v", shared.AttachTimeout)
 	default:
-		code = wire.CodeNotAdmitted
+		code = errcode.CodeNotAdmitted
 	}
-	return &wire.Error{Code: code, Message: shared.PeerMessage(err)}
+	return &errcode.Error{Code: code, Message: shared.PeerMessage(err)}
 }
 
 // Status implements shared.Plugin. Only the principal that opened the
 // session may read its state.
-func (s *Server) Status(ctx context.Context, req *pb.StatusRequest) (*pb.SessionStatus, error) {
-	c, err := s.conn(req.GetConnId())
+func (s *Server) Status(ctx context.Context, connID, sessionID string) (binding.Status, error) {
+	principal, err := s.principal(connID)
 	if err != nil {
-		return nil, err
+		return binding.Status{}, err
 	}
-	st, err := s.table.Status(c.principal, req.GetSessionId())
-	if err != nil {
-		return nil, err
-	}
-	return statusPB(st), nil
+	return s.table.Status(principal, sessionID)
 }
 
-// ToolPolicy implements shared.Plugin. A refusal is an answer
-// (allow=false with its code), not an error.
-func (s *Server) ToolPolicy(ctx context.Context, req *pb.ToolPolicyRequest) (*pb.ToolPolicyResponse, error) {
-	kind := map[pb.HostToolKind]binding.HostToolKind{
-		pb.HostToolKind_HOST_TOOL_KIND_FILESYSTEM: binding.HostFilesystem,
-		pb.HostToolKind_HOST_TOOL_KIND_PROCESS:    binding.HostProcess,
-		pb.HostToolKind_HOST_TOOL_KIND_OTHER:      binding.HostOther,
-	}[req.GetKind()]
-	err := s.table.Policy(req.GetConnId(), req.GetSessionId(), kind)
-	if err == nil {
-		return &pb.ToolPolicyResponse{Allow: true}, nil
+// ToolPolicy implements shared.Plugin: a refusal names the tool.
+func (s *Server) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error {
+	err := s.table.Policy(connID, sessionID, kind)
+	var we *errcode.Error
+	if errors.As(err, &we) {
+		return &errcode.Error{Code: we.Code, Message: fmt.Sprintf("host tool %q: %s", tool, we.Message)}
 	}
-	var we *wire.Error
-	if !errors.As(err, &we) {
-		return nil, err
-	}
-	return &pb.ToolPolicyResponse{Allow: false, Code: string(we.Code),
-		Message: fmt.Sprintf("host tool %q: %s", req.GetTool(), we.Message)}, nil
-}
-
-func statusPB(st binding.Status) *pb.SessionStatus {
-	out := &pb.SessionStatus{SessionId: st.SessionID, TupleSha256: st.TupleSHA256,
-		GrantGeneration: st.GrantGeneration, Code: string(st.Code), Message: st.Message}
-	out.State = map[binding.State]pb.BindingState{
-		binding.Unbound: pb.BindingState_BINDING_STATE_UNBOUND,
-		binding.Pending: pb.BindingState_BINDING_STATE_PENDING,
-		binding.Bound:   pb.BindingState_BINDING_STATE_BOUND,
-		binding.Fenced:  pb.BindingState_BINDING_STATE_FENCED,
-	}[st.State]
-	if !st.LeaseNotAfter.IsZero() {
-		out.LeaseNotAfter = st.LeaseNotAfter.UTC().Format(time.RFC3339Nano)
-	}
-	return out
+	return err
 }

@@ -2,106 +2,26 @@ package shared
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"sync"
 
-	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/plugin/binding"
 	pb "github.com/tetherdev/tether/plugin/proto"
 )
 
 // PluginClient is the host's Plugin: each call is one gRPC call to the
-// plugin. Connect serves the given ACPClient on a GRPCBroker stream until
-// Disconnect (or Close) stops it.
+// plugin (OpenSession one stream). It holds no state of its own.
 type PluginClient struct {
 	client pb.PluginClient
-	broker *goplugin.GRPCBroker
-
-	mu     sync.Mutex
-	served map[string]*servedClient
 }
 
 var _ Plugin = &PluginClient{}
-
-// servedClient is one AcpClient server on a broker stream. stop joins the
-// AcceptAndServe goroutine.
-type servedClient struct {
-	srv  chan *grpc.Server
-	done chan struct{}
-	once sync.Once
-}
-
-func (s *servedClient) stop() {
-	s.once.Do(func() {
-		select {
-		case srv := <-s.srv:
-			srv.Stop()
-		case <-s.done:
-		}
-		<-s.done
-	})
-}
-
-// serveACPClient starts serving impl on a fresh broker id.
-func (c *PluginClient) serveACPClient(impl ACPClient) (uint32, *servedClient) {
-	id := c.broker.NextId()
-	s := &servedClient{srv: make(chan *grpc.Server, 1), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		c.broker.AcceptAndServe(id, func(opts []grpc.ServerOption) *grpc.Server {
-			srv := grpc.NewServer(ServerOptions(opts...)...)
-			pb.RegisterAcpClientServer(srv, &acpClientServer{impl: impl})
-			s.srv <- srv
-			return srv
-		})
-	}()
-	return id, s
-}
-
-// Connect implements Plugin.
-func (c *PluginClient) Connect(ctx context.Context, client ACPClient, principal string) (string, error) {
-	id, served := c.serveACPClient(client)
-	resp, err := c.client.Connect(ctx, &pb.ConnectRequest{BrokerId: id, Principal: principal})
-	if err != nil {
-		served.stop()
-		return "", toolErrorFromStatus(ctx, err)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.served == nil {
-		c.served = make(map[string]*servedClient)
-	}
-	c.served[resp.GetConnId()] = served
-	return resp.GetConnId(), nil
-}
-
-// Disconnect implements Plugin. The broker stream is stopped even when the
-// plugin cannot be told.
-func (c *PluginClient) Disconnect(ctx context.Context, connID string) error {
-	c.mu.Lock()
-	served := c.served[connID]
-	delete(c.served, connID)
-	c.mu.Unlock()
-	_, err := c.client.Disconnect(ctx, &pb.DisconnectRequest{ConnId: connID})
-	if served != nil {
-		served.stop()
-	}
-	return toolErrorFromStatus(ctx, err)
-}
-
-// Close stops every AcpClient server this client still serves.
-func (c *PluginClient) Close() error {
-	c.mu.Lock()
-	served := c.served
-	c.served = nil
-	c.mu.Unlock()
-	for _, s := range served {
-		s.stop()
-	}
-	return nil
-}
 
 // call runs one unary call and maps its error.
 func call[Req, Resp any](ctx context.Context, f func(context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
@@ -113,83 +33,123 @@ func call[Req, Resp any](ctx context.Context, f func(context.Context, Req, ...gr
 	return resp, nil
 }
 
-// OpenSession implements Plugin.
-func (c *PluginClient) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.SessionStatus, error) {
-	return call(ctx, c.client.OpenSession, req)
+// Connect implements Plugin.
+func (c *PluginClient) Connect(ctx context.Context, principal string) (string, error) {
+	resp, err := call(ctx, c.client.Connect, &pb.ConnectRequest{Principal: principal})
+	return resp.GetConnId(), err
+}
+
+// Disconnect implements Plugin.
+func (c *PluginClient) Disconnect(ctx context.Context, connID string) error {
+	_, err := call(ctx, c.client.Disconnect, &pb.DisconnectRequest{ConnId: connID})
+	return err
+}
+
+// OpenSession implements Plugin: the stream carries the request, at most
+// one attach call and its answer, and the status. An attach for any other
+// session than the one being opened is refused and nothing is sent.
+func (c *PluginClient) OpenSession(ctx context.Context, req OpenRequest, attach Attacher) (binding.Status, error) {
+	meta, err := metaJSON(req.Meta)
+	if err != nil {
+		return binding.Status{}, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream however this returns
+	stream, err := c.client.OpenSession(sctx)
+	if err != nil {
+		return binding.Status{}, toolErrorFromStatus(ctx, err)
+	}
+	open := &pb.OpenSessionRequest{ConnId: req.ConnID, SessionId: req.SessionID, Method: methods[req.Method], MetaJson: meta}
+	if err := stream.Send(&pb.OpenSessionUp{Msg: &pb.OpenSessionUp_Open{Open: open}}); err != nil {
+		return binding.Status{}, toolErrorFromStatus(ctx, err)
+	}
+	for attached := false; ; attached = true {
+		down, err := stream.Recv()
+		if err != nil {
+			return binding.Status{}, toolErrorFromStatus(ctx, err)
+		}
+		ac := down.GetAttach()
+		switch {
+		case down.GetStatus() != nil:
+			return statusFromPB(down.GetStatus())
+		case ac == nil:
+			return binding.Status{}, fmt.Errorf("%w: plugin sent an empty open-session message", ErrTransport)
+		case attached || ac.GetSessionId() != req.SessionID:
+			return binding.Status{}, errcode.Errorf(errcode.CodeInternal,
+				"plugin asked to attach session %q while opening %q (at most once, for that session): nothing sent", ac.GetSessionId(), req.SessionID)
+		}
+		actx, acancel := context.WithTimeout(ctx, AttachTimeout)
+		raw, aerr := attach(actx, req.SessionID, ac.GetTupleSha256())
+		acancel()
+		if err := stream.Send(&pb.OpenSessionUp{Msg: &pb.OpenSessionUp_AttachResult{AttachResult: attachResultPB(raw, aerr)}}); err != nil {
+			return binding.Status{}, toolErrorFromStatus(ctx, err)
+		}
+	}
+}
+
+// metaJSON encodes a session request's `_meta` once for the plugin.
+func metaJSON(m map[string]any) ([]byte, error) {
+	if m == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, errcode.Errorf(errcode.CodeInvalid, "_meta does not marshal: %v", err)
+	}
+	return b, nil
 }
 
 // Status implements Plugin.
-func (c *PluginClient) Status(ctx context.Context, req *pb.StatusRequest) (*pb.SessionStatus, error) {
-	return call(ctx, c.client.Status, req)
+func (c *PluginClient) Status(ctx context.Context, connID, sessionID string) (binding.Status, error) {
+	resp, err := call(ctx, c.client.Status, &pb.StatusRequest{ConnId: connID, SessionId: sessionID})
+	if err != nil {
+		return binding.Status{}, err
+	}
+	return statusFromPB(resp)
 }
 
-// ToolPolicy implements Plugin.
-func (c *PluginClient) ToolPolicy(ctx context.Context, req *pb.ToolPolicyRequest) (*pb.ToolPolicyResponse, error) {
-	return call(ctx, c.client.ToolPolicy, req)
+// ToolPolicy implements Plugin: a refusal is a *errcode.Error with the
+// plugin's code (denied if it named none from the closed set).
+func (c *PluginClient) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error {
+	resp, err := call(ctx, c.client.ToolPolicy, &pb.ToolPolicyRequest{ConnId: connID, SessionId: sessionID, Tool: tool, Kind: kinds[kind]})
+	switch {
+	case err != nil:
+		return err
+	case resp.GetAllow():
+		return nil
+	}
+	code := errcode.Code(resp.GetCode())
+	if !code.Valid() {
+		code = errcode.CodeDenied
+	}
+	return &errcode.Error{Code: code, Message: resp.GetMessage()}
 }
 
-// ReadTextFile implements Plugin.
-func (c *PluginClient) ReadTextFile(ctx context.Context, req *pb.ReadTextFileToolRequest) (*pb.ReadTextFileToolResponse, error) {
-	return call(ctx, c.client.ReadTextFile, req)
+// Authorize implements Plugin.
+func (c *PluginClient) Authorize(ctx context.Context, tc ToolCall) (Plan, error) {
+	resp, err := call(ctx, c.client.Authorize, toolCallPB(tc))
+	if err != nil {
+		return Plan{}, err
+	}
+	return planFromPB(resp)
 }
 
-// WriteTextFile implements Plugin.
-func (c *PluginClient) WriteTextFile(ctx context.Context, req *pb.WriteTextFileToolRequest) (*pb.WriteTextFileToolResponse, error) {
-	return call(ctx, c.client.WriteTextFile, req)
-}
-
-// EditTextFile implements Plugin.
-func (c *PluginClient) EditTextFile(ctx context.Context, req *pb.EditTextFileToolRequest) (*pb.EditTextFileToolResponse, error) {
-	return call(ctx, c.client.EditTextFile, req)
-}
-
-// ListDirectory implements Plugin.
-func (c *PluginClient) ListDirectory(ctx context.Context, req *pb.ListDirectoryToolRequest) (*pb.ListDirectoryToolResponse, error) {
-	return call(ctx, c.client.ListDirectory, req)
-}
-
-// RunCommand implements Plugin.
-func (c *PluginClient) RunCommand(ctx context.Context, req *pb.RunCommandToolRequest) (*pb.RunCommandToolResponse, error) {
-	return call(ctx, c.client.RunCommand, req)
-}
-
-// Glob implements Plugin.
-func (c *PluginClient) Glob(ctx context.Context, req *pb.GlobToolRequest) (*pb.GlobToolResponse, error) {
-	return call(ctx, c.client.Glob, req)
-}
-
-// Grep implements Plugin.
-func (c *PluginClient) Grep(ctx context.Context, req *pb.GrepToolRequest) (*pb.GrepToolResponse, error) {
-	return call(ctx, c.client.Grep, req)
+// Report implements Plugin.
+func (c *PluginClient) Report(ctx context.Context, r Report) error {
+	_, err := call(ctx, c.client.Report, reportPB(r))
+	return err
 }
 
 // pluginServer is the plugin side: gRPC requests to Impl. Every method
 // passes the server's ctx on; none starts from context.Background.
 type pluginServer struct {
 	pb.UnimplementedPluginServer
-	impl   Plugin
-	broker *goplugin.GRPCBroker
-}
-
-// serve runs one Impl method and maps its error.
-func serve[Req, Resp any](ctx context.Context, f func(context.Context, Req) (Resp, error), req Req) (Resp, error) {
-	resp, err := f(ctx, req)
-	if err != nil {
-		var zero Resp
-		return zero, toolErrorStatus(err)
-	}
-	return resp, nil
+	impl Plugin
 }
 
 func (s *pluginServer) Connect(ctx context.Context, req *pb.ConnectRequest) (*pb.ConnectResponse, error) {
-	conn, err := s.broker.DialWithOptions(req.GetBrokerId(), DialOptions()...)
+	id, err := s.impl.Connect(ctx, req.GetPrincipal())
 	if err != nil {
-		return nil, toolErrorStatus(fmt.Errorf("%w: dial broker stream %d: %v", ErrTransport, req.GetBrokerId(), err))
-	}
-	client := &ACPClientStub{client: pb.NewAcpClientClient(conn), closer: conn}
-	id, err := s.impl.Connect(ctx, client, req.GetPrincipal())
-	if err != nil {
-		_ = conn.Close()
 		return nil, toolErrorStatus(err)
 	}
 	return &pb.ConnectResponse{ConnId: id}, nil
@@ -202,44 +162,100 @@ func (s *pluginServer) Disconnect(ctx context.Context, req *pb.DisconnectRequest
 	return &pb.DisconnectResponse{}, nil
 }
 
-func (s *pluginServer) OpenSession(ctx context.Context, req *pb.OpenSessionRequest) (*pb.SessionStatus, error) {
-	return serve(ctx, s.impl.OpenSession, req)
+// OpenSession serves the stream: the first message opens; the attach the
+// plugin asks for goes down, its answer comes up.
+func (s *pluginServer) OpenSession(stream pb.Plugin_OpenSessionServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	open := first.GetOpen()
+	if open == nil {
+		return status.Error(codes.InvalidArgument, "open session: the first message must be open")
+	}
+	meta, err := MetaFromJSON(open.GetMetaJson())
+	if err != nil {
+		return toolErrorStatus(errcode.Errorf(errcode.CodeInvalid, "open session: %v", err))
+	}
+	method := methodsPB[open.GetMethod()]
+	if method == 0 {
+		return toolErrorStatus(errcode.Errorf(errcode.CodeInvalid, "open session: method must be new or load"))
+	}
+	req := OpenRequest{ConnID: open.GetConnId(), SessionID: open.GetSessionId(), Method: method, Meta: meta}
+	st, err := s.impl.OpenSession(stream.Context(), req, streamAttacher(stream))
+	if err != nil {
+		return toolErrorStatus(err)
+	}
+	return stream.Send(&pb.OpenSessionDown{Msg: &pb.OpenSessionDown_Status{Status: statusPB(st)}})
+}
+
+// streamAttacher asks the host for `_tether/attach` on the stream and
+// waits for its answer until ctx ends. The goroutine that receives ends
+// with the stream, when the handler returns.
+func streamAttacher(stream pb.Plugin_OpenSessionServer) Attacher {
+	return func(ctx context.Context, sid, sha string) (json.RawMessage, error) {
+		down := &pb.OpenSessionDown{Msg: &pb.OpenSessionDown_Attach{Attach: &pb.AttachCall{SessionId: sid, TupleSha256: sha}}}
+		if err := stream.Send(down); err != nil {
+			return nil, fmt.Errorf("%w: send attach call: %v", ErrTransport, err)
+		}
+		type recv struct {
+			up  *pb.OpenSessionUp
+			err error
+		}
+		got := make(chan recv, 1)
+		go func() {
+			up, err := stream.Recv()
+			got <- recv{up, err}
+		}()
+		select {
+		case r := <-got:
+			if r.err != nil || r.up.GetAttachResult() == nil {
+				return nil, fmt.Errorf("%w: no attach result from the host: %v", ErrTransport, r.err)
+			}
+			return attachResultFromPB(r.up.GetAttachResult())
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 func (s *pluginServer) Status(ctx context.Context, req *pb.StatusRequest) (*pb.SessionStatus, error) {
-	return serve(ctx, s.impl.Status, req)
+	st, err := s.impl.Status(ctx, req.GetConnId(), req.GetSessionId())
+	if err != nil {
+		return nil, toolErrorStatus(err)
+	}
+	return statusPB(st), nil
 }
 
+// ToolPolicy answers a refusal as allow=false with its code, not as an
+// error; an unknown kind is refused too.
 func (s *pluginServer) ToolPolicy(ctx context.Context, req *pb.ToolPolicyRequest) (*pb.ToolPolicyResponse, error) {
-	return serve(ctx, s.impl.ToolPolicy, req)
+	err := s.impl.ToolPolicy(ctx, req.GetConnId(), req.GetSessionId(), req.GetTool(), kindsPB[req.GetKind()])
+	if err == nil {
+		return &pb.ToolPolicyResponse{Allow: true}, nil
+	}
+	var we *errcode.Error
+	if !errors.As(err, &we) {
+		return nil, toolErrorStatus(err)
+	}
+	return &pb.ToolPolicyResponse{Allow: false, Code: string(we.Code), Message: we.Message}, nil
 }
 
-func (s *pluginServer) ReadTextFile(ctx context.Context, req *pb.ReadTextFileToolRequest) (*pb.ReadTextFileToolResponse, error) {
-	return serve(ctx, s.impl.ReadTextFile, req)
+func (s *pluginServer) Authorize(ctx context.Context, req *pb.ToolCall) (*pb.Plan, error) {
+	tc, err := toolCallFromPB(req)
+	if err != nil {
+		return nil, toolErrorStatus(err)
+	}
+	p, err := s.impl.Authorize(ctx, tc)
+	if err != nil {
+		return nil, toolErrorStatus(err)
+	}
+	return planPB(p), nil
 }
 
-func (s *pluginServer) WriteTextFile(ctx context.Context, req *pb.WriteTextFileToolRequest) (*pb.WriteTextFileToolResponse, error) {
-	return serve(ctx, s.impl.WriteTextFile, req)
+func (s *pluginServer) Report(ctx context.Context, req *pb.ReportRequest) (*pb.ReportResponse, error) {
+	if err := s.impl.Report(ctx, reportFromPB(req)); err != nil {
+		return nil, toolErrorStatus(err)
+	}
+	return &pb.ReportResponse{}, nil
 }
-
-func (s *pluginServer) EditTextFile(ctx context.Context, req *pb.EditTextFileToolRequest) (*pb.EditTextFileToolResponse, error) {
-	return serve(ctx, s.impl.EditTextFile, req)
-}
-
-func (s *pluginServer) ListDirectory(ctx context.Context, req *pb.ListDirectoryToolRequest) (*pb.ListDirectoryToolResponse, error) {
-	return serve(ctx, s.impl.ListDirectory, req)
-}
-
-func (s *pluginServer) RunCommand(ctx context.Context, req *pb.RunCommandToolRequest) (*pb.RunCommandToolResponse, error) {
-	return serve(ctx, s.impl.RunCommand, req)
-}
-
-func (s *pluginServer) Glob(ctx context.Context, req *pb.GlobToolRequest) (*pb.GlobToolResponse, error) {
-	return serve(ctx, s.impl.Glob, req)
-}
-
-func (s *pluginServer) Grep(ctx context.Context, req *pb.GrepToolRequest) (*pb.GrepToolResponse, error) {
-	return serve(ctx, s.impl.Grep, req)
-}
-
-var _ io.Closer = &ACPClientStub{}

@@ -1,46 +1,34 @@
 package shared
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
-	pb "github.com/tetherdev/tether/plugin/proto"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
-// metaJSON encodes a `_meta` map for the wire. Values the plugin builds are
-// json.RawMessage (already encoded once) or plain JSON data.
-func metaJSON(m map[string]any) []byte {
-	if m == nil {
-		return nil
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		// Every `_meta` value the plugin builds is plain JSON data.
-		panic(fmt.Sprintf("shared: marshal _meta: %v", err))
-	}
-	return b
-}
-
-// MetaFromJSON decodes a `_meta` object. Empty input or JSON null is no
-// meta; anything but an object is an error wrapping acpmeta.ErrMeta. Each
-// value is kept as the json.RawMessage it arrived as, so the host sends it
-// on unchanged without decoding and re-encoding it (acpmeta's readers
-// decode such values as they decode any other).
+// MetaFromJSON decodes a `_meta` object with the one strict decoder (a key
+// given twice, at any depth, is refused: `tether/bind` has one reading).
+// Empty input or JSON null is no meta; anything but an object is an error
+// wrapping acpmeta.ErrMeta. Each value is kept as the json.RawMessage it
+// arrived as (acpmeta's readers decode such values as they decode any
+// other).
 func MetaFromJSON(b []byte) (map[string]any, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("%w: _meta is not a JSON object: %v", acpmeta.ErrMeta, err)
-	}
-	if raw == nil {
+	if string(bytes.TrimSpace(b)) == "null" {
 		return nil, nil
+	}
+	var raw map[string]json.RawMessage
+	if err := strictjson.Decode(b, acpmeta.MaxValueBytes, &raw); err != nil {
+		return nil, fmt.Errorf("%w: _meta is not one strict JSON object: %w", acpmeta.ErrMeta, err)
 	}
 	m := make(map[string]any, len(raw))
 	for k, v := range raw {
@@ -49,21 +37,12 @@ func MetaFromJSON(b []byte) (map[string]any, error) {
 	return m, nil
 }
 
-// RawMeta returns a one-entry `_meta` map whose value is encoded once, now.
-func RawMeta(key string, v any) map[string]any {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("shared: marshal _meta[%q]: %v", key, err))
-	}
-	return map[string]any{key: json.RawMessage(b)}
-}
-
 // PeerMessage returns the message of a refusal without its wrapping: a
-// *wire.Error's message, the `message` a tether JSON-RPC error carries in
+// *errcode.Error's message, the `message` a tether JSON-RPC error carries in
 // its data (acpmeta.NewError), or another JSON-RPC error's code, message
 // and data error; anything else is err.Error().
 func PeerMessage(err error) string {
-	var we *wire.Error
+	var we *errcode.Error
 	if errors.As(err, &we) {
 		return we.Message
 	}
@@ -81,50 +60,4 @@ func PeerMessage(err error) string {
 		return fmt.Sprintf("JSON-RPC error %d: %s (%s)", re.Code, re.Message, detail)
 	}
 	return fmt.Sprintf("JSON-RPC error %d: %s", re.Code, re.Message)
-}
-
-// stepPB encodes one RunTerminal step.
-func stepPB(s Step) *pb.AcpStep {
-	out := &pb.AcpStep{Sent: s.Sent}
-	if s.Err == nil {
-		return out
-	}
-	var re *acp.RequestError
-	if errors.As(s.Err, &re) && !errors.Is(s.Err, ErrTransport) {
-		out.Error = jsonRPCErrorPB(re)
-	} else {
-		out.TransportError = s.Err.Error()
-	}
-	return out
-}
-
-// stepFromPB decodes one RunTerminal step.
-func stepFromPB(s *pb.AcpStep) Step {
-	out := Step{Sent: s.GetSent()}
-	switch {
-	case s.GetError() != nil:
-		out.Err = jsonRPCErrorFromPB(s.GetError())
-	case s.GetTransportError() != "":
-		out.Err = fmt.Errorf("%w: %s", ErrTransport, s.GetTransportError())
-	}
-	return out
-}
-
-func jsonRPCErrorPB(re *acp.RequestError) *pb.JsonRpcError {
-	var data []byte
-	if re.Data != nil {
-		data, _ = json.Marshal(re.Data)
-	}
-	return &pb.JsonRpcError{Code: int32(re.Code), Message: re.Message, DataJson: data}
-}
-
-func jsonRPCErrorFromPB(je *pb.JsonRpcError) *acp.RequestError {
-	re := &acp.RequestError{Code: int(je.GetCode()), Message: je.GetMessage()}
-	if len(je.GetDataJson()) > 0 {
-		var data any
-		if json.Unmarshal(je.GetDataJson(), &data) == nil {
-			re.Data = data
-		}
-	}
-	return re
 }

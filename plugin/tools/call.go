@@ -1,36 +1,34 @@
-// Package tools implements the plugin's five tools (read_text_file,
+// Package tools is the plugin's five tools (read_text_file,
 // write_text_file, edit_text_file, list_directory, run_command) and the
-// secondary glob and grep on one Backend: the ACP client calls of the
-// session's connection. Every request carries `_meta["tether/op"]`.
-// Binding checks are the caller's (plugin/impl); this package only speaks
-// ACP and refuses malformed arguments before anything is sent.
+// secondary glob and grep, on both sides of a plan: the plugin builds each
+// call's plan here (Call.Read, Call.Run, ...: every request with its
+// `_meta["tether/op"]`, malformed arguments refused before anything is
+// sent), and plugin/host shapes the client's answers into the tool's
+// result with the rules here (ApplyEdit, FinishList, FinishGlob,
+// FinishGrep). Binding checks are plugin/impl's.
 package tools
 
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path"
 	"strings"
 	"time"
 
-	acp "github.com/coder/acp-go-sdk"
-
-	"github.com/tetherdev/tether/custodian/acpmeta"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
-
-// Backend is the set of ACP client calls the tools may make.
-type Backend = shared.ACPClient
 
 // MaxCallerOpKey is the longest operation key a caller may supply: the
 // tools append ":<step>" (at most 8 bytes) and acpmeta caps keys at 128.
 const MaxCallerOpKey = 112
 
-// Call is one tool invocation in a bound session.
+// Call is one tool invocation in a bound session, as the plugin
+// authorized it.
 type Call struct {
-	Backend     Backend
 	SessionID   string
 	Root        string // the tuple's root: absolute, clean
 	TupleSHA256 string
@@ -52,7 +50,7 @@ func OpKey(callerKey string) (string, error) {
 		return "op-" + hex.EncodeToString(b[:]), nil
 	}
 	if len(callerKey) > MaxCallerOpKey || !acpmeta.ValidOpKey(callerKey) {
-		return "", wire.Errorf(wire.CodeInvalid, "op_key must be 1-%d of [A-Za-z0-9._:-]", MaxCallerOpKey)
+		return "", errcode.Errorf(errcode.CodeInvalid, "op_key must be 1-%d of [A-Za-z0-9._:-]", MaxCallerOpKey)
 	}
 	return callerKey, nil
 }
@@ -60,11 +58,19 @@ func OpKey(callerKey string) (string, error) {
 // meta returns the `_meta` of the request for step, with deadline. The op
 // tag is encoded once, here; it crosses to the host and out on ACP as those
 // bytes.
-func (c Call) meta(step string, deadline time.Time) map[string]any {
-	return shared.RawMeta(acpmeta.KeyOp, acpmeta.Op{TupleSHA256: c.TupleSHA256, OpKey: c.OpKey + ":" + step, Deadline: deadline.UTC()})
+func (c Call) meta(step string, deadline time.Time) shared.Meta {
+	return encodeMeta(acpmeta.KeyOp, acpmeta.Op{TupleSHA256: c.TupleSHA256, OpKey: c.OpKey + ":" + step, Deadline: deadline.UTC()})
 }
 
-func (c Call) sid() acp.SessionId { return acp.SessionId(c.SessionID) }
+// encodeMeta returns a one-entry `_meta` whose value is encoded once, now.
+func encodeMeta(key string, v any) shared.Meta {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Every value the tools encode is plain JSON data.
+		panic(fmt.Sprintf("tools: marshal _meta[%q]: %v", key, err))
+	}
+	return shared.Meta{key: b}
+}
 
 // Resolve maps a tool path to the absolute path inside the computer: a
 // relative path is taken from the root; the result must be the root or
@@ -72,17 +78,17 @@ func (c Call) sid() acp.SessionId { return acp.SessionId(c.SessionID) }
 // and is the authority on confinement.
 func Resolve(root, p string) (string, error) {
 	if p == "" {
-		return "", wire.Errorf(wire.CodeInvalid, "path is required")
+		return "", errcode.Errorf(errcode.CodeInvalid, "path is required")
 	}
 	if strings.ContainsAny(p, "\x00") {
-		return "", wire.Errorf(wire.CodeInvalid, "path contains NUL")
+		return "", errcode.Errorf(errcode.CodeInvalid, "path contains NUL")
 	}
 	abs := path.Clean(p)
 	if !path.IsAbs(p) {
 		abs = path.Join(root, p)
 	}
 	if !within(root, abs) {
-		return "", wire.Errorf(wire.CodePathEscape, "path %q resolves to %q, outside the tuple root %q", p, abs, root)
+		return "", errcode.Errorf(errcode.CodePathEscape, "path %q resolves to %q, outside the tuple root %q", p, abs, root)
 	}
 	return abs, nil
 }

@@ -4,7 +4,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // Bounds on a glob pattern keep Match's backtracking over "**" small.
@@ -18,21 +18,21 @@ const (
 // segment a valid path.Match pattern or "**".
 func ValidPattern(pattern string) error {
 	if pattern == "" || path.IsAbs(pattern) || len(pattern) > MaxPatternBytes {
-		return wire.Errorf(wire.CodeInvalid, "glob: pattern must be a relative pattern of 1-%d bytes", MaxPatternBytes)
+		return errcode.Errorf(errcode.CodeInvalid, "glob: pattern must be a relative pattern of 1-%d bytes", MaxPatternBytes)
 	}
 	stars := 0
 	for _, seg := range strings.Split(pattern, "/") {
 		switch seg {
 		case "", ".", "..":
-			return wire.Errorf(wire.CodeInvalid, "glob: pattern %q has an empty, . or .. segment", pattern)
+			return errcode.Errorf(errcode.CodeInvalid, "glob: pattern %q has an empty, . or .. segment", pattern)
 		case "**":
 			if stars++; stars > MaxDoubleStars {
-				return wire.Errorf(wire.CodeInvalid, "glob: pattern has more than %d ** segments", MaxDoubleStars)
+				return errcode.Errorf(errcode.CodeInvalid, "glob: pattern has more than %d ** segments", MaxDoubleStars)
 			}
 			continue
 		}
 		if _, err := path.Match(seg, ""); err != nil {
-			return wire.Errorf(wire.CodeInvalid, "glob: segment %q: %v", seg, err)
+			return errcode.Errorf(errcode.CodeInvalid, "glob: segment %q: %v", seg, err)
 		}
 	}
 	return nil

@@ -1,8 +1,6 @@
 package tools
 
 import (
-	"context"
-	"fmt"
 	"path"
 	"sort"
 	"strconv"
@@ -10,8 +8,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // The scripts list_directory, glob and grep run inside the computer with
@@ -42,28 +40,40 @@ exec grep -rn %s -e "$1" .`
 // listing fails (too_large) rather than return a partial answer.
 const ShellOutputLimit = 4 << 20
 
-// runScript runs script with args and returns its whole output and exit
-// code. A truncated output, a signal or no exit status is an error.
-func runScript(ctx context.Context, c Call, script string, args ...string) (string, int, error) {
-	res, err := RunCommand(ctx, c, Command{Command: "/bin/sh", Args: append([]string{"-c", script, "tether"}, args...),
-		Env: []acp.EnvVariable{{Name: "LC_ALL", Value: "C"}}, OutputLimit: ShellOutputLimit})
+// shell plans the run of script with args in dir (resolved), with
+// LC_ALL=C and the default PATH.
+func (c Call) shell(dir, script string, args ...string) shared.TerminalStep {
+	env := withDefaultPath([]acp.EnvVariable{{Name: "LC_ALL", Value: "C"}})
+	st := c.terminal("/bin/sh", append([]string{"-c", script, "tether"}, args...), env, ShellOutputLimit)
+	st.Cwd, st.Dir = c.Root, dir
+	return st
+}
+
+// ShellRun is how a shell tool's command ended, as the host saw it.
+type ShellRun struct {
+	Output    string
+	Truncated bool
+	TimedOut  bool
+	ExitCode  *int
+	Signal    *string
+}
+
+// checked returns the whole output and the exit code. A timeout, a
+// truncated output, a signal or no exit status is an error.
+func (r ShellRun) checked() (string, int, error) {
 	switch {
-	case err != nil:
-		return "", 0, err
-	case res.Cancelled:
-		return "", 0, fmt.Errorf("%w: the command was killed and its terminal released", shared.ErrCancelled)
-	case res.TimedOut:
-		return "", 0, wire.Errorf(wire.CodeTimeout, "command timed out before it finished")
-	case res.Truncated:
-		return "", 0, wire.Errorf(wire.CodeTooLarge, "output exceeds %d bytes; narrow the request", ShellOutputLimit)
-	case res.ExitCode == nil:
+	case r.TimedOut:
+		return "", 0, errcode.Errorf(errcode.CodeTimeout, "command timed out before it finished")
+	case r.Truncated:
+		return "", 0, errcode.Errorf(errcode.CodeTooLarge, "output exceeds %d bytes; narrow the request", ShellOutputLimit)
+	case r.ExitCode == nil:
 		sig := "unknown"
-		if res.Signal != nil {
-			sig = *res.Signal
+		if r.Signal != nil {
+			sig = *r.Signal
 		}
-		return "", 0, wire.Errorf(wire.CodeInternal, "command ended without an exit code (signal %s)", sig)
+		return "", 0, errcode.Errorf(errcode.CodeInternal, "command ended without an exit code (signal %s)", sig)
 	}
-	return res.Output, *res.ExitCode, nil
+	return r.Output, *r.ExitCode, nil
 }
 
 // Entry is one directory entry.
@@ -72,22 +82,26 @@ type Entry struct {
 	Type string // dir, file, symlink, other
 }
 
-// ListDirectory lists dir inside the computer with a terminal command; it
-// never looks at host metadata.
-func ListDirectory(ctx context.Context, c Call, dir string) (string, []Entry, error) {
+// List plans list_directory: a terminal command lists dir inside the
+// computer; host metadata is never looked at.
+func (c Call) List(dir string) (shared.TerminalStep, error) {
 	abs, err := c.Resolve(orDot(dir))
 	if err != nil {
-		return "", nil, err
+		return shared.TerminalStep{}, err
 	}
-	out, code, err := runScript(ctx, c, listScript, abs)
+	return c.shell(abs, listScript, abs), nil
+}
+
+// FinishList is list_directory's result from its run in dir.
+func FinishList(dir string, r ShellRun) ([]Entry, error) {
+	out, code, err := r.checked()
 	if err != nil {
-		return abs, nil, err
+		return nil, err
 	}
 	if code != 0 {
-		return abs, nil, wire.Errorf(wire.CodeNotFound, "list_directory %s: exit %d: %s", abs, code, clip(out))
+		return nil, errcode.Errorf(errcode.CodeNotFound, "list_directory %s: exit %d: %s", dir, code, clip(out))
 	}
-	entries, err := ParseListing(out)
-	return abs, entries, err
+	return ParseListing(out)
 }
 
 // ParseListing parses listScript's output; it is strict: an unknown type, an
@@ -101,9 +115,9 @@ func ParseListing(out string) ([]Entry, error) {
 		typ, name, ok := strings.Cut(rec, "/")
 		switch {
 		case !ok || name == "" || strings.Contains(name, "/"):
-			return nil, wire.Errorf(wire.CodeInternal, "list_directory: malformed record %q", clip(rec))
+			return nil, errcode.Errorf(errcode.CodeInternal, "list_directory: malformed record %q", clip(rec))
 		case typ != "dir" && typ != "file" && typ != "symlink" && typ != "other":
-			return nil, wire.Errorf(wire.CodeInternal, "list_directory: unknown entry type %q", clip(typ))
+			return nil, errcode.Errorf(errcode.CodeInternal, "list_directory: unknown entry type %q", clip(typ))
 		}
 		entries = append(entries, Entry{Name: name, Type: typ})
 	}
@@ -111,38 +125,41 @@ func ParseListing(out string) ([]Entry, error) {
 	return entries, nil
 }
 
-// Glob returns the absolute paths below dir that match pattern (see Match),
-// listed inside the computer.
-func Glob(ctx context.Context, c Call, pattern, dir string) ([]string, error) {
+// Glob plans glob: every path below dir is listed inside the computer;
+// FinishGlob keeps those that match pattern (see Match).
+func (c Call) Glob(pattern, dir string) (shared.TerminalStep, error) {
 	if err := ValidPattern(pattern); err != nil {
-		return nil, err
+		return shared.TerminalStep{}, err
 	}
 	abs, err := c.Resolve(orDot(dir))
 	if err != nil {
+		return shared.TerminalStep{}, err
+	}
+	return c.shell(abs, findScript, abs), nil
+}
+
+// FinishGlob is glob's result from its run in dir: the absolute paths
+// that match pattern, sorted.
+func FinishGlob(dir, pattern string, r ShellRun) ([]string, error) {
+	if err := ValidPattern(pattern); err != nil {
 		return nil, err
 	}
-	out, code, err := runScript(ctx, c, findScript, abs)
+	out, code, err := r.checked()
 	if err != nil {
 		return nil, err
 	}
 	if code != 0 {
-		return nil, wire.Errorf(wire.CodeNotFound, "glob %s: exit %d: %s", abs, code, clip(out))
+		return nil, errcode.Errorf(errcode.CodeNotFound, "glob %s: exit %d: %s", dir, code, clip(out))
 	}
 	var matches []string
 	for _, rec := range strings.Split(out, "\x00") {
 		rel, ok := strings.CutPrefix(rec, "./")
 		if ok && Match(pattern, rel) {
-			matches = append(matches, path.Join(abs, rel))
+			matches = append(matches, path.Join(dir, rel))
 		}
 	}
 	sort.Strings(matches)
 	return matches, nil
-}
-
-// GrepOptions select grep's matching mode.
-type GrepOptions struct {
-	Fixed      bool // -F: pattern is a fixed string
-	IgnoreCase bool // -i
 }
 
 // GrepMatch is one matching line.
@@ -152,34 +169,41 @@ type GrepMatch struct {
 	Text string
 }
 
-// Grep searches dir inside the computer. Exit 1 (no match) is an empty
-// result; any other non-zero exit is a failure, never a partial result.
-func Grep(ctx context.Context, c Call, pattern, dir string, o GrepOptions) ([]GrepMatch, error) {
+// Grep plans grep below dir; fixed (-F) and ignoreCase (-i) select the
+// flags from a closed set.
+func (c Call) Grep(pattern, dir string, fixed, ignoreCase bool) (shared.TerminalStep, error) {
 	if pattern == "" {
-		return nil, wire.Errorf(wire.CodeInvalid, "grep: pattern is required")
+		return shared.TerminalStep{}, errcode.Errorf(errcode.CodeInvalid, "grep: pattern is required")
 	}
 	abs, err := c.Resolve(orDot(dir))
 	if err != nil {
-		return nil, err
+		return shared.TerminalStep{}, err
 	}
-	out, code, err := runScript(ctx, c, grepFlags(o), pattern, abs)
+	return c.shell(abs, grepFlags(fixed, ignoreCase), pattern, abs), nil
+}
+
+// FinishGrep is grep's result from its run in dir. Exit 1 (no match) is
+// an empty result; any other non-zero exit is a failure, never a partial
+// result.
+func FinishGrep(dir string, r ShellRun) ([]GrepMatch, error) {
+	out, code, err := r.checked()
 	switch {
 	case err != nil:
 		return nil, err
 	case code == 1:
 		return nil, nil
 	case code != 0:
-		return nil, wire.Errorf(wire.CodeNotFound, "grep %s: exit %d: %s", abs, code, clip(out))
+		return nil, errcode.Errorf(errcode.CodeNotFound, "grep %s: exit %d: %s", dir, code, clip(out))
 	}
-	return ParseGrep(abs, out)
+	return ParseGrep(dir, out)
 }
 
-func grepFlags(o GrepOptions) string {
+func grepFlags(fixed, ignoreCase bool) string {
 	var f []string
-	if o.Fixed {
+	if fixed {
 		f = append(f, "-F")
 	}
-	if o.IgnoreCase {
+	if ignoreCase {
 		f = append(f, "-i")
 	}
 	return strings.Replace(grepScript, "%s", strings.Join(f, " "), 1)
@@ -196,11 +220,11 @@ func ParseGrep(dir, out string) ([]GrepMatch, error) {
 		}
 		rest, ok := strings.CutPrefix(ln, "./")
 		if !ok {
-			return nil, wire.Errorf(wire.CodeInternal, "grep: malformed line %q", clip(ln))
+			return nil, errcode.Errorf(errcode.CodeInternal, "grep: malformed line %q", clip(ln))
 		}
 		p, n, text, ok := splitGrepLine(rest)
 		if !ok {
-			return nil, wire.Errorf(wire.CodeInternal, "grep: malformed line %q", clip(ln))
+			return nil, errcode.Errorf(errcode.CodeInternal, "grep: malformed line %q", clip(ln))
 		}
 		ms = append(ms, GrepMatch{Path: path.Join(dir, p), Line: n, Text: text})
 	}

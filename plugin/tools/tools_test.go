@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tetherdev/tether/custodian/acpmeta"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 func TestResolve(t *testing.T) {
@@ -37,8 +37,8 @@ func FuzzResolve(f *testing.F) {
 		const root = "/srv/ws"
 		got, err := Resolve(root, p)
 		if err != nil {
-			var we *wire.Error
-			if !errors.As(err, &we) || (we.Code != wire.CodePathEscape && we.Code != wire.CodeInvalid) {
+			var we *errcode.Error
+			if !errors.As(err, &we) || (we.Code != errcode.CodePathEscape && we.Code != errcode.CodeInvalid) {
 				t.Fatalf("Resolve(%q): untyped error %v", p, err)
 			}
 			return
@@ -181,13 +181,13 @@ func FuzzVerify(f *testing.F) {
 		c := Call{Root: "/srv/ws"}
 		m, err := c.verifyMeta(map[string]string{p1: d1, p2: d2})
 		if err != nil {
-			var we *wire.Error
-			if !errors.As(err, &we) || (we.Code != wire.CodeInvalid && we.Code != wire.CodePathEscape) {
+			var we *errcode.Error
+			if !errors.As(err, &we) || (we.Code != errcode.CodeInvalid && we.Code != errcode.CodePathEscape) {
 				t.Fatalf("untyped error %v", err)
 			}
 			return
 		}
-		v, ok, err := acpmeta.VerifyFromMeta(m)
+		v, ok, err := acpmeta.VerifyFromMeta(m.ACP())
 		if !ok || err != nil {
 			t.Fatalf("accepted %q/%q %q/%q but the custodian refuses it: %v", p1, d1, p2, d2, err)
 		}

@@ -11,16 +11,16 @@
 package auditlog
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // FileName is the log's name in the state directory.
@@ -115,14 +115,9 @@ func Hash(line []byte) string {
 // decodeLine parses one line strictly: unknown fields, trailing data and
 // values outside the schema are refused.
 func decodeLine(line []byte) (Record, error) {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.DisallowUnknownFields()
 	var r Record
-	if err := dec.Decode(&r); err != nil {
+	if err := strictjson.Decode(line, maxLine, &r); err != nil {
 		return r, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return r, errors.New("trailing data")
 	}
 	if len(r.Prev) != 64 {
 		return r, errors.New("prev is not a SHA-256")

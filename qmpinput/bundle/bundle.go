@@ -8,7 +8,6 @@
 package bundle
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -22,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/tetherdev/tether/admission/signing"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // PayloadType is the DSSE payload type of a bundle manifest.
@@ -124,13 +124,8 @@ func Verify(ctx context.Context, envelope []byte, pub signing.PublicKey, root st
 // Decode strictly decodes and validates a manifest payload.
 func Decode(payload []byte) (Manifest, error) {
 	var m Manifest
-	dec := json.NewDecoder(bytes.NewReader(payload))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
+	if err := strictjson.Decode(payload, signing.MaxEnvelopeBytes, &m); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %w", ErrManifest, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Manifest{}, fmt.Errorf("%w: trailing data", ErrManifest)
 	}
 	return m, m.Validate()
 }

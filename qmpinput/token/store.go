@@ -1,7 +1,6 @@
 package token
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/qmpinput/statedir"
 )
 
@@ -233,14 +233,9 @@ func (s *Store) read() (file, error) {
 // decode reads the token file strictly: unknown fields, trailing data,
 // duplicate ids and invalid entries are refused.
 func decode(b []byte) (file, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	var f file
-	if err := dec.Decode(&f); err != nil {
+	if err := strictjson.Decode(b, maxFile, &f); err != nil {
 		return file{}, fmt.Errorf("%w: %s: %w", ErrStore, FileName, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return file{}, fmt.Errorf("%w: %s: trailing data", ErrStore, FileName)
 	}
 	if f.Version != 1 || len(f.Tokens) > MaxTokens {
 		return file{}, fmt.Errorf("%w: %s: version %d with %d tokens", ErrStore, FileName, f.Version, len(f.Tokens))

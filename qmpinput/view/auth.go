@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/qmpinput/token"
 )
 
@@ -186,15 +186,7 @@ func decodeBody(r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); ct != "application/json" {
 		return fmt.Errorf("content type %q, want application/json", ct)
 	}
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxExchangeBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errors.New("trailing data")
-	}
-	return nil
+	return strictjson.Read(r.Body, maxExchangeBody, v)
 }
 
 func tokenCode(err error) string {

@@ -1,7 +1,6 @@
 package view
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/qmpinput"
 	"github.com/tetherdev/tether/qmpinput/rfb"
 	"github.com/tetherdev/tether/qmpinput/token"
@@ -199,9 +199,7 @@ func (s *Server) readControl(c *websocket.Conn, v *viewer, out chan<- any) {
 		var cmd struct {
 			Op string `json:"op"`
 		}
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&cmd); err != nil {
+		if err := strictjson.Decode(b, maxControlFrame, &cmd); err != nil {
 			return
 		}
 		if err := s.do(v, cmd.Op); err != nil {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -92,8 +93,8 @@ func ctx(t *testing.T) context.Context {
 
 func soon() time.Time { return time.Now().Add(30 * time.Second) }
 
-func codeOf(err error) wire.Code {
-	var e *wire.Error
+func codeOf(err error) errcode.Code {
+	var e *errcode.Error
 	if errors.As(err, &e) {
 		return e.Code
 	}
@@ -114,7 +115,7 @@ var echo = wire.HandlerFunc(func(ctx context.Context, req *wire.Request) (any, e
 	case *wire.WriteArgs:
 		return wire.WriteResult{Size: int64(len(a.Content)), SHA256: sha(a.Content)}, nil
 	}
-	return nil, wire.Errorf(wire.CodeDenied, "op %s not served by the conformance handler", req.Op)
+	return nil, errcode.Errorf(errcode.CodeDenied, "op %s not served by the conformance handler", req.Op)
 })
 
 func call(t *testing.T, c *wire.Client, key, path string) (wire.StatResult, error) {
@@ -174,7 +175,7 @@ func concurrent(t *testing.T, setup Setup, n int) {
 		select {
 		case <-all:
 		case <-c.Done():
-			return nil, wire.Errorf(wire.CodeTimeout, "not all %d requests arrived together", n)
+			return nil, errcode.Errorf(errcode.CodeTimeout, "not all %d requests arrived together", n)
 		}
 		return echo(c, req)
 	}))
@@ -239,7 +240,7 @@ func refusalAfterShutdown(t *testing.T, setup Setup) {
 	go func() { shut <- e.srv.Shutdown(ctx(t)) }()
 	<-e.draining
 	for i := range 4 {
-		if _, err := call(t, e.client, fmt.Sprintf("late-%d", i), "x"); codeOf(err) != wire.CodeUnavailable {
+		if _, err := call(t, e.client, fmt.Sprintf("late-%d", i), "x"); codeOf(err) != errcode.CodeUnavailable {
 			t.Fatalf("call %d during shutdown: %v, want unavailable", i, err)
 		}
 	}
@@ -261,7 +262,7 @@ func refusalAfterShutdown(t *testing.T, setup Setup) {
 	if err := e.client.Err(); !errors.Is(err, wire.ErrReceiverShutdown) {
 		t.Fatalf("client ended with %v, want ErrReceiverShutdown", err)
 	}
-	if _, err := call(t, e.client, "after", "x"); codeOf(err) != wire.CodeUnavailable {
+	if _, err := call(t, e.client, "after", "x"); codeOf(err) != errcode.CodeUnavailable {
 		t.Fatalf("call after shutdown: %v, want unavailable", err)
 	}
 	if n := ran.Load(); n != 1 {
@@ -322,7 +323,7 @@ func violation(t *testing.T, setup Setup) {
 		t.Fatalf("no notice before the close: %v", err)
 	}
 	notice, err := wire.DecodeResponse(payload)
-	if err != nil || notice.ID != 0 || notice.Error.Code != wire.CodeInvalid {
+	if err != nil || notice.ID != 0 || notice.Error.Code != errcode.CodeInvalid {
 		t.Fatalf("notice %+v (%v), want id 0 invalid", notice, err)
 	}
 	select {
@@ -397,11 +398,11 @@ func receiverLoss(t *testing.T, setup Setup) {
 	started.Wait()
 	e.srv.Close()
 	for range 3 {
-		if err := <-errs; codeOf(err) != wire.CodeFateUnknown {
+		if err := <-errs; codeOf(err) != errcode.CodeFateUnknown {
 			t.Fatalf("call in flight when the receiver went away: %v, want fate_unknown", err)
 		}
 	}
-	if _, err := call(t, e.client, "after", "x"); codeOf(err) != wire.CodeUnavailable {
+	if _, err := call(t, e.client, "after", "x"); codeOf(err) != errcode.CodeUnavailable {
 		t.Fatalf("call after the loss: %v, want unavailable", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/guest"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/transport"
@@ -126,7 +127,7 @@ func reconnectRaw(ctx context.Context, t *testing.T, host transport.Unix) (io.Wr
 			return conn, c
 		}
 		c.Close()
-		if codeOf(err) != wire.CodeFateUnknown && codeOf(err) != wire.CodeTimeout || attempt == 10 {
+		if codeOf(err) != errcode.CodeFateUnknown && codeOf(err) != errcode.CodeTimeout || attempt == 10 {
 			t.Fatalf("reconnect attempt %d: %v (answer %+v)", attempt, err, res)
 		}
 		t.Logf("reconnect attempt %d: %v", attempt, err)
@@ -190,7 +191,7 @@ func virtioViolation(ctx context.Context, t *testing.T, host transport.Unix) {
 	case <-ctx.Done():
 		t.Fatal("no notice: the connection is still up after an oversize frame header")
 	}
-	if err := c.Err(); !errors.Is(err, &wire.Error{Code: wire.CodeInvalid}) {
+	if err := c.Err(); !errors.Is(err, &errcode.Error{Code: errcode.CodeInvalid}) {
 		t.Fatalf("connection ended with %v, want the receiver's invalid notice", err)
 	}
 }
@@ -220,7 +221,7 @@ func virtioShutdown(ctx context.Context, t *testing.T, c *wire.Client) {
 	case <-ctx.Done():
 		t.Fatal("client still open after the receiver's shutdown")
 	}
-	if err := c.Call(ctx, wire.OpStat, Digest, "late", soon(), &wire.StatArgs{Path: "x"}, nil); codeOf(err) != wire.CodeUnavailable {
+	if err := c.Call(ctx, wire.OpStat, Digest, "late", soon(), &wire.StatArgs{Path: "x"}, nil); codeOf(err) != errcode.CodeUnavailable {
 		t.Fatalf("call after the shutdown: %v, want unavailable", err)
 	}
 }

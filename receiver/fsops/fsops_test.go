@@ -1,6 +1,7 @@
 package fsops
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -82,12 +83,20 @@ func TestPathEscapes(t *testing.T) {
 	symlink(t, "../outside/new", filepath.Join(root, "dangling-out"))
 
 	ops := map[string]func(string) error{
-		"read":  func(p string) error { _, err := r.Read(p, 0, 0); return err },
-		"stat":  func(p string) error { _, err := r.Stat(p); return err },
-		"list":  func(p string) error { _, _, err := r.List(p); return err },
-		"hash":  func(p string) error { _, err := r.Hash([]string{p}); return err },
-		"cwd":   func(p string) error { f, err := r.OpenDir(p); closeIf(f); return err },
-		"write": func(p string) error { _, err := r.Write(WriteRequest{Path: p, Content: []byte("x")}); return err },
+		"read":   func(p string) error { _, err := r.Read(p, 0, 0); return err },
+		"stat":   func(p string) error { _, err := r.Stat(p); return err },
+		"list":   func(p string) error { _, _, err := r.List(p); return err },
+		"hash":   func(p string) error { _, err := r.Hash([]string{p}); return err },
+		"cwd":    func(p string) error { f, err := r.OpenDir(p); closeIf(f); return err },
+		"write":  func(p string) error { _, err := r.Write(WriteRequest{Path: p, Content: []byte("x")}); return err },
+		"readat": func(p string) error { _, _, err := r.ReadAt(p, 0, 1); return err },
+		"stage": func(p string) error {
+			st, err := r.Stage(StageRequest{Path: p, Size: 1, SHA256: sum("x")})
+			if st != nil {
+				st.Close()
+			}
+			return err
+		},
 	}
 	cases := []struct{ op, path string }{
 		{"read", "../outside/secret"},
@@ -112,6 +121,13 @@ func TestPathEscapes(t *testing.T) {
 		{"write", "rel-out/new"},
 		{"write", "abs-out/new"},
 		{"write", "a/b/../../../outside/secret"},
+		{"readat", "../outside/secret"},
+		{"readat", "l1"},
+		{"readat", "procroot/etc/passwd"},
+		{"stage", "../outside/secret"},
+		{"stage", "rel-out/new"},
+		{"stage", "abs-out/new"},
+		{"stage", "a/b/../../../outside/secret"},
 	}
 	for _, c := range cases {
 		t.Run(c.op+":"+c.path, func(t *testing.T) {
@@ -444,9 +460,50 @@ func TestSelectLines(t *testing.T) {
 		want        string
 	}{
 		{"", 0, 0, ""}, {"a", 1, 1, "a"}, {"a\nb", 2, 1, "b"}, {"a\nb", 3, 0, ""}, {"a\n", 2, 0, ""},
+		{"a\nb\nc\n", 2, 0, "b\nc\n"}, {"a\nb\nc", 0, 2, "a\nb\n"},
 	} {
-		if got := string(selectLines([]byte(c.in), c.line, c.limit)); got != c.want {
-			t.Errorf("selectLines(%q, %d, %d) = %q, want %q", c.in, c.line, c.limit, got, c.want)
+		if got := selectPieces([]byte(c.in), c.line, c.limit, 1); got != c.want {
+			t.Errorf("select(%q, %d, %d) = %q, want %q", c.in, c.line, c.limit, got, c.want)
+		}
+		if got := string(refSelectLines([]byte(c.in), c.line, c.limit)); got != c.want {
+			t.Errorf("reference(%q, %d, %d) = %q, want %q", c.in, c.line, c.limit, got, c.want)
 		}
 	}
+}
+
+// selectPieces runs a lineSelector over in, given in pieces of n bytes.
+func selectPieces(in []byte, line, limit, n int) string {
+	s := newLineSelector(line, limit, len(in)+1)
+	for len(in) > 0 {
+		k := min(n, len(in))
+		s.write(in[:k])
+		in = in[k:]
+	}
+	return s.out.String()
+}
+
+// refSelectLines is the whole-buffer selection the streaming selector
+// must agree with: limit lines starting at the 1-based line (0 = 1);
+// limit 0 means to the end. Lines keep their terminating newline.
+func refSelectLines(data []byte, line, limit int) []byte {
+	start := 0
+	for i := 1; i < line; i++ {
+		nl := bytes.IndexByte(data[start:], '\n')
+		if nl < 0 {
+			return nil
+		}
+		start += nl + 1
+	}
+	if limit == 0 {
+		return data[start:]
+	}
+	end := start
+	for i := 0; i < limit && end < len(data); i++ {
+		nl := bytes.IndexByte(data[end:], '\n')
+		if nl < 0 {
+			return data[start:]
+		}
+		end += nl + 1
+	}
+	return data[start:end]
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -63,4 +64,50 @@ func knownError(err error) bool {
 		}
 	}
 	return false
+}
+
+// FuzzReadSelect: the streaming line selector and UTF-8 check, fed in
+// pieces of any size, agree with the whole-buffer reference selection and
+// utf8.Valid, and a bound below the selection's length reports overflow.
+func FuzzReadSelect(f *testing.F) {
+	for _, s := range []string{"", "a", "a\nb\n", "\n\n\n", "h\u00e9llo\nw\u00f6rld", "\xe2\x82", "\xff\n", "a\xe2\x82\xacb\n"} {
+		f.Add([]byte(s), 0, 0, 1)
+		f.Add([]byte(s), 2, 1, 2)
+	}
+	f.Fuzz(func(t *testing.T, in []byte, line, limit, piece int) {
+		if line < 0 || limit < 0 || line > 1<<20 || limit > 1<<20 {
+			return
+		}
+		piece = 1 + abs(piece)%(len(in)+1)
+		want := string(refSelectLines(in, line, limit))
+		if got := selectPieces(in, line, limit, piece); got != want {
+			t.Fatalf("pieces of %d: %q, want %q", piece, got, want)
+		}
+		var u utf8Stream
+		ok := true
+		for rest := in; len(rest) > 0; {
+			k := min(piece, len(rest))
+			ok = u.write(rest[:k]) && ok
+			rest = rest[k:]
+		}
+		if ok = ok && u.end(); ok != utf8.Valid(in) {
+			t.Fatalf("streaming UTF-8 check %v, utf8.Valid %v", ok, utf8.Valid(in))
+		}
+		if len(want) > 0 {
+			s := newLineSelector(line, limit, len(want)-1)
+			s.write(in)
+			if !s.overflow || s.out.Len() != 0 {
+				t.Fatalf("bound %d below %d selected bytes: overflow %v, kept %d", len(want)-1, len(want), s.overflow, s.out.Len())
+			}
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		if n = -n; n < 0 {
+			return 0
+		}
+	}
+	return n
 }

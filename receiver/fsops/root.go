@@ -27,6 +27,9 @@ var (
 	ErrSymlink      = errors.New("final path component is a symlink")
 	ErrInvalid      = errors.New("invalid argument")
 	ErrNotText      = errors.New("file is not valid UTF-8 text")
+	// ErrBusy: another process holds a lease on the file (fcntl
+	// F_SETLEASE), so it cannot be opened until the holder lets go.
+	ErrBusy = errors.New("file is leased by another process")
 )
 
 // resolveBeneath confines every resolution to the root: no absolute paths
@@ -97,11 +100,32 @@ func (r *Root) open(rel string, flags uint64, mode uint64) (int, error) {
 		return -1, err
 	}
 	how := unix.OpenHow{Flags: flags | unix.O_CLOEXEC, Mode: mode, Resolve: resolveBeneath}
-	fd, err := openat2Retry(r.fd, rel, &how)
+	fd, err := openat2Lease(r.fd, rel, &how)
 	if err != nil {
 		return -1, fmt.Errorf("resolve %q beneath the grant root: %w", rel, classify(err))
 	}
 	return fd, nil
+}
+
+// openat2Lease is openat2Retry that tells a lease from a race. Both give
+// EAGAIN: a rename racing the RESOLVE_BENEATH walk, and an O_NONBLOCK open
+// of a file another process holds a conflicting lease on. The first does
+// not last (openat2Retry retried it); an O_PATH open of the same path,
+// which never breaks a lease, then resolves. So an EAGAIN whose path
+// still resolves with O_PATH is the lease: ErrBusy.
+func openat2Lease(dirfd int, path string, how *unix.OpenHow) (int, error) {
+	fd, err := openat2Retry(dirfd, path, how)
+	if err != unix.EAGAIN || how.Flags&unix.O_PATH != 0 {
+		return fd, err
+	}
+	probe := unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | how.Flags&(unix.O_NOFOLLOW|unix.O_DIRECTORY),
+		Resolve: how.Resolve}
+	pfd, perr := openat2Retry(dirfd, path, &probe)
+	if perr != nil {
+		return -1, err
+	}
+	unix.Close(pfd)
+	return -1, fmt.Errorf("%w (EWOULDBLOCK: another process in the computer holds a lease on it; retry once it lets go)", ErrBusy)
 }
 
 // cleanRel checks what openat2 cannot: NUL bytes and length. "" means the
@@ -139,6 +163,8 @@ func openat2Retry(dirfd int, path string, how *unix.OpenHow) (int, error) {
 // classify maps an errno from resolution onto the package's errors.
 func classify(err error) error {
 	switch {
+	case errors.Is(err, ErrBusy):
+		return err
 	case errors.Is(err, unix.EXDEV):
 		return fmt.Errorf("%w (EXDEV: absolute path, \"..\" above the root or a symlink leaving it)", ErrEscape)
 	case errors.Is(err, unix.ELOOP):

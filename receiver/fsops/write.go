@@ -48,13 +48,9 @@ func (r *Root) Write(req WriteRequest) (WriteResult, error) {
 	if err != nil {
 		return WriteResult{}, err
 	}
-	dir, name, err := splitParent(req.Path)
+	dfd, name, err := r.openParent(req.Path)
 	if err != nil {
 		return WriteResult{}, err
-	}
-	dfd, err := r.open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
-	if err != nil {
-		return WriteResult{}, fmt.Errorf("parent directory: %w", err)
 	}
 	defer unix.Close(dfd)
 	unlock, err := lockEntry(dfd, name)
@@ -137,7 +133,7 @@ func (r *Root) checkExisting(dfd int, name string, req *WriteRequest) error {
 func (r *Root) checkDigest(dfd int, name string, req *WriteRequest) error {
 	how := unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC,
 		Resolve: resolveBeneath | unix.RESOLVE_NO_SYMLINKS}
-	fd, err := openat2Retry(dfd, name, &how)
+	fd, err := openat2Lease(dfd, name, &how)
 	if err != nil {
 		return fmt.Errorf("open %q: %w", req.Path, classify(err))
 	}
@@ -162,25 +158,28 @@ func (r *Root) checkDigest(dfd int, name string, req *WriteRequest) error {
 
 // replace writes content to a fresh temporary entry and renames it over
 // name; noReplace makes the rename fail if name appeared meanwhile.
-func (r *Root) replace(dfd int, name string, content []byte, mode uint32, noReplace bool) (err error) {
+func (r *Root) replace(dfd int, name string, content []byte, mode uint32, noReplace bool) error {
 	tmp := tempName()
 	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("create temporary file: %w", classify(err))
 	}
-	defer func() {
-		if err != nil {
-			_ = unix.Unlinkat(dfd, tmp, 0)
-		}
-	}()
 	if err := r.fill(fd, content, mode); err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
 		return err
 	}
+	return renameInto(dfd, tmp, name, noReplace)
+}
+
+// renameInto renames the temporary entry tmp over name (noReplace: only
+// if name is absent) and syncs the directory; tmp is removed on failure.
+func renameInto(dfd int, tmp, name string, noReplace bool) error {
 	var flags uint
 	if noReplace {
 		flags = unix.RENAME_NOREPLACE
 	}
 	if err := unix.Renameat2(dfd, tmp, dfd, name, flags); err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
 		if err == unix.EEXIST {
 			return fmt.Errorf("%w: file appeared, expected absent", ErrPrecondition)
 		}

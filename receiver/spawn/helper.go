@@ -1,7 +1,6 @@
 package spawn
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // HelperArg is argv[1] of a ModeHelper child: a binary that uses spawn
@@ -159,14 +160,8 @@ func helperRun() error {
 func readHelperSpec() (helperSpec, error) {
 	f := os.NewFile(helperSpecFD, "spec")
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxHelperSpec))
-	if err != nil {
-		return helperSpec{}, fmt.Errorf("read spec: %w", err)
-	}
 	var spec helperSpec
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
+	if err := strictjson.Read(f, maxHelperSpec, &spec); err != nil {
 		return helperSpec{}, fmt.Errorf("decode spec: %w", err)
 	}
 	s := Spec{Path: spec.Path, Argv: spec.Argv, Env: spec.Env, UID: spec.UID, GID: spec.GID,

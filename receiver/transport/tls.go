@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -16,14 +15,14 @@ import (
 	"net"
 	"os"
 	"slices"
-	"sync"
 	"time"
 )
 
 // DefaultHandshakeTimeout bounds one TLS handshake.
 const DefaultHandshakeTimeout = 10 * time.Second
 
-// maxHandshakes bounds the handshakes a listener runs at once.
+// maxHandshakes bounds the handshakes a listener runs at once; a
+// connection beyond it is closed at once.
 const maxHandshakes = 32
 
 // TLS is TCP with mutual TLS 1.3 (no other version). Each side requires a
@@ -56,6 +55,9 @@ type TLS struct {
 	ServerName string
 	// HandshakeTimeout overrides DefaultHandshakeTimeout when positive.
 	HandshakeTimeout time.Duration
+	// HelloTimeout overrides DefaultHelloTimeout when positive: a peer
+	// whose ClientHello has not arrived by then is dropped (Listen).
+	HelloTimeout time.Duration
 	// Log receives refused handshakes on Listen; nil discards.
 	Log *slog.Logger
 }
@@ -210,10 +212,14 @@ func (t TLS) handshakeTimeout() time.Duration {
 	return DefaultHandshakeTimeout
 }
 
-// Listen listens on Address. Handshakes run in the background (at most
-// maxHandshakes at once, each bounded by the handshake timeout), so a peer
+// Listen listens on Address. Handshakes run in the background, so a peer
 // that stalls its handshake cannot hold up others; Accept returns only
-// connections whose peer passed verification.
+// connections whose peer passed verification. Nothing waits for a slot:
+// a connection beyond maxHandshakes handshakes at once, or beyond
+// maxHandshakesPerPeer from its peer (wire.PeerOf), is closed at once; a
+// peer whose ClientHello has not arrived within the hello timeout (1 s)
+// is dropped, and the whole handshake is bounded by the handshake timeout.
+// Refused peers are logged aggregated (receiver/internal/ratelog).
 func (t TLS) Listen(ctx context.Context) (Listener, error) {
 	cfg, err := t.config(true)
 	if err != nil {
@@ -227,98 +233,5 @@ func (t TLS) Listen(ctx context.Context) (Listener, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	l := &tlsListener{ln: ln, cfg: cfg, timeout: t.handshakeTimeout(), log: log,
-		conns: make(chan *tls.Conn), sem: make(chan struct{}, maxHandshakes)}
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.wg.Go(l.acceptLoop)
-	return l, nil
-}
-
-type tlsListener struct {
-	ln      net.Listener
-	cfg     *tls.Config
-	timeout time.Duration
-	log     *slog.Logger
-	conns   chan *tls.Conn
-	sem     chan struct{}
-	ctx     context.Context // ends at Close
-	cancel  context.CancelFunc
-	once    sync.Once
-	wg      sync.WaitGroup // accept loop and handshakes
-}
-
-// Addr is the listening address (with the port the kernel chose for :0).
-func (l *tlsListener) Addr() string { return l.ln.Addr().String() }
-
-func (l *tlsListener) acceptLoop() {
-	backoff := 5 * time.Millisecond
-	for {
-		raw, err := l.ln.Accept()
-		if err != nil {
-			if l.ctx.Err() != nil {
-				return
-			}
-			l.log.Warn("transport: tls accept failed; retrying", "err", err)
-			select {
-			case <-time.After(backoff):
-			case <-l.ctx.Done():
-				return
-			}
-			backoff = min(backoff*2, time.Second)
-			continue
-		}
-		backoff = 5 * time.Millisecond
-		select {
-		case l.sem <- struct{}{}:
-		case <-l.ctx.Done():
-			_ = raw.Close()
-			return
-		}
-		l.wg.Go(func() { l.handshake(raw) })
-	}
-}
-
-func (l *tlsListener) handshake(raw net.Conn) {
-	defer func() { <-l.sem }()
-	c := tls.Server(raw, l.cfg)
-	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
-	err := c.HandshakeContext(ctx)
-	cancel()
-	if err != nil {
-		l.log.Warn("transport: tls peer refused", "remote", raw.RemoteAddr().String(), "err", err)
-		_ = c.Close()
-		return
-	}
-	select {
-	case l.conns <- c:
-	case <-l.ctx.Done():
-		_ = c.Close()
-	}
-}
-
-// Accept returns the next verified connection.
-func (l *tlsListener) Accept(ctx context.Context) (io.ReadWriteCloser, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.ctx.Done():
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-// Close stops listening, abandons pending handshakes and joins the
-// listener's goroutines.
-func (l *tlsListener) Close() error {
-	var err error
-	l.once.Do(func() {
-		l.cancel()
-		err = l.ln.Close()
-		l.wg.Wait()
-	})
-	if errors.Is(err, net.ErrClosed) {
-		return nil
-	}
-	return err
+	return newTLSListener(ln, cfg, t.handshakeTimeout(), t.helloTimeout(), log), nil
 }

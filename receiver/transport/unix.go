@@ -16,6 +16,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/receiver/internal/ratelog"
 )
 
 // Unix is a unix stream socket. It has no cryptographic peer
@@ -102,7 +104,8 @@ func (u Unix) Listen(ctx context.Context) (Listener, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &unixListener{ln: ln, path: u.Path, ino: ino, uids: u.allowed(), log: log}, nil
+	return &unixListener{ln: ln, path: u.Path, ino: ino, uids: u.allowed(),
+		refused: ratelog.New(log, "transport: unix peer refused", 0)}, nil
 }
 
 // checkSocketDir refuses a directory that group or others may write, or
@@ -188,12 +191,12 @@ func bindUnix(path string, mode fs.FileMode) (*net.UnixListener, uint64, error) 
 }
 
 type unixListener struct {
-	ln   *net.UnixListener
-	path string
-	ino  uint64
-	uids []uint32
-	log  *slog.Logger
-	once sync.Once
+	ln      *net.UnixListener
+	path    string
+	ino     uint64
+	uids    []uint32
+	refused *ratelog.Log // refused peers, aggregated
+	once    sync.Once
 }
 
 func (l *unixListener) Addr() string { return "unix:" + l.path }
@@ -210,7 +213,7 @@ func (l *unixListener) Accept(ctx context.Context) (io.ReadWriteCloser, error) {
 			return nil, err
 		}
 		if err := checkPeerUID(c, l.uids); err != nil {
-			l.log.Warn("transport: unix peer refused", "path", l.path, "err", err)
+			l.refused.Refused("peer uid", l.path, err)
 			_ = c.Close()
 			continue
 		}
@@ -218,11 +221,12 @@ func (l *unixListener) Accept(ctx context.Context) (io.ReadWriteCloser, error) {
 	}
 }
 
-// Close stops listening and removes the socket file if it is still the
-// one this listener created.
+// Close stops listening, removes the socket file if it is still the one
+// this listener created, and logs the refusals still counted.
 func (l *unixListener) Close() error {
 	var err error
 	l.once.Do(func() {
+		defer l.refused.Close()
 		err = l.ln.Close()
 		var st unix.Stat_t
 		if unix.Lstat(l.path, &st) == nil && st.Ino == l.ino && st.Mode&unix.S_IFMT == unix.S_IFSOCK {

@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/mdlayher/vsock"
+
+	"github.com/tetherdev/tether/receiver/internal/ratelog"
 )
 
 // HostCID is the context id of the host as seen from a guest.
@@ -78,14 +80,14 @@ func (v Vsock) Listen(ctx context.Context) (Listener, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &vsockListener{ln: ln, peer: peer, log: log}, nil
+	return &vsockListener{ln: ln, peer: peer, refused: ratelog.New(log, "transport: vsock peer refused", 0)}, nil
 }
 
 type vsockListener struct {
-	ln   *vsock.Listener
-	peer uint32
-	log  *slog.Logger
-	once sync.Once
+	ln      *vsock.Listener
+	peer    uint32
+	refused *ratelog.Log // refused peers, aggregated
+	once    sync.Once
 }
 
 func (l *vsockListener) Addr() string { return "vsock:" + l.ln.Addr().String() }
@@ -102,7 +104,7 @@ func (l *vsockListener) Accept(ctx context.Context) (io.ReadWriteCloser, error) 
 			return nil, err
 		}
 		if err := checkPeerCID(c.RemoteAddr(), l.peer); err != nil {
-			l.log.Warn("transport: vsock peer refused", "err", err)
+			l.refused.Refused("peer context id", c.RemoteAddr().String(), err)
 			_ = c.Close()
 			continue
 		}
@@ -126,6 +128,6 @@ func checkPeerCID(a net.Addr, want uint32) error {
 // Close stops listening; safe to call twice.
 func (l *vsockListener) Close() error {
 	var err error
-	l.once.Do(func() { err = l.ln.Close() })
+	l.once.Do(func() { err = l.ln.Close(); l.refused.Close() })
 	return err
 }

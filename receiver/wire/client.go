@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"sync"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // DefaultResponseGrace is how long a Client waits for an answer after the
@@ -42,9 +44,9 @@ type Client struct {
 	mu      sync.Mutex
 	pending map[uint64]chan *Response
 	lastID  uint64
-	refuse  *Error // non-nil: new calls fail with it, unsent
-	drain   bool   // the receiver announced shutdown: close once pending is empty
-	cause   error  // why the connection ended (nil while it is up)
+	refuse  *errcode.Error // non-nil: new calls fail with it, unsent
+	drain   bool           // the receiver announced shutdown: close once pending is empty
+	cause   error          // why the connection ended (nil while it is up)
 
 	done      chan struct{} // closed when the read loop has returned
 	closeOnce sync.Once
@@ -89,12 +91,16 @@ var ErrClientClosed = errors.New("wire: client closed")
 func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
-		c.shut(ErrClientClosed, Errorf(CodeUnavailable, "client closed"))
+		c.shut(ErrClientClosed, errcode.Errorf(errcode.CodeUnavailable, "client closed"))
 		err = c.conn.Close()
 		<-c.done
 	})
 	return err
 }
+
+// MaxFrame returns the frame limit of this client: a chunked transfer
+// sizes its chunks by it.
+func (c *Client) MaxFrame() int { return c.limit }
 
 // Done is closed when the connection has ended (closed, broken, or a
 // protocol violation); Err then says why.
@@ -147,10 +153,10 @@ func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 func (c *Client) prepare(op Op, digest, opKey string,
 	deadline time.Time, args any) ([]byte, uint64, chan *Response, error) {
 	if deadline.IsZero() {
-		return nil, 0, nil, Errorf(CodeInvalid, "call %s: no deadline (set one or give ctx one)", op)
+		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: no deadline (set one or give ctx one)", op)
 	}
 	if !time.Now().Before(deadline) {
-		return nil, 0, nil, Errorf(CodeTimeout, "call %s: deadline %s already passed; not sent",
+		return nil, 0, nil, errcode.Errorf(errcode.CodeTimeout, "call %s: deadline %s already passed; not sent",
 			op, deadline.UTC().Format(time.RFC3339Nano))
 	}
 	raw, err := encodeArgs(op, args)
@@ -170,12 +176,12 @@ func (c *Client) prepare(op Op, digest, opKey string,
 	payload, err := json.Marshal(&req)
 	if err != nil {
 		c.forget(id)
-		return nil, 0, nil, Errorf(CodeInvalid, "call %s: encode request: %v", op, err)
+		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: encode request: %v", op, err)
 	}
 	frame, err := AppendFrame(make([]byte, 0, headerSize+len(payload)), payload, c.limit)
 	if err != nil {
 		c.forget(id)
-		return nil, 0, nil, Errorf(CodeTooLarge, "call %s: request of %d bytes exceeds the frame limit %d",
+		return nil, 0, nil, errcode.Errorf(errcode.CodeTooLarge, "call %s: request of %d bytes exceeds the frame limit %d",
 			op, len(payload), c.limit)
 	}
 	return frame, id, ch, nil
@@ -185,21 +191,21 @@ func (c *Client) prepare(op Op, digest, opKey string,
 func encodeArgs(op Op, args any) (json.RawMessage, error) {
 	t := ArgsType(op)
 	if t == nil {
-		return nil, Errorf(CodeInvalid, "call: unknown op %q", op)
+		return nil, errcode.Errorf(errcode.CodeInvalid, "call: unknown op %q", op)
 	}
 	if args == nil {
 		args = reflect.New(t).Interface()
 	}
 	at := reflect.TypeOf(args)
 	if at != t && at != reflect.PointerTo(t) {
-		return nil, Errorf(CodeInvalid, "call %s: args are %v, want %v", op, at, t)
+		return nil, errcode.Errorf(errcode.CodeInvalid, "call %s: args are %v, want %v", op, at, t)
 	}
 	if reflect.ValueOf(args).Kind() == reflect.Pointer && reflect.ValueOf(args).IsNil() {
 		args = reflect.New(t).Interface()
 	}
 	raw, err := json.Marshal(args)
 	if err != nil {
-		return nil, Errorf(CodeInvalid, "call %s: encode args: %v", op, err)
+		return nil, errcode.Errorf(errcode.CodeInvalid, "call %s: encode args: %v", op, err)
 	}
 	return raw, nil
 }
@@ -317,18 +323,18 @@ func (c *Client) forget(id uint64) {
 	}
 }
 
-func (c *Client) refusal() *Error {
+func (c *Client) refusal() *errcode.Error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.refuse != nil {
 		return c.refuse
 	}
-	return Errorf(CodeUnavailable, "connection closed")
+	return errcode.Errorf(errcode.CodeUnavailable, "connection closed")
 }
 
 // fateUnknown wraps cause in a CodeFateUnknown *Error.
 func fateUnknown(id uint64, cause error) error {
-	return fmt.Errorf("%w: %w", Errorf(CodeFateUnknown,
+	return fmt.Errorf("%w: %w", errcode.Errorf(errcode.CodeFateUnknown,
 		"request %d was sent but its answer was lost; it may or may not have run", id), cause)
 }
 
@@ -362,11 +368,11 @@ func (c *Client) route(resp *Response) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if resp.ID == 0 {
-		if resp.Error.Code != CodeUnavailable { // the receiver is closing this connection
+		if resp.Error.Code != errcode.CodeUnavailable { // the receiver is closing this connection
 			return fmt.Errorf("receiver closed the connection: %w", resp.Error)
 		}
 		if c.refuse == nil {
-			c.refuse = Errorf(CodeUnavailable, "receiver notice: %s", resp.Error.Message)
+			c.refuse = errcode.Errorf(errcode.CodeUnavailable, "receiver notice: %s", resp.Error.Message)
 		}
 		c.drain = true
 		return c.drained()
@@ -402,13 +408,13 @@ func (c *Client) fail(cause error) {
 	if errors.Is(cause, io.EOF) {
 		cause = fmt.Errorf("connection closed by the receiver: %w", cause)
 	}
-	c.shut(cause, Errorf(CodeUnavailable, "connection lost: %v", cause))
+	c.shut(cause, errcode.Errorf(errcode.CodeUnavailable, "connection lost: %v", cause))
 	_ = c.conn.Close()
 }
 
 // shut records the first cause and refusal, and wakes every pending call
 // with the lost-connection sentinel (a Response with id 0).
-func (c *Client) shut(cause error, refuse *Error) {
+func (c *Client) shut(cause error, refuse *errcode.Error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cause == nil {

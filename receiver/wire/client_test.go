@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // statHandler answers stat with the path's length as size, so each answer
@@ -70,7 +72,7 @@ func TestCallDeadlineIsEarliest(t *testing.T) {
 		t.Fatalf("handler deadline %v, want argument's %v", dl, argDL)
 	}
 	err := cl.Call(context.Background(), OpAttach, testDigest, testOpKey, time.Time{}, nil, nil)
-	if codeOf(err) != CodeInvalid {
+	if codeOf(err) != errcode.CodeInvalid {
 		t.Fatalf("no deadline anywhere: err = %v, want CodeInvalid", err)
 	}
 }
@@ -88,7 +90,7 @@ func TestCallConcurrentMultiplexed(t *testing.T) {
 		select {
 		case <-all:
 		case <-ctx.Done():
-			return nil, Errorf(CodeTimeout, "not all %d requests arrived", n)
+			return nil, errcode.Errorf(errcode.CodeTimeout, "not all %d requests arrived", n)
 		}
 		return statHandler(ctx, req)
 	})
@@ -128,18 +130,18 @@ func TestCallRefusesBeforeSending(t *testing.T) {
 		name string
 		op   Op
 		args any
-		want Code
+		want errcode.Code
 	}{
-		{"unknown op", "rm", nil, CodeInvalid},
-		{"args of another op", OpWrite, &ReadArgs{Path: "x"}, CodeInvalid},
-		{"over the frame limit", OpWrite, &WriteArgs{Path: "x", Content: strings.Repeat("a", 5000)}, CodeTooLarge},
+		{"unknown op", "rm", nil, errcode.CodeInvalid},
+		{"args of another op", OpWrite, &ReadArgs{Path: "x"}, errcode.CodeInvalid},
+		{"over the frame limit", OpWrite, &WriteArgs{Path: "x", Content: strings.Repeat("a", 5000)}, errcode.CodeTooLarge},
 	}
 	for _, c := range cases {
 		if err := cl.Call(ctx, c.op, testDigest, testOpKey, soon(), c.args, nil); codeOf(err) != c.want {
 			t.Errorf("%s: err = %v, want %s", c.name, err, c.want)
 		}
 	}
-	if err := cl.Call(ctx, OpAttach, testDigest, testOpKey, time.Now().Add(-time.Second), nil, nil); codeOf(err) != CodeTimeout {
+	if err := cl.Call(ctx, OpAttach, testDigest, testOpKey, time.Now().Add(-time.Second), nil, nil); codeOf(err) != errcode.CodeTimeout {
 		t.Errorf("past deadline: err = %v, want timeout", err)
 	}
 	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
@@ -172,7 +174,7 @@ func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
 	sc.Close() // the receiver's end goes away with all five in flight
 	for range n {
 		err := <-errs
-		if codeOf(err) != CodeFateUnknown {
+		if codeOf(err) != errcode.CodeFateUnknown {
 			t.Fatalf("in-flight call: err = %v, want fate_unknown", err)
 		}
 	}
@@ -180,7 +182,7 @@ func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
 	if cl.Err() == nil {
 		t.Fatal("Err() is nil after the connection broke")
 	}
-	if err := cl.Call(testCtx(t), OpStat, testDigest, "k9", soon(), &StatArgs{Path: "x"}, nil); codeOf(err) != CodeUnavailable {
+	if err := cl.Call(testCtx(t), OpStat, testDigest, "k9", soon(), &StatArgs{Path: "x"}, nil); codeOf(err) != errcode.CodeUnavailable {
 		t.Fatalf("call after loss: err = %v, want unavailable", err)
 	}
 }
@@ -201,7 +203,7 @@ func TestCallCtxCancelAfterSend(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-arrived; cancel() }() // the request was sent: it is running
 	err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
-	if codeOf(err) != CodeFateUnknown || !errors.Is(err, context.Canceled) {
+	if codeOf(err) != errcode.CodeFateUnknown || !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want fate_unknown wrapping context.Canceled", err)
 	}
 	close(release) // the late answer arrives and must be dropped
@@ -232,11 +234,11 @@ func TestClientCloseIdempotent(t *testing.T) {
 	default:
 		t.Fatal("Close returned before the reader goroutine ended")
 	}
-	if err := <-inflight; codeOf(err) != CodeFateUnknown {
+	if err := <-inflight; codeOf(err) != errcode.CodeFateUnknown {
 		t.Fatalf("in-flight call at Close: %v, want fate_unknown", err)
 	}
 	err := cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil)
-	if codeOf(err) != CodeUnavailable || !strings.Contains(err.Error(), "client closed") {
+	if codeOf(err) != errcode.CodeUnavailable || !strings.Contains(err.Error(), "client closed") {
 		t.Fatalf("call after Close: %v, want unavailable (client closed)", err)
 	}
 }
@@ -262,7 +264,7 @@ func TestClientRefusesBadAnswers(t *testing.T) {
 			var req Request
 			peer.next(&req)
 			peer.sendRaw([]byte(answer))
-			if err := <-done; codeOf(err) != CodeFateUnknown {
+			if err := <-done; codeOf(err) != errcode.CodeFateUnknown {
 				t.Fatalf("err = %v, want fate_unknown", err)
 			}
 			if err := cl.Err(); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
@@ -297,11 +299,11 @@ func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
 	go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
 	var req Request
 	peer.next(&req)
-	peer.send(Response{ID: 0, Error: Errorf(CodeInvalid, "frame too large")})
-	if err := <-done; codeOf(err) != CodeFateUnknown {
+	peer.send(Response{ID: 0, Error: errcode.Errorf(errcode.CodeInvalid, "frame too large")})
+	if err := <-done; codeOf(err) != errcode.CodeFateUnknown {
 		t.Fatalf("in-flight call: %v, want fate_unknown", err)
 	}
-	if !errors.Is(cl.Err(), &Error{Code: CodeInvalid}) {
+	if !errors.Is(cl.Err(), &errcode.Error{Code: errcode.CodeInvalid}) {
 		t.Fatalf("Err() = %v, want the notice", cl.Err())
 	}
 	peer.expectEOF()
@@ -316,7 +318,7 @@ func TestCallCtxDoneIsNotSent(t *testing.T) {
 	cancel()
 	for range 20 { // the writer slot is free: a random select would sometimes send
 		err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
-		if !errors.Is(err, context.Canceled) || codeOf(err) == CodeFateUnknown {
+		if !errors.Is(err, context.Canceled) || codeOf(err) == errcode.CodeFateUnknown {
 			t.Fatalf("err = %v, want context.Canceled and not fate_unknown", err)
 		}
 	}
@@ -342,13 +344,13 @@ func TestClientClosesAfterDrain(t *testing.T) {
 		go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, fmt.Sprint("k", i), soon(), nil, nil) }()
 		peer.next(&reqs[i])
 	}
-	peer.send(Response{ID: 0, Error: Errorf(CodeUnavailable, "receiver shutting down")})
+	peer.send(Response{ID: 0, Error: errcode.Errorf(errcode.CodeUnavailable, "receiver shutting down")})
 	peer.send(Response{ID: reqs[0].ID, Result: json.RawMessage(`{}`)})
 	if err := <-done; err != nil {
 		t.Fatalf("call in flight across the notice: %v", err)
 	}
 	for range 3 {
-		if err := cl.Call(testCtx(t), OpAttach, testDigest, "late", soon(), nil, nil); codeOf(err) != CodeUnavailable {
+		if err := cl.Call(testCtx(t), OpAttach, testDigest, "late", soon(), nil, nil); codeOf(err) != errcode.CodeUnavailable {
 			t.Fatalf("call after the notice: %v, want unavailable", err)
 		}
 	}
@@ -387,10 +389,10 @@ func TestClientNoAnswerEndsConnection(t *testing.T) {
 	// The deadline leaves the call time to be sent even on a slow machine
 	// (a deadline passed before sending is refused unsent, as timeout).
 	err := cl.Call(testCtx(t), OpAttach, testDigest, "k-short", time.Now().Add(500*time.Millisecond), nil, nil)
-	if codeOf(err) != CodeFateUnknown || !errors.Is(err, ErrNoAnswer) {
+	if codeOf(err) != errcode.CodeFateUnknown || !errors.Is(err, ErrNoAnswer) {
 		t.Fatalf("unanswered call: %v, want fate_unknown wrapping ErrNoAnswer", err)
 	}
-	if err := <-other; codeOf(err) != CodeFateUnknown {
+	if err := <-other; codeOf(err) != errcode.CodeFateUnknown {
 		t.Fatalf("other call in flight: %v, want fate_unknown", err)
 	}
 	select {

@@ -7,21 +7,31 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/admission/strictjson"
 )
 
 // Protocol limits on fields, checked when a request is decoded (a breach is
 // answered with CodeInvalid; the connection stays up). docs/protocol.md
 // lists them under "Limits".
 const (
-	MaxPathBytes    = 4096 // one path argument
-	MaxPaths        = 1024 // HashArgs.Paths, ExecStartArgs.HashAfterExit
-	MaxArgv         = 1024 // ExecStartArgs.Argv entries
-	MaxEnv          = 256  // ExecStartArgs.Env entries
-	MaxTerminalID   = 128  // TerminalArgs.TerminalID bytes
-	MaxOpKeyBytes   = 128  // Request.OpKey
-	MaxLineOrLimit  = 1 << 30
-	maxModeBits     = 0o777 // WriteArgs.Mode: permission bits only
-	tupleDigestSize = 64
+	MaxPathBytes   = 4096 // one path argument
+	MaxPaths       = 1024 // HashArgs.Paths, ExecStartArgs.HashAfterExit
+	MaxArgv        = 1024 // ExecStartArgs.Argv entries
+	MaxEnv         = 256  // ExecStartArgs.Env entries
+	MaxTerminalID  = 128  // TerminalArgs.TerminalID bytes
+	MaxOpKeyBytes  = 128  // Request.OpKey
+	MaxLineOrLimit = 1 << 30
+	// MaxChunkBytes bounds the bytes of one read_chunk or write_chunk: in
+	// base64 with its envelope, a chunk this size still fits one 1 MiB frame.
+	MaxChunkBytes = 764 << 10
+	// MaxTransferBytes bounds offsets and sizes of chunked files (the
+	// grant's and the receiver's max_file_bytes apply within it).
+	MaxTransferBytes = 1 << 40
+	MaxTransferID    = 128   // TransferArgs.TransferID bytes
+	maxModeBits      = 0o777 // WriteArgs.Mode: permission bits only
+	tupleDigestSize  = 64
 )
 
 // ArgsType returns the Go type of op's args (for example ReadArgs for
@@ -44,6 +54,14 @@ func ArgsType(op Op) reflect.Type {
 		return reflect.TypeFor[ExecStartArgs]()
 	case OpExecOutput, OpExecWait, OpExecKill, OpExecRelease:
 		return reflect.TypeFor[TerminalArgs]()
+	case OpReadChunk:
+		return reflect.TypeFor[ReadChunkArgs]()
+	case OpWriteBegin:
+		return reflect.TypeFor[WriteBeginArgs]()
+	case OpWriteChunk:
+		return reflect.TypeFor[WriteChunkArgs]()
+	case OpWriteCommit, OpWriteAbort:
+		return reflect.TypeFor[TransferArgs]()
 	}
 	return nil
 }
@@ -65,8 +83,11 @@ func DecodeArgs(op Op, raw json.RawMessage) (any, error) {
 		return nil, fmt.Errorf("%w: unknown op %q", ErrProtocol, op)
 	}
 	v := reflect.New(t).Interface()
-	if len(raw) == 0 {
+	switch {
+	case len(raw) == 0:
 		return nil, fmt.Errorf("%w: op %s: args missing", ErrMalformed, op)
+	case len(raw) > MaxFrameSize: // only args built in-process; a frame cannot hold them
+		return nil, errcode.Errorf(errcode.CodeTooLarge, "op %s: args of %d bytes exceed the frame ceiling of %d", op, len(raw), MaxFrameSize)
 	}
 	if err := decodeStrict(raw, v); err != nil {
 		return nil, fmt.Errorf("op %s args: %w", op, err)
@@ -77,6 +98,17 @@ func DecodeArgs(op Op, raw json.RawMessage) (any, error) {
 		}
 	}
 	return v, nil
+}
+
+// decodeStrict decodes a frame's JSON, or a part of it, with the one strict
+// decoder (admission/strictjson: duplicate, unknown and case-folded keys,
+// invalid UTF-8, deep nesting and trailing data are refused) within the
+// protocol's frame ceiling. Every failure wraps ErrMalformed.
+func decodeStrict(data []byte, v any) error {
+	if err := strictjson.Decode(data, MaxFrameSize, v); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return nil
 }
 
 // DecodeArgs returns the typed args of r (see the package function
@@ -106,7 +138,7 @@ func DecodeRequest(payload []byte) (*Request, error) {
 		return nil, fmt.Errorf("%w: unknown op %q", ErrProtocol, req.Op)
 	}
 	args, err := DecodeArgs(req.Op, req.Args)
-	var werr *Error
+	var werr *errcode.Error
 	switch {
 	case errors.As(err, &werr):
 		return &req, werr
@@ -122,14 +154,14 @@ func DecodeRequest(payload []byte) (*Request, error) {
 
 // checkEnvelope checks what every request carries: a tuple digest, an
 // operation key and a deadline.
-func checkEnvelope(r *Request) *Error {
+func checkEnvelope(r *Request) *errcode.Error {
 	switch {
 	case !ValidDigest(r.TupleSHA256):
-		return Errorf(CodeInvalid, "tuple_sha256 is not 64 lowercase hex digits")
+		return errcode.Errorf(errcode.CodeInvalid, "tuple_sha256 is not 64 lowercase hex digits")
 	case !ValidOpKey(r.OpKey):
-		return Errorf(CodeInvalid, "op_key is not 1..%d characters of [A-Za-z0-9._:-]", MaxOpKeyBytes)
+		return errcode.Errorf(errcode.CodeInvalid, "op_key is not 1..%d characters of [A-Za-z0-9._:-]", MaxOpKeyBytes)
 	case r.Deadline.IsZero():
-		return Errorf(CodeInvalid, "deadline missing")
+		return errcode.Errorf(errcode.CodeInvalid, "deadline missing")
 	}
 	return nil
 }
@@ -191,32 +223,32 @@ func ValidOpKey(k string) bool {
 
 // expiredError answers a request whose deadline has already passed when it
 // is dispatched.
-func expiredError(deadline, now time.Time) *Error {
-	return Errorf(CodeTimeout, "request deadline %s passed %s before dispatch",
+func expiredError(deadline, now time.Time) *errcode.Error {
+	return errcode.Errorf(errcode.CodeTimeout, "request deadline %s passed %s before dispatch",
 		deadline.UTC().Format(time.RFC3339Nano), now.Sub(deadline).Round(time.Millisecond))
 }
 
 // validator is implemented by args with documented bounds.
-type validator interface{ validate() *Error }
+type validator interface{ validate() *errcode.Error }
 
-func checkPath(field, p string) *Error {
+func checkPath(field, p string) *errcode.Error {
 	switch {
 	case p == "":
-		return Errorf(CodeInvalid, "%s is empty", field)
+		return errcode.Errorf(errcode.CodeInvalid, "%s is empty", field)
 	case len(p) > MaxPathBytes:
-		return Errorf(CodeInvalid, "%s longer than %d bytes", field, MaxPathBytes)
+		return errcode.Errorf(errcode.CodeInvalid, "%s longer than %d bytes", field, MaxPathBytes)
 	case strings.IndexByte(p, 0) >= 0:
-		return Errorf(CodeInvalid, "%s contains NUL", field)
+		return errcode.Errorf(errcode.CodeInvalid, "%s contains NUL", field)
 	}
 	return nil
 }
 
-func checkPaths(field string, ps []string, required bool) *Error {
+func checkPaths(field string, ps []string, required bool) *errcode.Error {
 	switch {
 	case required && len(ps) == 0:
-		return Errorf(CodeInvalid, "%s is empty", field)
+		return errcode.Errorf(errcode.CodeInvalid, "%s is empty", field)
 	case len(ps) > MaxPaths:
-		return Errorf(CodeInvalid, "%s has more than %d entries", field, MaxPaths)
+		return errcode.Errorf(errcode.CodeInvalid, "%s has more than %d entries", field, MaxPaths)
 	}
 	for i, p := range ps {
 		if e := checkPath(fmt.Sprintf("%s[%d]", field, i), p); e != nil {
@@ -226,55 +258,55 @@ func checkPaths(field string, ps []string, required bool) *Error {
 	return nil
 }
 
-func (a *ReadArgs) validate() *Error {
+func (a *ReadArgs) validate() *errcode.Error {
 	if a.Line < 0 || a.Limit < 0 || a.Line > MaxLineOrLimit || a.Limit > MaxLineOrLimit {
-		return Errorf(CodeInvalid, "line and limit must be in 0..%d", MaxLineOrLimit)
+		return errcode.Errorf(errcode.CodeInvalid, "line and limit must be in 0..%d", MaxLineOrLimit)
 	}
 	return checkPath("path", a.Path)
 }
 
-func (a *WriteArgs) validate() *Error {
+func (a *WriteArgs) validate() *errcode.Error {
 	switch {
 	case a.Mode > maxModeBits:
-		return Errorf(CodeInvalid, "mode %#o has bits beyond 0777 (no setuid, setgid or sticky)", a.Mode)
+		return errcode.Errorf(errcode.CodeInvalid, "mode %#o has bits beyond 0777 (no setuid, setgid or sticky)", a.Mode)
 	case a.ExpectSHA256 != "" && !ValidDigest(a.ExpectSHA256):
-		return Errorf(CodeInvalid, "expect_sha256 is not 64 lowercase hex digits")
+		return errcode.Errorf(errcode.CodeInvalid, "expect_sha256 is not 64 lowercase hex digits")
 	case a.ExpectSHA256 != "" && a.ExpectAbsent:
-		return Errorf(CodeInvalid, "expect_sha256 and expect_absent are exclusive")
+		return errcode.Errorf(errcode.CodeInvalid, "expect_sha256 and expect_absent are exclusive")
 	}
 	return checkPath("path", a.Path)
 }
 
-func (a *StatArgs) validate() *Error { return checkPath("path", a.Path) }
-func (a *ListArgs) validate() *Error { return checkPath("path", a.Path) }
-func (a *HashArgs) validate() *Error { return checkPaths("paths", a.Paths, true) }
+func (a *StatArgs) validate() *errcode.Error { return checkPath("path", a.Path) }
+func (a *ListArgs) validate() *errcode.Error { return checkPath("path", a.Path) }
+func (a *HashArgs) validate() *errcode.Error { return checkPaths("paths", a.Paths, true) }
 
-func (a *TerminalArgs) validate() *Error {
+func (a *TerminalArgs) validate() *errcode.Error {
 	if a.TerminalID == "" || len(a.TerminalID) > MaxTerminalID {
-		return Errorf(CodeInvalid, "terminal_id must be 1..%d bytes", MaxTerminalID)
+		return errcode.Errorf(errcode.CodeInvalid, "terminal_id must be 1..%d bytes", MaxTerminalID)
 	}
 	return nil
 }
 
-func (a *ExecStartArgs) validate() *Error {
+func (a *ExecStartArgs) validate() *errcode.Error {
 	switch {
 	case len(a.Argv) == 0 || a.Argv[0] == "":
-		return Errorf(CodeInvalid, "argv is empty")
+		return errcode.Errorf(errcode.CodeInvalid, "argv is empty")
 	case len(a.Argv) > MaxArgv:
-		return Errorf(CodeInvalid, "argv has more than %d entries", MaxArgv)
+		return errcode.Errorf(errcode.CodeInvalid, "argv has more than %d entries", MaxArgv)
 	case len(a.Env) > MaxEnv:
-		return Errorf(CodeInvalid, "env has more than %d entries", MaxEnv)
+		return errcode.Errorf(errcode.CodeInvalid, "env has more than %d entries", MaxEnv)
 	case a.OutputLimit != nil && *a.OutputLimit < 0:
-		return Errorf(CodeInvalid, "output_limit is negative")
+		return errcode.Errorf(errcode.CodeInvalid, "output_limit is negative")
 	}
 	for i, s := range a.Argv {
 		if strings.IndexByte(s, 0) >= 0 {
-			return Errorf(CodeInvalid, "argv[%d] contains NUL", i)
+			return errcode.Errorf(errcode.CodeInvalid, "argv[%d] contains NUL", i)
 		}
 	}
 	for k, v := range a.Env {
 		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return Errorf(CodeInvalid, "env name %q is empty or contains '=' or NUL (or its value NUL)", k)
+			return errcode.Errorf(errcode.CodeInvalid, "env name %q is empty or contains '=' or NUL (or its value NUL)", k)
 		}
 	}
 	if a.Cwd != "" {
@@ -284,3 +316,43 @@ func (a *ExecStartArgs) validate() *Error {
 	}
 	return checkPaths("hash_after_exit", a.HashAfterExit, false)
 }
+
+func (a *ReadChunkArgs) validate() *errcode.Error {
+	switch {
+	case a.Offset < 0 || a.Offset > MaxTransferBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "offset must be in 0..%d", int64(MaxTransferBytes))
+	case a.Length < 1 || a.Length > MaxChunkBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "length must be in 1..%d", MaxChunkBytes)
+	}
+	return checkPath("path", a.Path)
+}
+
+func (a *WriteBeginArgs) validate() *errcode.Error {
+	switch {
+	case a.Size < 0 || a.Size > MaxTransferBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "size must be in 0..%d", int64(MaxTransferBytes))
+	case !ValidDigest(a.SHA256):
+		return errcode.Errorf(errcode.CodeInvalid, "sha256 is not 64 lowercase hex digits")
+	}
+	w := WriteArgs{Path: a.Path, Mode: a.Mode, ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent}
+	return w.validate()
+}
+
+func checkTransferID(id string) *errcode.Error {
+	if id == "" || len(id) > MaxTransferID {
+		return errcode.Errorf(errcode.CodeInvalid, "transfer_id must be 1..%d bytes", MaxTransferID)
+	}
+	return nil
+}
+
+func (a *WriteChunkArgs) validate() *errcode.Error {
+	switch {
+	case a.Offset < 0 || a.Offset > MaxTransferBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "offset must be in 0..%d", int64(MaxTransferBytes))
+	case len(a.Data) == 0 || len(a.Data) > MaxChunkBytes:
+		return errcode.Errorf(errcode.CodeInvalid, "data must be 1..%d bytes", MaxChunkBytes)
+	}
+	return checkTransferID(a.TransferID)
+}
+
+func (a *TransferArgs) validate() *errcode.Error { return checkTransferID(a.TransferID) }

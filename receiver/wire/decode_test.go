@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // envelope wraps args in an otherwise valid request.
@@ -109,7 +111,7 @@ func TestDecodeRequestRefusesFields(t *testing.T) {
 	for name, payload := range cases {
 		t.Run(name, func(t *testing.T) {
 			req, err := DecodeRequest([]byte(payload))
-			if codeOf(err) != CodeInvalid {
+			if codeOf(err) != errcode.CodeInvalid {
 				t.Fatalf("err = %v, want CodeInvalid", err)
 			}
 			if req == nil || req.ID != 7 {
@@ -140,6 +142,13 @@ func TestDecodeArgsTypes(t *testing.T) {
 		{OpExecWait, `{"terminal_id":"t1"}`, &TerminalArgs{TerminalID: "t1"}},
 		{OpExecKill, `{"terminal_id":"t1"}`, &TerminalArgs{TerminalID: "t1"}},
 		{OpExecRelease, `{"terminal_id":"t1"}`, &TerminalArgs{TerminalID: "t1"}},
+		{OpExecWait, `{"terminal_id":"t1","release":true}`, &TerminalArgs{TerminalID: "t1", Release: true}},
+		{OpReadChunk, `{"path":"f","offset":5,"length":10}`, &ReadChunkArgs{Path: "f", Offset: 5, Length: 10}},
+		{OpWriteBegin, `{"path":"f","size":3,"sha256":"` + strings.Repeat("a", 64) + `","mode":420}`,
+			&WriteBeginArgs{Path: "f", Size: 3, SHA256: strings.Repeat("a", 64), Mode: 0o644}},
+		{OpWriteChunk, `{"transfer_id":"w-1","offset":0,"data":"YWJj"}`, &WriteChunkArgs{TransferID: "w-1", Data: []byte("abc")}},
+		{OpWriteCommit, `{"transfer_id":"w-1"}`, &TransferArgs{TransferID: "w-1"}},
+		{OpWriteAbort, `{"transfer_id":"w-1"}`, &TransferArgs{TransferID: "w-1"}},
 	}
 	seen := map[Op]bool{}
 	for _, c := range cases {

@@ -42,3 +42,29 @@ type HandlerFunc func(ctx context.Context, req *Request) (any, error)
 
 // Serve calls f.
 func (f HandlerFunc) Serve(ctx context.Context, req *Request) (any, error) { return f(ctx, req) }
+
+// Conn describes the connection a request arrived on, for a handler that
+// keeps state per connection (the receiver hands a command's terminal to
+// the connection that started it, docs/protocol.md "Processes").
+type Conn struct {
+	// ID is unique among the connections of this process.
+	ID uint64
+	// Peer is PeerOf the connection.
+	Peer string
+	done <-chan struct{}
+}
+
+// Done is closed once the connection has ended (the peer closed it, a
+// violation or the server's shutdown ended it). Requests still running
+// then are cancelled as well.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// connKey holds the *Conn of a request's connection in its context.
+type connKey struct{}
+
+// ConnOf returns the connection a handler's request arrived on, or nil
+// for a request served outside a Server (a direct Handler.Serve call).
+func ConnOf(ctx context.Context) *Conn {
+	c, _ := ctx.Value(connKey{}).(*Conn)
+	return c
+}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 const (
@@ -115,8 +117,8 @@ func (p *rawPeer) expectEOF() {
 	}
 }
 
-func codeOf(err error) Code {
-	var e *Error
+func codeOf(err error) errcode.Code {
+	var e *errcode.Error
 	if errors.As(err, &e) {
 		return e.Code
 	}

@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // Op names one member of the closed set of receiver operations. A request
@@ -23,11 +25,19 @@ const (
 	OpExecWait    Op = "exec_wait"    // TerminalArgs -> ExecWaitResult (blocks until exit or deadline)
 	OpExecKill    Op = "exec_kill"    // TerminalArgs -> Empty (signals the whole process group)
 	OpExecRelease Op = "exec_release" // TerminalArgs -> Empty once final (kills the group if still running; timeout if the request ends first)
+	// Files larger than one frame move in chunks (docs/protocol.md "Chunked
+	// files"): a read in bytes at an offset, a write staged in a transfer.
+	OpReadChunk   Op = "read_chunk"   // ReadChunkArgs -> ReadChunkResult
+	OpWriteBegin  Op = "write_begin"  // WriteBeginArgs -> WriteBeginResult (opens a transfer)
+	OpWriteChunk  Op = "write_chunk"  // WriteChunkArgs -> WriteChunkResult (appends to it)
+	OpWriteCommit Op = "write_commit" // TransferArgs -> WriteResult (checks, syncs and renames into place)
+	OpWriteAbort  Op = "write_abort"  // TransferArgs -> Empty (drops the staged content)
 )
 
 // Ops lists every member of the closed op set.
 var Ops = []Op{OpAttach, OpRead, OpWrite, OpStat, OpList, OpHash,
-	OpExecStart, OpExecOutput, OpExecWait, OpExecKill, OpExecRelease}
+	OpExecStart, OpExecOutput, OpExecWait, OpExecKill, OpExecRelease,
+	OpReadChunk, OpWriteBegin, OpWriteChunk, OpWriteCommit, OpWriteAbort}
 
 // Valid reports whether o is a member of the closed op set.
 func (o Op) Valid() bool {
@@ -63,7 +73,7 @@ type Request struct {
 type Response struct {
 	ID     uint64          `json:"id"`
 	Result json.RawMessage `json:"result,omitempty"`
-	Error  *Error          `json:"error,omitempty"`
+	Error  *errcode.Error  `json:"error,omitempty"`
 }
 
 // Empty is the args or result of ops that carry none.
@@ -88,10 +98,65 @@ type ReadArgs struct {
 }
 
 // ReadResult carries the selected text and the digest of the whole file.
+// Chunked says the selected text does not fit one answer: Content is
+// empty, and the client reads the file with read_chunk (checking the
+// bytes against SHA256) and selects the lines itself.
 type ReadResult struct {
 	Content string `json:"content"`
 	Size    int64  `json:"size"`   // size of the whole file
 	SHA256  string `json:"sha256"` // of the whole file, for edit preconditions
+	Chunked bool   `json:"chunked,omitempty"`
+}
+
+// ReadChunkArgs reads at most Length bytes of a regular file from Offset.
+type ReadChunkArgs struct {
+	Path   string `json:"path"`
+	Offset int64  `json:"offset"`
+	Length int64  `json:"length"`
+}
+
+// ReadChunkResult carries the bytes read (base64 in JSON; fewer than
+// asked when the file ends or the answer bound is smaller) and the size
+// of the whole file at the time of the read.
+type ReadChunkResult struct {
+	Data []byte `json:"data"`
+	Size int64  `json:"size"`
+}
+
+// WriteBeginArgs opens a transfer that replaces Path with exactly Size
+// bytes whose SHA-256 is SHA256, sent in order by write_chunk. Mode and
+// the preconditions are WriteArgs'; they are checked at the begin and
+// again, under the file's lock, at the commit.
+type WriteBeginArgs struct {
+	Path         string `json:"path"`
+	Size         int64  `json:"size"`
+	SHA256       string `json:"sha256"`
+	Mode         uint32 `json:"mode,omitempty"`
+	ExpectSHA256 string `json:"expect_sha256,omitempty"`
+	ExpectAbsent bool   `json:"expect_absent,omitempty"`
+}
+
+// WriteBeginResult names the transfer.
+type WriteBeginResult struct {
+	TransferID string `json:"transfer_id"`
+}
+
+// WriteChunkArgs appends Data at Offset, which must equal the bytes the
+// transfer has received so far.
+type WriteChunkArgs struct {
+	TransferID string `json:"transfer_id"`
+	Offset     int64  `json:"offset"`
+	Data       []byte `json:"data"`
+}
+
+// WriteChunkResult is the number of bytes the transfer holds.
+type WriteChunkResult struct {
+	Received int64 `json:"received"`
+}
+
+// TransferArgs names a transfer opened by write_begin on this tuple.
+type TransferArgs struct {
+	TransferID string `json:"transfer_id"`
 }
 
 // WriteArgs creates or truncates a file. If ExpectSHA256 is set, the write
@@ -182,8 +247,14 @@ type ExecStartResult struct {
 }
 
 // TerminalArgs names a terminal started by exec_start on this tuple.
+// Release is for exec_wait alone (invalid on the other ops): once the wait
+// answers the exit, the terminal is forgotten in the same exchange, as
+// exec_release would forget it (the command has ended, its cgroup is gone
+// and the answer carries everything the terminal still held), so the
+// client needs no exec_release of its own.
 type TerminalArgs struct {
 	TerminalID string `json:"terminal_id"`
+	Release    bool   `json:"release,omitempty"`
 }
 
 // ExitStatus is how a child ended: an exit code or a signal name.
@@ -193,15 +264,25 @@ type ExitStatus struct {
 }
 
 // ExecOutputResult is the captured output so far (ACP terminal/output).
+// Once Exit is set the output is final, and FileSHA256 carries the
+// after-exit digests as exec_wait would (so a client that saw the exit
+// here needs no exec_wait for them).
 type ExecOutputResult struct {
-	Output    string      `json:"output"`
-	Truncated bool        `json:"truncated"`
-	Exit      *ExitStatus `json:"exit,omitempty"`
+	Output     string            `json:"output"`
+	Truncated  bool              `json:"truncated"`
+	Exit       *ExitStatus       `json:"exit,omitempty"`
+	FileSHA256 map[string]string `json:"file_sha256,omitempty"`
 }
 
 // ExecWaitResult is the final status, plus the SHA-256 of each file named in
-// HashAfterExit ("" when missing or not a regular file).
+// HashAfterExit ("" when missing or not a regular file), the final output
+// (Output nil when output and digests together would not fit one answer:
+// then exec_output, before a release, gives it) and whether the terminal
+// was released with this answer (TerminalArgs.Release).
 type ExecWaitResult struct {
 	Exit       ExitStatus        `json:"exit"`
 	FileSHA256 map[string]string `json:"file_sha256,omitempty"`
+	Output     *string           `json:"output,omitempty"`
+	Truncated  bool              `json:"truncated,omitempty"`
+	Released   bool              `json:"released,omitempty"`
 }

@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/internal/ratelog"
 )
 
 // Server defaults.
@@ -19,11 +22,21 @@ const (
 	// supports write deadlines; a peer that stops reading loses the
 	// connection instead of holding handlers forever.
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultMaxConns bounds the connections one Server serves at once;
+	// one more is closed at once, unserved.
+	DefaultMaxConns = 64
+	// DefaultMaxConnsPerPeer bounds the connections one peer (PeerOf) has
+	// served at once; one more is closed at once, unserved.
+	DefaultMaxConnsPerPeer = 16
 )
 
 // ErrServerClosed is returned by Serve and ServeConn once Shutdown or Close
 // has begun, and is the cancellation cause handlers see then.
 var ErrServerClosed = errors.New("wire: server closed")
+
+// ErrConnLimit is returned by ServeConn for a connection over MaxConns or
+// MaxConnsPerPeer; it was closed unserved.
+var ErrConnLimit = errors.New("wire: connection limit reached")
 
 // Listener is what Serve accepts connections from; every transport in
 // receiver/transport provides one. Accept returns an established (for TLS:
@@ -43,8 +56,12 @@ type ServerConfig struct {
 	MaxInFlight int
 	// WriteTimeout overrides DefaultWriteTimeout when positive.
 	WriteTimeout time.Duration
+	// MaxConns and MaxConnsPerPeer override DefaultMaxConns and
+	// DefaultMaxConnsPerPeer when positive.
+	MaxConns, MaxConnsPerPeer int
 	// Log receives protocol violations and handler failures (the peer only
-	// ever sees a generic message for the latter). Nil discards.
+	// ever sees a generic message for the latter), and refused connections,
+	// aggregated (receiver/internal/ratelog). Nil discards.
 	Log *slog.Logger
 }
 
@@ -58,7 +75,10 @@ type Server struct {
 	limit        int
 	maxInFlight  int
 	writeTimeout time.Duration
+	maxConns     int
+	maxPerPeer   int
 	log          *slog.Logger
+	refused      *ratelog.Log
 
 	base context.Context // cancelled by Close, or by Shutdown when its ctx ends
 	stop context.CancelCauseFunc
@@ -66,6 +86,7 @@ type Server struct {
 	mu        sync.Mutex
 	draining  bool
 	conns     map[*serverConn]struct{}
+	perPeer   map[string]int
 	listeners map[Listener]struct{}
 
 	handlers sync.WaitGroup // running handlers of every connection
@@ -85,7 +106,8 @@ func NewServer(h Handler, cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{
 		h: h, limit: limit, maxInFlight: DefaultMaxInFlight, writeTimeout: DefaultWriteTimeout,
-		log: cfg.Log, conns: make(map[*serverConn]struct{}),
+		maxConns: positiveOr(cfg.MaxConns, DefaultMaxConns), maxPerPeer: positiveOr(cfg.MaxConnsPerPeer, DefaultMaxConnsPerPeer),
+		log: cfg.Log, conns: make(map[*serverConn]struct{}), perPeer: make(map[string]int),
 		listeners: make(map[Listener]struct{}), idle: make(chan struct{}),
 	}
 	if cfg.MaxInFlight > 0 {
@@ -97,6 +119,7 @@ func NewServer(h Handler, cfg ServerConfig) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.refused = ratelog.New(s.log, "wire: connection refused", 0)
 	s.base, s.stop = context.WithCancelCause(context.Background())
 	return s, nil
 }
@@ -115,7 +138,9 @@ func Serve(ctx context.Context, conn io.ReadWriteCloser, h Handler) error {
 
 // ServeConn serves one connection, which it owns and closes, until the peer
 // closes it (nil), a violation ends it (the violation's error), ctx is
-// cancelled (ctx's cause) or the server shuts down (ErrServerClosed). It
+// cancelled (ctx's cause) or the server shuts down (ErrServerClosed). A
+// connection over MaxConns or MaxConnsPerPeer is closed at once
+// (ErrConnLimit). It
 // returns only after every handler it started has returned. After Shutdown
 // or Close it sends the shutdown notice, closes conn and returns
 // ErrServerClosed at once.
@@ -167,6 +192,9 @@ func (s *Server) acceptLoop(ctx context.Context, l Listener, children *sync.Wait
 		}
 		backoff = 5 * time.Millisecond
 		sc, err := s.track(ctx, conn)
+		if errors.Is(err, ErrConnLimit) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -204,7 +232,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	conns := s.beginDrain()
 	var notices sync.WaitGroup
 	for _, sc := range conns {
-		notices.Go(func() { sc.notice(CodeUnavailable, "receiver shutting down") })
+		notices.Go(func() { sc.notice(errcode.CodeUnavailable, "receiver shutting down") })
 	}
 	notices.Wait()
 	var err error
@@ -217,6 +245,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.stop(ErrServerClosed)
 	s.loops.Wait()
+	s.refused.Close()
 	return err
 }
 
@@ -228,6 +257,7 @@ func (s *Server) Close() error {
 	s.stop(ErrServerClosed)
 	<-s.idle
 	s.loops.Wait()
+	s.refused.Close()
 	return nil
 }
 
@@ -258,29 +288,61 @@ func (s *Server) beginDrain() []*serverConn {
 	return conns
 }
 
-// track registers a new connection, or refuses it once draining.
+// track registers a new connection, or refuses it: closed at once when it
+// is over MaxConns or its peer's MaxConnsPerPeer (never waiting for a
+// slot), with the shutdown notice once draining.
 func (s *Server) track(ctx context.Context, conn io.ReadWriteCloser) (*serverConn, error) {
+	peer := PeerOf(conn)
 	s.mu.Lock()
+	if reason := s.overLimitLocked(peer); reason != "" && !s.draining {
+		s.mu.Unlock()
+		s.refused.Refused(reason, peer, nil)
+		_ = conn.Close()
+		return nil, fmt.Errorf("%w: %s", ErrConnLimit, reason)
+	}
 	if !s.draining {
 		defer s.mu.Unlock()
-		sc := newServerConn(s, ctx, conn)
+		sc := newServerConn(s, ctx, conn, peer)
 		s.conns[sc] = struct{}{}
+		s.perPeer[peer]++
 		s.loops.Add(1)
 		return sc, nil
 	}
 	s.mu.Unlock()
-	sc := newServerConn(s, context.Background(), conn)
-	sc.notice(CodeUnavailable, "receiver shutting down")
+	sc := newServerConn(s, context.Background(), conn, peer)
+	sc.notice(errcode.CodeUnavailable, "receiver shutting down")
 	sc.cancel(ErrServerClosed)
 	_ = conn.Close()
 	return nil, ErrServerClosed
 }
 
+// overLimitLocked names the cap a new connection from peer would break,
+// or returns ""; s.mu is held.
+func (s *Server) overLimitLocked(peer string) string {
+	switch {
+	case len(s.conns) >= s.maxConns:
+		return fmt.Sprintf("connection limit (%d)", s.maxConns)
+	case s.perPeer[peer] >= s.maxPerPeer:
+		return fmt.Sprintf("per-peer connection limit (%d)", s.maxPerPeer)
+	}
+	return ""
+}
+
 func (s *Server) untrack(sc *serverConn) {
 	s.mu.Lock()
 	delete(s.conns, sc)
+	if s.perPeer[sc.peer]--; s.perPeer[sc.peer] <= 0 {
+		delete(s.perPeer, sc.peer)
+	}
 	s.mu.Unlock()
 	s.loops.Done()
+}
+
+func positiveOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
 }
 
 // admitHandler counts one more running handler, unless draining.

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // serveRaw runs a Server with h on one end of a socketpair and returns a
@@ -60,7 +62,7 @@ func TestServerViolationClosesConnection(t *testing.T) {
 			attack(peer, conn)
 			var notice Response
 			peer.next(&notice)
-			if notice.ID != 0 || notice.Error == nil || notice.Error.Code != CodeInvalid {
+			if notice.ID != 0 || notice.Error == nil || notice.Error.Code != errcode.CodeInvalid {
 				t.Fatalf("notice = %+v, want id 0 invalid", notice)
 			}
 			peer.expectEOF()
@@ -107,7 +109,7 @@ func TestServerDuplicateInFlightID(t *testing.T) {
 	peer.sendRaw(request(5, OpAttach, `{}`))
 	var notice Response
 	peer.next(&notice)
-	if notice.ID != 0 || notice.Error.Code != CodeInvalid || !strings.Contains(notice.Error.Message, "already in flight") {
+	if notice.ID != 0 || notice.Error.Code != errcode.CodeInvalid || !strings.Contains(notice.Error.Message, "already in flight") {
 		t.Fatalf("notice %+v", notice)
 	}
 	if err := <-served; !errors.Is(err, ErrProtocol) {
@@ -138,12 +140,12 @@ func TestServerRefusalsKeepConnection(t *testing.T) {
 	peer.sendRaw([]byte(blocker))
 	cases := []struct {
 		payload string
-		want    Code
+		want    errcode.Code
 	}{
-		{string(request(2, OpRead, `{"path":"x","line":-1}`)), CodeInvalid},
-		{strings.Replace(string(request(3, OpAttach, `{}`)), testDigest, "nope", 1), CodeInvalid},
-		{fmt.Sprintf(`{"id":4,"op":"attach","tuple_sha256":%q,"op_key":"k","deadline":%q,"args":{}}`, testDigest, past), CodeTimeout},
-		{string(request(5, OpAttach, `{}`)), CodeUnavailable}, // id 1 holds the only slot
+		{string(request(2, OpRead, `{"path":"x","line":-1}`)), errcode.CodeInvalid},
+		{strings.Replace(string(request(3, OpAttach, `{}`)), testDigest, "nope", 1), errcode.CodeInvalid},
+		{fmt.Sprintf(`{"id":4,"op":"attach","tuple_sha256":%q,"op_key":"k","deadline":%q,"args":{}}`, testDigest, past), errcode.CodeTimeout},
+		{string(request(5, OpAttach, `{}`)), errcode.CodeUnavailable}, // id 1 holds the only slot
 	}
 	for _, c := range cases {
 		peer.sendRaw([]byte(c.payload))
@@ -166,14 +168,14 @@ func TestServerHandlerErrors(t *testing.T) {
 	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
 		switch req.OpKey {
 		case "denied":
-			return nil, fmt.Errorf("policy: %w", Errorf(CodeDenied, "op exec not allowed by the grant"))
+			return nil, fmt.Errorf("policy: %w", errcode.Errorf(errcode.CodeDenied, "op exec not allowed by the grant"))
 		case "secret":
 			return nil, errors.New("open /etc/shadow: secret detail")
 		case "slow":
 			<-ctx.Done()
 			return nil, ctx.Err()
 		case "badcode":
-			return nil, &Error{Code: "invented", Message: "x"}
+			return nil, &errcode.Error{Code: "invented", Message: "x"}
 		}
 		return nil, nil
 	})
@@ -182,16 +184,16 @@ func TestServerHandlerErrors(t *testing.T) {
 	call := func(key string, dl time.Time) error {
 		return cl.Call(ctx, OpAttach, testDigest, key, dl, nil, nil)
 	}
-	if err := call("denied", soon()); codeOf(err) != CodeDenied || !strings.Contains(err.Error(), "not allowed by the grant") {
+	if err := call("denied", soon()); codeOf(err) != errcode.CodeDenied || !strings.Contains(err.Error(), "not allowed by the grant") {
 		t.Errorf("denied: %v", err)
 	}
-	if err := call("secret", soon()); codeOf(err) != CodeInternal || strings.Contains(err.Error(), "shadow") {
+	if err := call("secret", soon()); codeOf(err) != errcode.CodeInternal || strings.Contains(err.Error(), "shadow") {
 		t.Errorf("internal: %v (must not leak the detail)", err)
 	}
-	if err := call("badcode", soon()); codeOf(err) != CodeInternal {
+	if err := call("badcode", soon()); codeOf(err) != errcode.CodeInternal {
 		t.Errorf("code outside the set: %v", err)
 	}
-	if err := call("slow", time.Now().Add(100*time.Millisecond)); codeOf(err) != CodeTimeout {
+	if err := call("slow", time.Now().Add(100*time.Millisecond)); codeOf(err) != errcode.CodeTimeout {
 		t.Errorf("slow: %v, want timeout", err)
 	}
 }
@@ -202,7 +204,7 @@ func TestServerAnswerTooLarge(t *testing.T) {
 	})
 	cl, _ := pair(t, h, ServerConfig{MaxFrame: 4096})
 	err := cl.Call(testCtx(t), OpRead, testDigest, testOpKey, soon(), &ReadArgs{Path: "x"}, nil)
-	if codeOf(err) != CodeTooLarge {
+	if codeOf(err) != errcode.CodeTooLarge {
 		t.Fatalf("err = %v, want too_large", err)
 	}
 }
@@ -245,7 +247,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 	<-l.closed
 	for range 4 {
 		err := cl.Call(testCtx(t), OpStat, testDigest, "k2", soon(), &StatArgs{Path: "x"}, nil)
-		if codeOf(err) != CodeUnavailable {
+		if codeOf(err) != errcode.CodeUnavailable {
 			t.Fatalf("call during shutdown: %v, want unavailable", err)
 		}
 	}
@@ -313,7 +315,7 @@ func TestServerRefusesAfterShutdown(t *testing.T) {
 	}
 	var notice Response
 	peer.next(&notice)
-	if notice.ID != 0 || notice.Error.Code != CodeUnavailable {
+	if notice.ID != 0 || notice.Error.Code != errcode.CodeUnavailable {
 		t.Fatalf("notice %+v, want id 0 unavailable", notice)
 	}
 	peer.expectEOF()
@@ -326,7 +328,7 @@ func TestServerRefusesAfterShutdown(t *testing.T) {
 	}
 	late := newRawPeer(t, cc)
 	late.next(&notice)
-	if notice.Error.Code != CodeUnavailable {
+	if notice.Error.Code != errcode.CodeUnavailable {
 		t.Fatalf("late notice %+v", notice)
 	}
 	late.expectEOF()

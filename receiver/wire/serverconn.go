@@ -6,14 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // serverConn is one connection served by a Server.
 type serverConn struct {
 	s    *Server
 	conn io.ReadWriteCloser
+	peer string // PeerOf(conn), for the per-peer cap
 
 	ctx    context.Context // ends when the connection ends; parent of handler contexts
 	cancel context.CancelCauseFunc
@@ -25,9 +30,13 @@ type serverConn struct {
 	wg       sync.WaitGroup // this connection's running handlers
 }
 
-func newServerConn(s *Server, ctx context.Context, conn io.ReadWriteCloser) *serverConn {
-	sc := &serverConn{s: s, conn: conn, inflight: make(map[uint64]struct{})}
-	sc.ctx, sc.cancel = context.WithCancelCause(ctx)
+// connIDs numbers the connections of this process (Conn.ID).
+var connIDs atomic.Uint64
+
+func newServerConn(s *Server, ctx context.Context, conn io.ReadWriteCloser, peer string) *serverConn {
+	sc := &serverConn{s: s, conn: conn, peer: peer, inflight: make(map[uint64]struct{})}
+	ctx, sc.cancel = context.WithCancelCause(ctx)
+	sc.ctx = context.WithValue(ctx, connKey{}, &Conn{ID: connIDs.Add(1), Peer: peer, done: ctx.Done()})
 	return sc
 }
 
@@ -77,13 +86,13 @@ func (sc *serverConn) readLoop(fr *FrameReader) error {
 		case errors.Is(err, io.EOF):
 			return nil
 		case errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrFrameEmpty):
-			sc.notice(CodeInvalid, err.Error())
+			sc.notice(errcode.CodeInvalid, err.Error())
 			return violation(err)
 		default:
 			return err
 		}
 		req, err := DecodeRequest(payload)
-		var refusal *Error
+		var refusal *errcode.Error
 		if errors.As(err, &refusal) {
 			err = nil
 		}
@@ -92,7 +101,7 @@ func (sc *serverConn) readLoop(fr *FrameReader) error {
 		}
 		if err != nil {
 			sc.s.log.Warn("wire: protocol violation; closing connection", "err", err)
-			sc.notice(CodeInvalid, err.Error())
+			sc.notice(errcode.CodeInvalid, err.Error())
 			return violation(err)
 		}
 	}
@@ -101,7 +110,7 @@ func (sc *serverConn) readLoop(fr *FrameReader) error {
 // dispatch starts req on its own goroutine, or answers it at once when it
 // is refused (invalid, shutting down, over the in-flight bound, already
 // past its deadline). An id already in flight is a protocol violation.
-func (sc *serverConn) dispatch(req *Request, refusal *Error) error {
+func (sc *serverConn) dispatch(req *Request, refusal *errcode.Error) error {
 	sc.mu.Lock()
 	if _, dup := sc.inflight[req.ID]; dup {
 		sc.mu.Unlock()
@@ -124,16 +133,16 @@ func (sc *serverConn) dispatch(req *Request, refusal *Error) error {
 }
 
 // admit decides whether req may run; sc.mu is held.
-func (sc *serverConn) admit(req *Request) *Error {
+func (sc *serverConn) admit(req *Request) *errcode.Error {
 	if now := time.Now(); !now.Before(req.Deadline) {
 		return expiredError(req.Deadline, now)
 	}
 	if len(sc.inflight) >= sc.s.maxInFlight {
-		return Errorf(CodeUnavailable, "in-flight limit of %d requests on this connection reached; not run",
+		return errcode.Errorf(errcode.CodeUnavailable, "in-flight limit of %d requests on this connection reached; not run",
 			sc.s.maxInFlight)
 	}
 	if !sc.s.admitHandler() {
-		return Errorf(CodeUnavailable, "receiver shutting down; not run")
+		return errcode.Errorf(errcode.CodeUnavailable, "receiver shutting down; not run")
 	}
 	return nil
 }
@@ -160,16 +169,16 @@ func (sc *serverConn) run(req *Request) {
 }
 
 func isWireError(err error) bool {
-	var e *Error
+	var e *errcode.Error
 	return errors.As(err, &e)
 }
 
 // ctxRefusal names why a handler's context ended.
-func ctxRefusal(ctx context.Context) *Error {
+func ctxRefusal(ctx context.Context) *errcode.Error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return Errorf(CodeTimeout, "request deadline reached")
+		return errcode.Errorf(errcode.CodeTimeout, "request deadline reached")
 	}
-	return Errorf(CodeInterrupted, "request cancelled (%v); it may have partly run", context.Cause(ctx))
+	return errcode.Errorf(errcode.CodeInterrupted, "request cancelled (%v); it may have partly run", context.Cause(ctx))
 }
 
 // encodeAnswer builds the answer frame payload for id. An answer that
@@ -185,14 +194,22 @@ func encodeAnswer(s *Server, id uint64, result any, err error) []byte {
 		raw, merr := json.Marshal(result)
 		if merr != nil {
 			s.log.Error("wire: cannot encode result", "id", id, "err", merr)
-			resp.Error = Errorf(CodeInternal, "internal error")
+			resp.Error = errcode.Errorf(errcode.CodeInternal, "internal error")
 		} else {
 			resp.Result = raw
 		}
 	}
-	payload, _ := json.Marshal(&resp) // Response with a valid RawMessage always encodes
+	var payload []byte
+	if resp.Error == nil {
+		// json.Marshal's output is compact, valid JSON: the envelope is
+		// written around it, not encoded (and the result scanned) again.
+		payload = append(strconv.AppendUint(append(make([]byte, 0, len(resp.Result)+40), `{"id":`...), id, 10), `,"result":`...)
+		payload = append(append(payload, resp.Result...), '}')
+	} else {
+		payload, _ = json.Marshal(&resp)
+	}
 	if len(payload) > s.limit {
-		payload, _ = json.Marshal(&Response{ID: id, Error: Errorf(CodeTooLarge,
+		payload, _ = json.Marshal(&Response{ID: id, Error: errcode.Errorf(errcode.CodeTooLarge,
 			"answer of %d bytes exceeds the frame limit of %d", len(payload), s.limit)})
 	}
 	return payload
@@ -201,18 +218,18 @@ func encodeAnswer(s *Server, id uint64, result any, err error) []byte {
 // publicError turns a handler error into what the peer may see: an *Error
 // with a code from the closed set keeps its code and message; anything
 // else becomes a generic CodeInternal and is logged here.
-func publicError(s *Server, id uint64, err error) *Error {
-	var e *Error
+func publicError(s *Server, id uint64, err error) *errcode.Error {
+	var e *errcode.Error
 	if errors.As(err, &e) && e.Code.Valid() {
 		return e
 	}
 	s.log.Error("wire: handler failed", "id", id, "err", err)
-	return Errorf(CodeInternal, "internal error")
+	return errcode.Errorf(errcode.CodeInternal, "internal error")
 }
 
 // notice writes a connection notice (id 0).
-func (sc *serverConn) notice(code Code, msg string) {
-	payload, _ := json.Marshal(&Response{ID: 0, Error: &Error{Code: code, Message: msg}})
+func (sc *serverConn) notice(code errcode.Code, msg string) {
+	payload, _ := json.Marshal(&Response{ID: 0, Error: &errcode.Error{Code: code, Message: msg}})
 	sc.write(0, payload)
 }
 

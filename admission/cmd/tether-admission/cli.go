@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/coordinator"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 )
 
@@ -166,7 +167,7 @@ func runPublish(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return fail(stderr, "publish", err)
 	}
-	p, err := admission.NewPublisher(admission.PublisherConfig{Dir: abs, Key: k})
+	p, err := signedfile.NewPublisher(signedfile.PublisherConfig{Dir: abs, Key: k})
 	if err != nil {
 		return fail(stderr, "publish", err)
 	}
@@ -186,12 +187,12 @@ func readInput(path string) (admission.PublishInput, error) {
 		return admission.PublishInput{}, err
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, admission.HardMaxBytes+1))
+	data, err := io.ReadAll(io.LimitReader(f, signedfile.HardMaxBytes+1))
 	if err != nil {
 		return admission.PublishInput{}, err
 	}
-	if len(data) > admission.HardMaxBytes {
-		return admission.PublishInput{}, fmt.Errorf("%s is larger than %d bytes", path, admission.HardMaxBytes)
+	if len(data) > signedfile.HardMaxBytes {
+		return admission.PublishInput{}, fmt.Errorf("%s is larger than %d bytes", path, signedfile.HardMaxBytes)
 	}
 	in, err := admission.DecodePublishInput(data)
 	if err != nil {
@@ -206,7 +207,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	pubPath := fs.String("pubkey", "", "pinned public key (PEM PKIX ed25519)")
 	owner := fs.Int64("owner-uid", int64(os.Geteuid()), "uid that must own the file (the directory: this uid or root)")
 	minGen := fs.Uint64("min-generation", 0, "refuse a generation lower than this, as a receiver that has seen it does")
-	maxBytes := fs.Int64("max-bytes", admission.DefaultMaxBytes, "size limit")
+	maxBytes := fs.Int64("max-bytes", signedfile.DefaultMaxBytes, "size limit")
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
@@ -226,7 +227,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return fail(stderr, "inspect", err)
 	}
 	uid := uint32(*owner)
-	l, err := admission.NewLoader(admission.LoaderConfig{Path: abs, PublicKey: pub, OwnerUID: &uid,
+	l, err := signedfile.NewLoader(signedfile.LoaderConfig{Path: abs, PublicKey: pub, OwnerUID: &uid,
 		MaxBytes: *maxBytes, MinGeneration: *minGen})
 	if err != nil {
 		return fail(stderr, "inspect", err)

@@ -21,11 +21,12 @@ import (
 )
 
 // cmdReceiptsShow prints receipts as JSON, one per line, oldest dispatch
-// first; with --key, that key's receipt exactly as stored.
+// first; with --key, the receipts of that op key exactly as stored (one
+// per session that used it: op keys are scoped per binding).
 func cmdReceiptsShow(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("receipts show", flag.ContinueOnError)
 	state := fs.String("state", "", "custodian state directory (required)")
-	key := fs.String("key", "", "print only this operation key's receipt")
+	key := fs.String("key", "", "print only the receipts of this operation key (one per session that used it)")
 	wait := fs.Duration("wait", 10*time.Second, "how long a running custodian on DIR may take to answer")
 	usageFor(fs, "receipts show --state DIR [--key K] [--wait D]",
 		"Prints receipts as JSON (one per line), oldest dispatch first. Keys dispatched by a\n"+

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -157,5 +158,59 @@ func checkNodeRunOnHost(t *testing.T, rr *realrecv.Receiver, dir string, plain b
 	if code := run(context.Background(), []string{"audit", "verify", "--state", filepath.Join(dir, "state"), "--pubkey", pub}, nil, &out, &out); code != exitOK ||
 		!regexp.MustCompile(`OK: \d+ records`).Match(out.Bytes()) {
 		t.Errorf("audit verify exit %d:\n%s", code, &out)
+	}
+}
+
+// TestIntegrationNodeAgentBigFile: the TypeScript agent writes a 20 MiB
+// generated file through tether-custodian run and a real receiver (in
+// chunks of one frame: acp-go-sdk alone could not even read its 20 MiB
+// request line) and reads it back byte-identical; on the host the file
+// has the digest the agent computed, is the grant user's, and the write's
+// receipt is verified.
+func TestIntegrationNodeAgentBigFile(t *testing.T) {
+	testenv.Require(t, "root", "node")
+	nodeDir, err := filepath.Abs("../../../fixtures/node")
+	realrecv.Must(t, err)
+	rr := realrecv.Start(t)
+	dir := nodeRunDir(t, rr)
+	node, err := exec.LookPath("node")
+	realrecv.Must(t, err)
+	node, err = filepath.EvalSymlinks(node)
+	realrecv.Must(t, err)
+	jailAgent(t)
+	args := []string{"run", "--config", filepath.Join(dir, "c.json"), "--jail-read", nodeDir, "--jail-exec", node,
+		"--prompt", "bigfile: big.txt 20971520", "--", node, filepath.Join(nodeDir, "agent.mjs"), "--tether"}
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, nil, &stdout, &stderr); code != exitOK {
+		t.Fatalf("run exit %d\nstderr:\n%s", code, &stderr)
+	}
+	msgs := agentMessages(t, stdout.Bytes())
+	if len(msgs) != 1 || !strings.HasPrefix(msgs[0], "PASS bigfile ") {
+		t.Fatalf("agent said %v", msgs)
+	}
+	f := strings.Fields(msgs[0])
+	data, err := os.ReadFile(rr.File("big.txt"))
+	realrecv.Must(t, err)
+	if got := fmt.Sprintf("%x", sha256.Sum256(data)); got != f[2] || f[3] != "20971520" || len(data) != 20<<20 {
+		t.Fatalf("file on the host: %d bytes sha256 %s; the agent wrote %s bytes sha256 %s", len(data), got, f[3], f[2])
+	}
+	fi, err := os.Stat(rr.File("big.txt"))
+	realrecv.Must(t, err)
+	if st := fi.Sys().(*syscall.Stat_t); st.Uid != realrecv.GrantUID {
+		t.Fatalf("big.txt owned by uid %d", st.Uid)
+	}
+	rs, err := opstore.ReadOnly(filepath.Join(dir, "state", custodian.OpKeysDir))
+	realrecv.Must(t, err)
+	writes := 0
+	for _, r := range rs {
+		if r.Method == "fs/write_text_file" {
+			writes++
+			if r.Outcome != opstore.Verified || len(r.Files) != 1 || r.Files[0].Actual != f[2] {
+				t.Fatalf("write receipt: %+v", r)
+			}
+		}
+	}
+	if writes != 1 {
+		t.Fatalf("%d write receipts, want 1", writes)
 	}
 }

@@ -173,7 +173,8 @@ func (r *runner) run(ctx context.Context) int {
 		return fail(r.stderr, exitRuntime, "run: receiver: %v", err)
 	}
 	c, err := custodian.New(custodian.Options{StateDir: r.cfg.StateDir, AuditKey: key, Logger: log,
-		Retention: time.Duration(r.cfg.Retention), CommandBudget: time.Duration(r.cfg.CommandBudget)})
+		Retention: time.Duration(r.cfg.Retention), CommandBudget: time.Duration(r.cfg.CommandBudget),
+		RefusalBudget: r.cfg.RefusalBudget})
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: %v", err)
 	}

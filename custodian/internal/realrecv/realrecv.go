@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/fixtures/testenv"
 )
@@ -120,12 +121,12 @@ func Start(t testing.TB) *Receiver {
 
 func (rr *Receiver) publish(t testing.TB, dir string, key signing.PrivateKey) {
 	t.Helper()
-	pub, err := admission.NewPublisher(admission.PublisherConfig{Dir: dir, Key: key})
+	pub, err := signedfile.NewPublisher(signedfile.PublisherConfig{Dir: dir, Key: key})
 	Must(t, err)
 	now := time.Now()
 	g := admission.Grant{Tuple: rr.Tuple, UID: GrantUID, GID: GrantGID, Groups: []uint32{},
 		Ops:      []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill},
-		Limits:   admission.Limits{MaxProcs: 16, MaxRuntimeS: 600, MaxOutputBytes: 64 << 10, MaxFileBytes: 1 << 20},
+		Limits:   admission.Limits{MaxProcs: 16, MaxRuntimeS: 600, MaxOutputBytes: 64 << 10, MaxFileBytes: 64 << 20},
 		NotAfter: now.Add(time.Hour)}
 	_, err = pub.Publish(context.Background(), admission.PublishInput{NotAfter: now.Add(2 * time.Hour), Grants: []admission.Grant{g}})
 	Must(t, err)

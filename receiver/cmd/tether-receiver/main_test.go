@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/fixtures/pki"
 	"github.com/tetherdev/tether/fixtures/testenv"
@@ -114,7 +115,7 @@ type env struct {
 	cfg    map[string]any
 	socket string
 	grant  admission.Grant
-	pub    *admission.Publisher
+	pub    *signedfile.Publisher
 	dial   func(context.Context) (io.ReadWriteCloser, error) // how clients reach the daemon
 	extra  []*os.File                                        // inherited by the daemon as fds 3...
 }
@@ -142,7 +143,7 @@ func newEnv(t testing.TB, landlock, spawnMode string) *env {
 	if err := signing.WritePublicKey(filepath.Join(base, "admission.pub"), key.Public()); err != nil {
 		t.Fatal(err)
 	}
-	if e.pub, err = admission.NewPublisher(admission.PublisherConfig{Dir: filepath.Join(base, "admission"), Key: key}); err != nil {
+	if e.pub, err = signedfile.NewPublisher(signedfile.PublisherConfig{Dir: filepath.Join(base, "admission"), Key: key}); err != nil {
 		t.Fatal(err)
 	}
 	e.grant = admission.Grant{

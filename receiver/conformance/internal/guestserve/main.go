@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/transport"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -109,7 +110,7 @@ func (h *handler) Serve(ctx context.Context, req *wire.Request) (any, error) {
 	case *wire.AttachArgs:
 		return h.attach(ctx, req.OpKey)
 	}
-	return nil, wire.Errorf(wire.CodeDenied, "op %s not served here", req.Op)
+	return nil, errcode.Errorf(errcode.CodeDenied, "op %s not served here", req.Op)
 }
 
 func (h *handler) attach(ctx context.Context, key string) (any, error) {
@@ -124,7 +125,7 @@ func (h *handler) attach(ctx context.Context, key string) (any, error) {
 		case <-h.barrier:
 			return wire.Empty{}, nil
 		case <-ctx.Done():
-			return nil, wire.Errorf(wire.CodeTimeout, "not all 32 requests arrived together")
+			return nil, errcode.Errorf(errcode.CodeTimeout, "not all 32 requests arrived together")
 		}
 	case key == "block":
 		h.blockOnce.Do(func() { close(h.blocked) })
@@ -138,7 +139,7 @@ func (h *handler) attach(ctx context.Context, key string) (any, error) {
 		select {
 		case <-h.blocked:
 		case <-ctx.Done():
-			return nil, wire.Errorf(wire.CodeTimeout, "no block request arrived before the shutdown request's deadline")
+			return nil, errcode.Errorf(errcode.CodeTimeout, "no block request arrived before the shutdown request's deadline")
 		}
 		h.once.Do(func() {
 			go func() { // joined: run waits on h.shut
@@ -149,5 +150,5 @@ func (h *handler) attach(ctx context.Context, key string) (any, error) {
 		})
 		return wire.Empty{}, nil
 	}
-	return nil, wire.Errorf(wire.CodeInvalid, "unknown test key %q", key)
+	return nil, errcode.Errorf(errcode.CodeInvalid, "unknown test key %q", key)
 }

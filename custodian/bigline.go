@@ -1,0 +1,152 @@
+package custodian
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	acp "github.com/coder/acp-go-sdk"
+)
+
+// acp-go-sdk v0.13.0 reads each JSON-RPC message as one line of at most
+// 10 MiB (a bufio.Scanner bound); a longer line ends the connection. A
+// write_text_file of a file up to max_file_bytes (64 MiB by default) is
+// longer than that. So the custodian reads the agent's output itself: a
+// line up to sdkLineMax goes on to the SDK unchanged; a longer one that is
+// an fs/write_text_file request is served here, through the same client
+// methods, and its answer written to the agent as one whole line beside
+// the SDK's (lockedWriter); any other long message is refused.
+
+const (
+	// sdkLineMax is the longest line handed to the SDK (its bound, 10 MiB,
+	// less room for the newline).
+	sdkLineMax = 10<<20 - 1024
+	// maxAgentLine bounds one message from the agent: a 64 MiB file with
+	// JSON escaping to spare.
+	maxAgentLine = 384 << 20
+)
+
+// errLineTooLong ends the agent's connection: a message past maxAgentLine.
+var errLineTooLong = errors.New("agent message longer than the custodian reads")
+
+// lockedWriter makes each Write whole: the SDK writes one message per
+// Write, and so does the long-line path.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// longLines reads the agent's output for the SDK: it returns short lines
+// as they are and serves long ones itself. At the end of the agent's
+// output it waits for the long requests in flight, then reports the end.
+type longLines struct {
+	br      *bufio.Reader
+	pending []byte
+	err     error
+	out     *lockedWriter
+	cl      *client
+	log     *slog.Logger
+	calls   sync.WaitGroup
+}
+
+// splitLongLines wraps the agent's output; the SDK reads the result.
+func splitLongLines(from io.Reader, out *lockedWriter, cl *client, log *slog.Logger) *longLines {
+	return &longLines{br: bufio.NewReaderSize(from, 1<<20), out: out, cl: cl, log: log}
+}
+
+// Read gives the SDK the next short lines.
+func (ll *longLines) Read(p []byte) (int, error) {
+	for len(ll.pending) == 0 {
+		if ll.err != nil {
+			ll.calls.Wait()
+			return 0, ll.err
+		}
+		line, err := readLine(ll.br)
+		ll.err = err
+		if len(line) > sdkLineMax {
+			ll.serveLong(line)
+			line = nil
+		}
+		ll.pending = line
+	}
+	n := copy(p, ll.pending)
+	ll.pending = ll.pending[n:]
+	return n, nil
+}
+
+// readLine returns one line with its newline, at most maxAgentLine bytes.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		part, err := br.ReadSlice('\n')
+		line = append(line, part...)
+		if len(line) > maxAgentLine {
+			return nil, errLineTooLong
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
+// serveLong answers a long request on its own goroutine.
+func (ll *longLines) serveLong(line []byte) {
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
+	}
+	if err := json.Unmarshal(line, &msg); err != nil || len(msg.ID) == 0 {
+		ll.log.Warn("custodian: dropped a long agent message that is not a request", "bytes", len(line))
+		return
+	}
+	ll.calls.Go(func() {
+		res, err := ll.serve(msg.Method, msg.Params, len(line))
+		ll.answer(msg.ID, res, err)
+	})
+}
+
+// serve runs a long request: fs/write_text_file only.
+func (ll *longLines) serve(method string, params json.RawMessage, n int) (any, error) {
+	if method != acp.ClientMethodFsWriteTextFile {
+		return nil, &acp.RequestError{Code: -32600, Message: "message of " + strconv.Itoa(n) + " bytes: only fs/write_text_file may be longer than 10 MiB"}
+	}
+	var p acp.WriteTextFileRequest
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, acp.NewInvalidParams(map[string]any{"error": err.Error()})
+	}
+	return ll.cl.WriteTextFile(context.Background(), p)
+}
+
+// answer writes the JSON-RPC response of a long request as one line.
+func (ll *longLines) answer(id json.RawMessage, result any, err error) {
+	resp := map[string]any{"jsonrpc": "2.0", "id": id}
+	var re *acp.RequestError
+	switch {
+	case errors.As(err, &re):
+		resp["error"] = re
+	case err != nil:
+		resp["error"] = acp.NewInternalError(map[string]any{"error": err.Error()})
+	default:
+		resp["result"] = result
+	}
+	b, merr := json.Marshal(resp)
+	if merr != nil {
+		ll.log.Error("custodian: encode the answer to a long request", "err", merr)
+		return
+	}
+	if _, werr := ll.out.Write(append(b, '\n')); werr != nil {
+		ll.log.Warn("custodian: answer to a long request not written", "err", werr)
+	}
+}

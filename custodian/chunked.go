@@ -1,0 +1,165 @@
+package custodian
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// Files larger than one frame move in chunks (docs/protocol.md "Chunked
+// files"): a write as write_begin, write_chunk... and write_commit, a read
+// whose selection does not fit one answer as read_chunk at offsets.
+
+// singleWriteMax is the largest content a write sends in one `write`
+// request: JSON escaping can grow it six times, and it must fit a frame.
+const singleWriteMax = 128 << 10
+
+// chunkSize is the content of one chunk on conn: wire.MaxChunkBytes, or
+// less when the client's frame limit is lower, so a chunk in base64 with
+// its envelope always fits one frame.
+func chunkSize(conn ReceiverConn) int {
+	n := wire.MaxChunkBytes
+	if f, ok := conn.(interface{ MaxFrame() int }); ok {
+		n = min(n, (f.MaxFrame()-1024)/4*3)
+	}
+	return max(n, 1)
+}
+
+// errBeforeCommit marks a chunked write that ended before its commit was
+// sent: the file is unchanged for certain.
+type errBeforeCommit struct {
+	err        error
+	sent, size int64
+}
+
+func (e *errBeforeCommit) Error() string {
+	return fmt.Sprintf("the transfer broke after %d of %d bytes, before its commit; the file is unchanged: %v", e.sent, e.size, e.err)
+}
+
+func (e *errBeforeCommit) Unwrap() error { return e.err }
+
+// sendChunked writes content through a transfer on conn and decodes the
+// commit's answer into res. A failure before the commit drops the
+// transfer (write_abort, best effort; the receiver also drops it when
+// the connection ends or it idles) and is an *errBeforeCommit.
+func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.WriteArgs, content []byte, sum string, res *wire.WriteResult) error {
+	call := func(op wire.Op, args, result any) error {
+		return conn.Call(ctx, op, cl.b.digest, cl.op.OpKey, cl.deadline, args, result)
+	}
+	var b wire.WriteBeginResult
+	begin := wire.WriteBeginArgs{Path: a.Path, Size: int64(len(content)), SHA256: sum, Mode: a.Mode,
+		ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent}
+	if err := call(wire.OpWriteBegin, &begin, &b); err != nil {
+		return err // nothing staged if it ran; the receiver drops it with the connection otherwise
+	}
+	n := chunkSize(conn)
+	for off := 0; off < len(content); off += n {
+		chunk := content[off:min(off+n, len(content))]
+		err := call(wire.OpWriteChunk, &wire.WriteChunkArgs{TransferID: b.TransferID, Offset: int64(off), Data: chunk}, &wire.WriteChunkResult{})
+		if err != nil {
+			cl.abortTransfer(conn, b.TransferID)
+			return &errBeforeCommit{err: err, sent: int64(off), size: int64(len(content))}
+		}
+		if off == 0 {
+			cl.step(ctx, "after-first-chunk")
+		}
+	}
+	return call(wire.OpWriteCommit, &wire.TransferArgs{TransferID: b.TransferID}, res)
+}
+
+// abortTransfer drops a transfer on the receiver, best effort.
+func (cl *call) abortTransfer(conn ReceiverConn, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	dl, _ := ctx.Deadline()
+	_ = conn.Call(ctx, wire.OpWriteAbort, cl.b.digest, newKey("abort"), dl, &wire.TransferArgs{TransferID: id}, &wire.Empty{})
+}
+
+// maxReadAttempts bounds how often a chunked read starts again when the
+// file changed between its pieces.
+const maxReadAttempts = 3
+
+// readChunked reads the whole file rel in chunks after a read answered
+// chunked (first), checks the bytes against the digest that read gave,
+// checks the text and selects lines [line, line+limit) as the receiver
+// would. A file that changed in between is read again from a fresh
+// `read`, at most maxReadAttempts times in all; then it is busy.
+func (cl *call) readChunked(ctx context.Context, conn ReceiverConn, args *wire.ReadArgs, first *wire.ReadResult) (*wire.ReadResult, error) {
+	cur := first
+	for attempt := 1; ; attempt++ {
+		data, err := cl.fetchChunks(ctx, conn, args.Path, cur.Size)
+		if err != nil {
+			return nil, err
+		}
+		if got := sha256.Sum256(data); hex.EncodeToString(got[:]) == cur.SHA256 {
+			if !utf8.Valid(data) {
+				return nil, acpmeta.NewError(errcode.CodeInvalid, "read %q: the file is not valid UTF-8 text", args.Path)
+			}
+			return &wire.ReadResult{Content: string(selectLines(data, args.Line, args.Limit)), Size: cur.Size, SHA256: cur.SHA256}, nil
+		}
+		if attempt == maxReadAttempts {
+			return nil, acpmeta.NewError(errcode.CodeBusy, "read %q: the file changed while it was read in chunks, %d times; retry", args.Path, attempt)
+		}
+		var again wire.ReadResult
+		if err := conn.Call(ctx, wire.OpRead, cl.b.digest, cl.op.OpKey, cl.deadline, args, &again); err != nil {
+			return nil, err
+		}
+		if !again.Chunked {
+			return &again, nil
+		}
+		cur = &again
+	}
+}
+
+// fetchChunks reads size bytes of rel with read_chunk; a file that is
+// shorter or longer now reads as changed (the digest check catches it).
+func (cl *call) fetchChunks(ctx context.Context, conn ReceiverConn, rel string, size int64) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	n := int64(chunkSize(conn))
+	for off := int64(0); off < size; {
+		var ch wire.ReadChunkResult
+		args := wire.ReadChunkArgs{Path: rel, Offset: off, Length: min(n, size-off)}
+		if err := conn.Call(ctx, wire.OpReadChunk, cl.b.digest, cl.op.OpKey, cl.deadline, &args, &ch); err != nil {
+			return nil, err
+		}
+		if len(ch.Data) == 0 || ch.Size != size {
+			break // the file changed size: the digest tells
+		}
+		buf.Write(ch.Data)
+		off += int64(len(ch.Data))
+	}
+	return buf.Bytes(), nil
+}
+
+// selectLines returns limit lines from the 1-based line (0 = 1); limit 0
+// means to the end. Lines keep their newline (receiver/fsops does the same).
+func selectLines(data []byte, line, limit int) []byte {
+	start := 0
+	for i := 1; i < line; i++ {
+		nl := bytes.IndexByte(data[start:], '\n')
+		if nl < 0 {
+			return nil
+		}
+		start += nl + 1
+	}
+	if limit == 0 {
+		return data[start:]
+	}
+	end := start
+	for i := 0; i < limit && end < len(data); i++ {
+		nl := bytes.IndexByte(data[end:], '\n')
+		if nl < 0 {
+			return data[start:]
+		}
+		end += nl + 1
+	}
+	return data[start:end]
+}

@@ -1,0 +1,60 @@
+package host_test
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// unlinked are the packages (a path, or a path ending in "/" for a whole
+// tree) that the plugin binary and the host library must not link: the
+// receiver and the custodian (the wire server among them), the admission
+// file's machinery and signatures, fsnotify, and the stores of the other
+// rooms. The shared contract they need is in leaf packages (admission,
+// admission/errcode, admission/acpmeta, admission/strictjson).
+var unlinked = []string{
+	"github.com/tetherdev/tether/receiver/",
+	"github.com/tetherdev/tether/custodian/",
+	"github.com/tetherdev/tether/admission/signedfile",
+	"github.com/tetherdev/tether/admission/signing",
+	"github.com/tetherdev/tether/admission/coordinator",
+	"github.com/fsnotify/fsnotify",
+	"github.com/secure-systems-lab/go-securesystemslib/dsse",
+	"go.etcd.io/bbolt",
+	"go.etcd.io/etcd/",
+}
+
+// TestPluginLinksOnlyTheContract reads the real import graph of
+// tether-plugin and plugin/host with go list -deps and fails on any package
+// of unlinked. It also requires the leaf contract packages in the graph, so
+// an empty or failed listing cannot pass.
+func TestPluginLinksOnlyTheContract(t *testing.T) {
+	for _, pkg := range []string{"../cmd/tether-plugin", "."} {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		deps := strings.Fields(string(out))
+		for _, d := range deps {
+			if forbiddenDep(d) {
+				t.Errorf("%s links %s", pkg, d)
+			}
+		}
+		for _, leaf := range []string{"github.com/tetherdev/tether/admission/errcode", "github.com/tetherdev/tether/admission/acpmeta"} {
+			if !slices.Contains(deps, leaf) {
+				t.Errorf("%s does not list %s: is the listing complete?", pkg, leaf)
+			}
+		}
+		t.Logf("%s links %d packages", pkg, len(deps))
+	}
+}
+
+func forbiddenDep(d string) bool {
+	for _, u := range unlinked {
+		if d == strings.TrimSuffix(u, "/") || strings.HasPrefix(d, u) || (!strings.HasSuffix(u, "/") && strings.HasPrefix(d, u+"/")) {
+			return true
+		}
+	}
+	return false
+}
