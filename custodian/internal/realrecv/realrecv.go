@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -202,4 +203,44 @@ func goTool() string {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// WaitChildrenGone waits until no process of GrantUID is left: every
+// command the receiver started has exited and been reaped. The bound is
+// for a slow machine; the wait ends as soon as the condition holds.
+func WaitChildrenGone(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := processesOf(GrantUID)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the grant's uid %d are still running", left, GrantUID)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// processesOf lists the processes whose real uid is uid, from /proc.
+func processesOf(uid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" && f[1] == strconv.Itoa(uid) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }

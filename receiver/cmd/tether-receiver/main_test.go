@@ -94,6 +94,7 @@ func prebuilt(p string) (string, error) {
 
 func capsh(t testing.TB) string {
 	t.Helper()
+	testenv.Require(t, "capsh")
 	p, err := exec.LookPath("capsh")
 	if err != nil {
 		t.Fatalf("capsh not found (ci/setup installs libcap2-bin): %v", err)
