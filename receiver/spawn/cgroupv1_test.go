@@ -81,7 +81,7 @@ func TestCgroupV1Join(t *testing.T) {
 			if err := unix.Mkfifo(gate, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.Chown(gate, uid, gid); err != nil {
+			if err := os.Chown(gate, int(uid), int(gid)); err != nil {
 				t.Fatal(err)
 			}
 			script := `grep :pids: /proc/self/cgroup; read x < gate; exec perl -e '$| = 1; for (1..20) { my $p = fork; if (defined $p && $p == 0) { sleep 30; exit } } print "forked\n"; sleep 30'`

@@ -188,7 +188,7 @@ func TestIntegrationNodeAgentBigFile(t *testing.T) {
 	}
 	msgs := agentMessages(t, stdout.Bytes())
 	if len(msgs) != 1 || !strings.HasPrefix(msgs[0], "PASS bigfile ") {
-		t.Fatalf("agent said %v", msgs)
+		t.Fatalf("agent said %v\nstderr:\n%s", msgs, &stderr)
 	}
 	f := strings.Fields(msgs[0])
 	data, err := os.ReadFile(rr.File("big.txt"))

@@ -205,19 +205,20 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-// WaitChildrenGone waits until no process of GrantUID is left: every
+// WaitChildrenGone waits until no process of the grant's uid (GrantIDs) is left: every
 // command the receiver started has exited and been reaped. The bound is
 // for a slow machine; the wait ends as soon as the condition holds.
 func WaitChildrenGone(t testing.TB) {
 	t.Helper()
+	uid, _ := GrantIDs()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		left := processesOf(GrantUID)
+		left := processesOf(int(uid))
 		if len(left) == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("processes %v of the grant's uid %d are still running", left, GrantUID)
+			t.Fatalf("processes %v of the grant's uid %d are still running", left, uid)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
