@@ -70,7 +70,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return fail(stderr, exitUsage, "run: --agent: %v", err)
 		}
 	}
-	r := &runner{cfg: cfg, sessionID: *sessionID, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: stderr}
+	r := &runner{cfg: cfg, sessionID: *sessionID, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: &syncWriter{w: stderr}}
 	r.jail, r.configPath = jf, *cfgPath
 	if len(ps) == 0 {
 		lr := readLines(stdin)
