@@ -11,8 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -392,23 +394,34 @@ func BenchmarkIntegrationFileSize(b *testing.B) {
 			must(b, os.WriteFile(src, []byte(content), 0o644))
 			path := filepath.Join(rr.tuple.Root, "size.txt")
 			var cp, wr, rd []time.Duration
+			var cpu [2][2]time.Duration // [write, read][this process, receiver]
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
 				must(b, exec.Command("cp", src, filepath.Join(rr.tuple.Root, "cp.txt")).Run())
 				cp = append(cp, time.Since(start))
-				start = time.Now()
+				start, c0 := time.Now(), cpuNow(rr)
 				_, err := agent.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: "sess-bench", Path: path,
 					Content: content, Meta: benchMeta(rr, fmt.Sprintf("%s-%d-%d", run, n, i))})
 				must(b, err)
 				wr = append(wr, time.Since(start))
-				start = time.Now()
+				start, c1 := time.Now(), cpuNow(rr)
 				got, err := raw.read(context.Background(), acp.ReadTextFileRequest{SessionId: "sess-bench", Path: path,
 					Meta: benchMeta(rr, newKey("r"))})
 				must(b, err)
 				rd = append(rd, time.Since(start))
+				c2 := cpuNow(rr)
+				for k := range 2 {
+					cpu[0][k] += c1[k] - c0[k]
+					cpu[1][k] += c2[k] - c1[k]
+				}
 				if got != content {
 					b.Fatalf("read %d bytes of %d, not what was written", len(got), n)
 				}
+			}
+			mib := float64(n) / (1 << 20) * float64(len(wr))
+			for i, what := range []string{"write", "read"} {
+				b.ReportMetric(float64(cpu[i][0].Milliseconds())/mib, what+"-agent+custodian-cpu-ms/MiB")
+				b.ReportMetric(float64(cpu[i][1].Milliseconds())/mib, what+"-receiver-cpu-ms/MiB")
 			}
 			mibs := func(d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }
 			c := quantile(cp, 0.5)
@@ -419,4 +432,23 @@ func BenchmarkIntegrationFileSize(b *testing.B) {
 			b.ReportMetric(mibs(quantile(rd, 0.5))/mibs(c), "read/cp")
 		})
 	}
+}
+
+// cpuNow returns the CPU time used so far by this process (the agent side
+// and the custodian) and by the receiver process.
+func cpuNow(rr *realReceiver) [2]time.Duration {
+	var out [2]time.Duration
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		out[0] = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", rr.PID())); err == nil {
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 12 {
+			ut, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			out[1] = time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ
+		}
+	}
+	return out
 }

@@ -188,3 +188,6 @@ func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
+
+// PID is the receiver process's id (benchmarks read its CPU time).
+func (r *Receiver) PID() int { return r.cmd.Process.Pid }
