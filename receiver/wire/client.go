@@ -307,10 +307,19 @@ func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
 	if resp.Error != nil {
 		return resp.Error
 	}
-	if result == nil {
-		return nil
+	var err error
+	if result != nil {
+		if err = decodeStrict(resp.Result, result); err == nil {
+			return nil
+		}
 	}
-	if err := decodeStrict(resp.Result, result); err != nil {
+	// The frame decoder left the result's syntax to this decode; a frame
+	// that is not JSON ends the connection, as it would have there.
+	if !json.Valid(resp.Result) {
+		c.fail(fmt.Errorf("%w: %s result of request %d is not valid JSON", ErrMalformed, op, id))
+		return fateUnknown(id, c.Err())
+	}
+	if err != nil {
 		return fmt.Errorf("wire: %s result of request %d: %w", op, id, err)
 	}
 	return nil

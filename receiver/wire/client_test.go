@@ -253,26 +253,38 @@ func TestClientRefusesBadAnswers(t *testing.T) {
 		"both":           `{"id":1,"result":{},"error":{"code":"denied","message":""}}`,
 		"not an object":  `"hi"`,
 		"trailing bytes": `{"id":1,"result":{}}{}`,
+		// The frame decoder leaves the result's syntax to the result's own
+		// decode (or json.Valid when the caller wants no result).
+		"result not json":   `{"id":1,"result":tru}`,
+		"result bad escape": `{"id":1,"result":{"granted":"\q"}}`,
 	} {
-		t.Run(name, func(t *testing.T) {
-			cc, sc := socketPair(t)
-			cl, _ := NewClient(cc, ClientConfig{})
-			defer cl.Close()
-			peer := newRawPeer(t, sc)
-			done := make(chan error, 1)
-			go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
-			var req Request
-			peer.next(&req)
-			peer.sendRaw([]byte(answer))
-			if err := <-done; codeOf(err) != errcode.CodeFateUnknown {
-				t.Fatalf("err = %v, want fate_unknown", err)
-			}
-			if err := cl.Err(); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
-				t.Fatalf("Err() = %v, want a protocol fault", err)
-			}
-			peer.expectEOF()
-		})
+		for _, result := range []any{nil, &AttachResult{}} {
+			t.Run(fmt.Sprintf("%s/%T", name, result), func(t *testing.T) {
+				refusesBadAnswer(t, answer, result)
+			})
+		}
 	}
+}
+
+// refusesBadAnswer: the call in flight becomes fate unknown and the
+// connection ends with a protocol fault when the peer answers answer.
+func refusesBadAnswer(t *testing.T, answer string, result any) {
+	cc, sc := socketPair(t)
+	cl, _ := NewClient(cc, ClientConfig{})
+	defer cl.Close()
+	peer := newRawPeer(t, sc)
+	done := make(chan error, 1)
+	go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, result) }()
+	var req Request
+	peer.next(&req)
+	peer.sendRaw([]byte(answer))
+	if err := <-done; codeOf(err) != errcode.CodeFateUnknown {
+		t.Fatalf("err = %v, want fate_unknown", err)
+	}
+	if err := cl.Err(); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
+		t.Fatalf("Err() = %v, want a protocol fault", err)
+	}
+	peer.expectEOF()
 }
 
 // The result is decoded strictly too.
