@@ -175,7 +175,7 @@ func TestIntegrationTerminalOutputPolledWhileRunning(t *testing.T) {
 	la := newLiveAgent(t)
 	gate := la.rr.file("gate")
 	must(t, syscall.Mkfifo(gate, 0o600))
-	must(t, os.Chown(gate, grantUID, grantGID))
+	must(t, os.Chown(gate, int(grantUID), int(grantGID)))
 	id, err := la.create(acp.CreateTerminalRequest{Command: "printf first; read x < gate; printf ' done'"})
 	must(t, err)
 	deadline := time.Now().Add(30 * time.Second) // a bound for a slow machine, not a wait
