@@ -125,7 +125,8 @@ func (c *Client) Err() error {
 //     deadline), CodeTimeout (deadline already passed), CodeTooLarge
 //     (frame over the limit), CodeUnavailable (the
 //     client is closed, the connection is gone or the receiver announced
-//     shutdown), or ctx's error while waiting to write;
+//     shutdown); when ctx ends first, CodeTimeout wrapping ctx's error
+//     for a passed deadline, ctx's error alone for a cancel;
 //   - sent, answer lost: an error wrapping *Error CodeFateUnknown, and
 //     ctx's error when ctx ended first. Never retry such a call blindly.
 //     No answer by the deadline plus the response grace also ends the
@@ -134,7 +135,7 @@ func (c *Client) Err() error {
 func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 	deadline time.Time, args, result any) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("wire: call %s not sent: %w", op, err)
+		return notSent(fmt.Sprintf("call %s", op), err)
 	}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 		deadline = dl
@@ -248,7 +249,7 @@ func (c *Client) send(ctx context.Context, id uint64, frame []byte, deadline tim
 	case c.wsem <- struct{}{}:
 	case <-ctx.Done():
 		c.forget(id)
-		return fmt.Errorf("wire: request %d not sent: %w", id, ctx.Err())
+		return notSent(fmt.Sprintf("request %d", id), ctx.Err())
 	case <-c.done:
 		c.forget(id)
 		return c.refusal()
@@ -260,7 +261,7 @@ func (c *Client) send(ctx context.Context, id uint64, frame []byte, deadline tim
 	if err := ctx.Err(); err != nil { // ctx ended while waiting for the slot
 		<-c.wsem
 		c.forget(id)
-		return fmt.Errorf("wire: request %d not sent: %w", id, err)
+		return notSent(fmt.Sprintf("request %d", id), err)
 	}
 	d, canDeadline := c.conn.(interface{ SetWriteDeadline(time.Time) error })
 	if canDeadline {
@@ -372,6 +373,16 @@ func (c *Client) refusal() *errcode.Error {
 }
 
 // fateUnknown wraps cause in a CodeFateUnknown *Error.
+// notSent is the error of a call that ctx ended before it was written:
+// nothing ran. A passed deadline is CodeTimeout, so callers and agents see
+// a code; a cancel keeps only ctx's error (the caller cancelled it).
+func notSent(what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", errcode.Errorf(errcode.CodeTimeout, "%s not sent: its deadline passed first", what), err)
+	}
+	return fmt.Errorf("wire: %s not sent: %w", what, err)
+}
+
 func fateUnknown(id uint64, cause error) error {
 	return fmt.Errorf("%w: %w", errcode.Errorf(errcode.CodeFateUnknown,
 		"request %d was sent but its answer was lost; it may or may not have run", id), cause)

@@ -340,6 +340,24 @@ func TestCallCtxDoneIsNotSent(t *testing.T) {
 	}
 }
 
+// A call whose ctx deadline has passed is not sent and says timeout, a
+// code the custodian passes on (an uncoded error became "internal").
+func TestCallCtxDeadlineIsTimeoutNotSent(t *testing.T) {
+	cc, sc := socketPair(t)
+	cl, _ := NewClient(cc, ClientConfig{})
+	defer cl.Close()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	if codeOf(err) != errcode.CodeTimeout || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want timeout wrapping context.DeadlineExceeded", err)
+	}
+	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, _ := sc.Read(make([]byte, 1)); n != 0 {
+		t.Fatal("a call past its deadline wrote to the connection")
+	}
+}
+
 // After the shutdown notice the client refuses new calls at once, lets the
 // calls in flight get their answers, then closes the connection itself
 // (Done), because on a byte stream the receiver's close would never show.

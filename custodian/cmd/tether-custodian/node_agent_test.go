@@ -50,7 +50,7 @@ func TestIntegrationNodeAgent(t *testing.T) {
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			rr := realrecv.Start(t)
-			dir := nodeRunDir(t, rr)
+			dir := nodeRunDir(t, rr, "5s")
 			node, err := exec.LookPath("node")
 			realrecv.Must(t, err)
 			node, err = filepath.EvalSymlinks(node)
@@ -91,9 +91,10 @@ func TestIntegrationNodeAgent(t *testing.T) {
 }
 
 // nodeRunDir writes the run's config and audit key: the granted tuple, a
-// one-hour lease and, for the plain agent's deadline check, a 5 s command
-// budget.
-func nodeRunDir(t *testing.T, rr *realrecv.Receiver) string {
+// one-hour lease and the command budget (the plain agent's deadline check
+// uses 5 s; a test that only moves data gives the default, so a loaded
+// machine cannot make its reads outlast the budget).
+func nodeRunDir(t *testing.T, rr *realrecv.Receiver, budget string) string {
 	dir := t.TempDir()
 	skey, vkey, err := audit.GenerateKey("tether.test/custodian")
 	realrecv.Must(t, err)
@@ -101,7 +102,7 @@ func nodeRunDir(t *testing.T, rr *realrecv.Receiver) string {
 	realrecv.Must(t, os.WriteFile(filepath.Join(dir, "audit.pub"), []byte(vkey), 0o644))
 	cfg := map[string]any{"tuple": rr.Tuple, "lease_not_after": time.Now().Add(time.Hour).UTC(), "principal": rr.Tuple.Owner,
 		"receiver": map[string]any{"kind": "unix", "path": rr.Sock, "host_only": true}, "state_dir": "state",
-		"audit_key_file": "audit.key", "command_budget": "5s"}
+		"audit_key_file": "audit.key", "command_budget": budget}
 	data, _ := json.Marshal(cfg)
 	realrecv.Must(t, os.WriteFile(filepath.Join(dir, "c.json"), data, 0o600))
 	return dir
@@ -174,7 +175,7 @@ func TestIntegrationNodeAgentBigFile(t *testing.T) {
 	nodeDir, err := filepath.Abs("../../../fixtures/node")
 	realrecv.Must(t, err)
 	rr := realrecv.Start(t)
-	dir := nodeRunDir(t, rr)
+	dir := nodeRunDir(t, rr, "10m")
 	node, err := exec.LookPath("node")
 	realrecv.Must(t, err)
 	node, err = filepath.EvalSymlinks(node)
