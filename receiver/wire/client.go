@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -174,7 +175,7 @@ func (c *Client) prepare(op Op, digest, opKey string,
 	c.pending[id] = ch
 	c.mu.Unlock()
 	req := Request{ID: id, Op: op, TupleSHA256: digest, OpKey: opKey, Deadline: deadline.UTC(), Args: raw}
-	payload, err := json.Marshal(&req)
+	payload, err := encodeRequest(&req)
 	if err != nil {
 		c.forget(id)
 		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: encode request: %v", op, err)
@@ -186,6 +187,35 @@ func (c *Client) prepare(op Op, digest, opKey string,
 			op, len(payload), c.limit)
 	}
 	return frame, id, ch, nil
+}
+
+// argsMark is how the args field of an encoded request begins when its
+// value is the placeholder 0: id is always encoded first, so the field
+// follows a comma, and inside a JSON string a quote is always escaped, so
+// the mark cannot occur within another field's value.
+var argsMark = []byte(`,"args":0`)
+
+// encodeRequest encodes req as json.Marshal would, but writes the envelope
+// around req.Args (which json.Marshal made, so it is compact and valid)
+// instead of encoding the envelope with the args inside: that would scan
+// the args again byte by byte (a chunk's are a megabyte). The envelope is
+// still encoded by json.Marshal, whatever fields Request has.
+func encodeRequest(req *Request) ([]byte, error) {
+	args := req.Args
+	req.Args = json.RawMessage("0")
+	env, err := json.Marshal(req)
+	req.Args = args
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.Index(env, argsMark)
+	end := i + len(argsMark)
+	if i < 0 || bytes.Index(env[end:], argsMark) >= 0 || end >= len(env) || (env[end] != ',' && env[end] != '}') {
+		return json.Marshal(req) // not the shape expected: the slow, certain way
+	}
+	out := make([]byte, 0, len(env)+len(args))
+	out = append(append(out, env[:end-1]...), args...)
+	return append(out, env[end:]...), nil
 }
 
 // encodeArgs checks that args is op's args type and marshals it.
@@ -278,10 +308,19 @@ func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
 	if resp.Error != nil {
 		return resp.Error
 	}
-	if result == nil {
-		return nil
+	var err error
+	if result != nil {
+		if err = decodeStrict(resp.Result, result); err == nil {
+			return nil
+		}
 	}
-	if err := decodeStrict(resp.Result, result); err != nil {
+	// The frame decoder left the result's syntax to this decode; a frame
+	// that is not JSON ends the connection, as it would have there.
+	if !json.Valid(resp.Result) {
+		c.fail(fmt.Errorf("%w: %s result of request %d is not valid JSON", ErrMalformed, op, id))
+		return fateUnknown(id, c.Err())
+	}
+	if err != nil {
 		return fmt.Errorf("wire: %s result of request %d: %w", op, id, err)
 	}
 	return nil

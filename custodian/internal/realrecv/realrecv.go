@@ -205,6 +205,9 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
+// PID is the receiver process's id (benchmarks read its CPU time).
+func (r *Receiver) PID() int { return r.cmd.Process.Pid }
+
 // WaitChildrenGone waits until no process of the grant's uid (GrantIDs) is left: every
 // command the receiver started has exited and been reaped. The bound is
 // for a slow machine; the wait ends as soon as the condition holds.
