@@ -7,7 +7,7 @@ CMDS := ./admission/cmd/tether-admission ./receiver/cmd/tether-receiver \
 	./qmpinput/cmd/tether-qmp ./fixtures/cmd/tether-hostagent ./fixtures/cmd/tether-demo
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build demo test lint bench proto setup clean
+.PHONY: all build demo test lint bench proto setup clean flakes
 
 all: build
 
@@ -26,12 +26,21 @@ demo: build
 
 # test runs the whole suite, and every benchmark once (-benchtime 1x) so a
 # benchmark that breaks or skips fails here too (figures come from make
-# bench); ci/testreport prints failures and every skip, and fails on a skip
-# when TETHER_TEST_REQUIRE is set (as .ci/run does).
+# bench); ci/testreport prints the last 30 lines of each failure and every
+# skip, and fails on a skip when TETHER_TEST_REQUIRE is set (as .ci/run
+# does). The evidence stays in .cache/: test.json (every event) and
+# test-failures.txt (each failed test's whole output).
 test: setup
 	@mkdir -p .cache
 	@set -o pipefail; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -bench . -benchtime 1x -json ./... \
-		| tee .cache/test.json | $(GO) run ./ci/testreport
+		| tee .cache/test.json | $(GO) run ./ci/testreport -failures .cache/test-failures.txt
+
+# flakes is the flake hunt (not part of .ci/run): every package's tests
+# FLAKES_COUNT times with -race, report in .cache/flakes/report.json.
+# More flags: ci/flakes -help (docs/ci.md).
+FLAKES_COUNT ?= 20
+flakes:
+	@ci/flakes -count $(FLAKES_COUNT) $(FLAKES_FLAGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -175,7 +175,7 @@ func TestIntegrationTerminalOutputPolledWhileRunning(t *testing.T) {
 	la := newLiveAgent(t)
 	gate := la.rr.file("gate")
 	must(t, syscall.Mkfifo(gate, 0o600))
-	must(t, os.Chown(gate, grantUID, grantGID))
+	must(t, os.Chown(gate, int(grantUID), int(grantGID)))
 	id, err := la.create(acp.CreateTerminalRequest{Command: "printf first; read x < gate; printf ' done'"})
 	must(t, err)
 	deadline := time.Now().Add(30 * time.Second) // a bound for a slow machine, not a wait
@@ -253,11 +253,16 @@ func TestIntegrationTerminalRepeatedKillAndRelease(t *testing.T) {
 	must(t, la.kill(id))
 	must(t, la.release(id))
 	after := la.audit()
-	if n := countDispatches(after, acp.ClientMethodTerminalOutput) - countDispatches(before, acp.ClientMethodTerminalOutput); n != 0 {
-		t.Fatalf("%d output sent after the wait carried the final output, want 0", n)
+	for _, m := range []string{acp.ClientMethodTerminalOutput, acp.ClientMethodTerminalKill, acp.ClientMethodTerminalRelease} {
+		if n := countDispatches(after, m) - countDispatches(before, m); n != 0 {
+			t.Fatalf("%d %s sent after a releasing wait, want 0", n, m)
+		}
 	}
-	if n := countRecords(after, audit.KindResult, codeNotSent) - countRecords(before, audit.KindResult, codeNotSent); n != 1 {
-		t.Fatalf("%d audit results coded %s after the wait, want 1 (output)", n, codeNotSent)
+	if n := countRecords(after, audit.KindResult, codeNotSent) - countRecords(before, audit.KindResult, codeNotSent); n != 3 {
+		t.Fatalf("%d audit results coded %s after the wait, want 3 (output, kill, release)", n, codeNotSent)
+	}
+	if n := countReceiptNotes(t, la, id, noteReleasedAtWait); n != 2 {
+		t.Fatalf("%d receipts say the wait released the terminal, want 2 (kill, release)", n)
 	}
 
 	id, err = la.create(acp.CreateTerminalRequest{Command: "sleep 100"})

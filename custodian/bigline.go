@@ -100,33 +100,40 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 	}
 }
 
+// longRequest is a long agent message decoded in one pass, its params as
+// the one request served (a second pass over a params RawMessage would
+// scan and copy the whole content again).
+type longRequest struct {
+	ID     json.RawMessage          `json:"id"`
+	Method string                   `json:"method"`
+	Params acp.WriteTextFileRequest `json:"params"`
+}
+
 // serveLong answers a long request on its own goroutine.
 func (ll *longLines) serveLong(line []byte) {
-	var msg struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-		Params json.RawMessage `json:"params"`
-	}
-	if err := json.Unmarshal(line, &msg); err != nil || len(msg.ID) == 0 {
+	var msg longRequest
+	err := json.Unmarshal(line, &msg)
+	var te *json.UnmarshalTypeError
+	if (err != nil && !errors.As(err, &te)) || len(msg.ID) == 0 {
 		ll.log.Warn("custodian: dropped a long agent message that is not a request", "bytes", len(line))
 		return
 	}
 	ll.calls.Go(func() {
-		res, err := ll.serve(msg.Method, msg.Params, len(line))
+		res, err := ll.serve(&msg, err, len(line))
 		ll.answer(msg.ID, res, err)
 	})
 }
 
-// serve runs a long request: fs/write_text_file only.
-func (ll *longLines) serve(method string, params json.RawMessage, n int) (any, error) {
-	if method != acp.ClientMethodFsWriteTextFile {
+// serve runs a long request: fs/write_text_file only. decodeErr is a
+// params type error (any other method's params may not fit the write's).
+func (ll *longLines) serve(msg *longRequest, decodeErr error, n int) (any, error) {
+	if msg.Method != acp.ClientMethodFsWriteTextFile {
 		return nil, &acp.RequestError{Code: -32600, Message: "message of " + strconv.Itoa(n) + " bytes: only fs/write_text_file may be longer than 10 MiB"}
 	}
-	var p acp.WriteTextFileRequest
-	if err := json.Unmarshal(params, &p); err != nil {
-		return nil, acp.NewInvalidParams(map[string]any{"error": err.Error()})
+	if decodeErr != nil {
+		return nil, acp.NewInvalidParams(map[string]any{"error": decodeErr.Error()})
 	}
-	return ll.cl.WriteTextFile(context.Background(), p)
+	return ll.cl.WriteTextFile(context.Background(), msg.Params)
 }
 
 // answer writes the JSON-RPC response of a long request as one line.

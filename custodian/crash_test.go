@@ -38,6 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(fleetHelper())
 	}
 	slog.SetDefault(slog.New(slog.DiscardHandler)) // acp-go-sdk's connection diagnostics
+	grantUID, grantGID = realrecv.GrantIDs()
 	code := m.Run()
 	realrecv.Cleanup()
 	os.Exit(code)
@@ -190,12 +191,22 @@ func TestIntegrationCrashAtEachStep(t *testing.T) {
 					t.Fatalf("retry after %s: %v, want %s", tc.step, err, tc.retry)
 				}
 			}
-			time.Sleep(300 * time.Millisecond) // let a started child finish
+			// The receiver may start the first custodian's command after
+			// the retry was answered (it was sent, not yet served): wait
+			// for the lines the step implies, then for every child to end,
+			// and only then count. A command run twice shows as one more.
+			count := func() int {
+				data, _ := os.ReadFile(rr.file(lines))
+				return strings.Count(string(data), "once\n")
+			}
+			for deadline := time.Now().Add(30 * time.Second); count() < tc.lines && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond) // a bound for a slow machine, not a wait
+			}
+			realrecv.WaitChildrenGone(t)
 			if err := p.stop(); err != nil {
 				t.Fatalf("custodian exit: %v", err)
 			}
-			data, _ := os.ReadFile(rr.file(lines))
-			if n := strings.Count(string(data), "once\n"); n != tc.lines {
+			if n := count(); n != tc.lines {
 				t.Fatalf("after SIGKILL at %s and a retry the child ran %d times, want %d", tc.step, n, tc.lines)
 			}
 		})

@@ -2,11 +2,13 @@ package custodian
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/receiver/transport"
@@ -21,6 +23,19 @@ import (
 // receiver's certificate signed directly by the pinned CA, no system
 // roots, a direct TCP connection (never a proxy from the environment).
 func ReceiverDialer(r ReceiverConfig) (Dialer, error) {
+	dial, err := ReceiverStreamDialer(r)
+	if err != nil {
+		return nil, err
+	}
+	return StreamDialer(dial, wire.ClientConfig{}), nil
+}
+
+// ReceiverStreamDialer is ReceiverDialer one layer down: it checks r and
+// its credential files the same way and returns the function that opens
+// one byte stream to the receiver, for a caller that wraps the stream
+// before StreamDialer speaks the wire protocol over it (a test harness
+// observing what was sent). The caller owns and closes each stream.
+func ReceiverStreamDialer(r ReceiverConfig) (func(ctx context.Context) (io.ReadWriteCloser, error), error) {
 	if err := validateReceiver(r); err != nil {
 		return nil, err
 	}
@@ -29,13 +44,13 @@ func ReceiverDialer(r ReceiverConfig) (Dialer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: receiver: %w", ErrConfig, err)
 		}
-		return StreamDialer(t.Dial, wire.ClientConfig{}), nil
+		return t.Dial, nil
 	}
 	t, err := loadTLS(r)
 	if err != nil {
 		return nil, err
 	}
-	return StreamDialer(t.Dial, wire.ClientConfig{}), nil
+	return t.Dial, nil
 }
 
 // loadTLS builds the TLS transport from checked credential files.

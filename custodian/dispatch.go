@@ -61,6 +61,7 @@ func (cl *call) readOnlyWith(ctx context.Context, send func(context.Context, Rec
 		code, _ := codeMessage(err)
 		rec.Code = string(code)
 		cl.c.audit(rec)
+		cl.logInternal(code, err)
 		return refusal(err)
 	}
 	if annotate != nil {
@@ -204,6 +205,7 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	}
 	if err != nil {
 		r := failedReceipt(err)
+		cl.logInternal(errcode.Code(r.Error.Code), err)
 		cl.finish(t, r)
 		return nil, acpmeta.NewError(errcode.Code(r.Error.Code), "%s", r.Error.Message)
 	}
@@ -308,4 +310,12 @@ func decodeResponse[T any](raw json.RawMessage, err error) (T, error) {
 		return out, acpmeta.NewError(errcode.CodeInternal, "stored response does not decode")
 	}
 	return out, nil
+}
+
+// logInternal logs the cause of an internal error: the agent gets a
+// generic message (refusal), the operator's log gets the cause.
+func (cl *call) logInternal(code errcode.Code, err error) {
+	if code == errcode.CodeInternal {
+		cl.c.log.Error("custodian: internal error", "method", cl.method, "op_key", cl.op.OpKey, "err", err)
+	}
 }

@@ -90,7 +90,7 @@ func TestIntegrationEndToEnd(t *testing.T) {
 	ls := newLiveSession(t)
 	got := ls.prompt(t, "write ROOT/hello.txt hi there", "read ROOT/hello.txt", "exec id -u")
 	if len(got) != 3 || !strings.HasPrefix(got[0], "ok write") || !strings.Contains(got[1], `"hi there\n"`) ||
-		!strings.Contains(got[2], `exit=0 output="60411\n"`) {
+		!strings.Contains(got[2], sprintf(`exit=0 output="%d\n"`, grantUID)) {
 		t.Fatalf("results %q", got)
 	}
 	fi, err := os.Stat(ls.rr.file("hello.txt"))

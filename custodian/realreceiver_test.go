@@ -9,10 +9,9 @@ import (
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
-const (
-	grantUID = realrecv.GrantUID
-	grantGID = realrecv.GrantGID
-)
+// grantUID and grantGID are what the real receivers grant (realrecv's
+// fresh ids for this test process), set by TestMain.
+var grantUID, grantGID uint32
 
 // realReceiver is a tether-receiver process (custodian/internal/realrecv).
 type realReceiver struct {

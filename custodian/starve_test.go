@@ -320,7 +320,7 @@ func waitDead(t *testing.T, bound time.Duration, pids ...int) {
 // not a zombie.
 func liveOfGrant(pid int) bool {
 	status, err := os.ReadFile("/proc/" + itoa(pid) + "/status")
-	return err == nil && bytes.Contains(status, []byte("\nUid:\t"+itoa(grantUID)+"\t")) &&
+	return err == nil && bytes.Contains(status, []byte("\nUid:\t"+itoa(int(grantUID))+"\t")) &&
 		!bytes.Contains(status, []byte("State:\tZ"))
 }
 
@@ -357,7 +357,7 @@ func TestIntegrationCloseSessionReleasesTerminals(t *testing.T) {
 func TestIntegrationTrailingSlashWritesNoFile(t *testing.T) {
 	s := newRealSession(t)
 	must(t, os.Mkdir(s.rr.file("dir"), 0o755))
-	must(t, os.Chown(s.rr.file("dir"), grantUID, grantGID))
+	must(t, os.Chown(s.rr.file("dir"), int(grantUID), int(grantGID)))
 	for i, p := range []string{"name/", "dir/name/", "dir/other/.", "dir/x//"} {
 		_, err := s.agent.conn.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: "sess-real",
 			Path: s.rr.tuple.Root + "/" + p, Content: "x", Meta: s.op("slash-" + itoa(i))})

@@ -162,23 +162,56 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 	}
 	cl.waitPastCommandEnd(t)
 	var res wire.ExecWaitResult
-	// No release with the wait: an agent's cancel can abandon the answer
-	// after the receiver forgot the terminal, losing its exit
-	// (fixtures/e2e, cancelled command). The answer still carries the final
-	// output, so terminal/output after it sends nothing.
-	err = cl.readOnly(ctx, wire.OpExecWait, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, exitAnnotate(&res.Exit))
-	if err != nil {
-		if ctx.Err() != nil {
-			cl.kill(p.TerminalId, "terminal/wait_for_exit cancelled by the agent")
+	err = cl.readOnlyWith(ctx, func(callCtx context.Context, conn ReceiverConn) error {
+		return cl.waitReleasing(ctx, callCtx, conn, p.TerminalId, &res)
+	}, exitAnnotate(&res.Exit))
+	if err == nil {
+		cl.step(ctx, "exit-observed")
+		if res.Output != nil {
+			t.keepFinal(&wire.ExecOutputResult{Output: *res.Output, Truncated: res.Truncated, Exit: &res.Exit}, res.Released)
 		}
+		cl.c.recordExit(t, res.Exit, res.FileSHA256, "")
+	}
+	if ctx.Err() != nil { // cancelled by the agent: the command was killed (waitReleasing)
+		return acp.WaitForTerminalExitResponse{}, acp.NewRequestCancelled(map[string]any{"terminalId": p.TerminalId})
+	}
+	if err != nil {
 		return acp.WaitForTerminalExitResponse{}, err
 	}
-	cl.step(ctx, "exit-observed")
-	if res.Output != nil {
-		t.keepFinal(&wire.ExecOutputResult{Output: *res.Output, Truncated: res.Truncated, Exit: &res.Exit}, res.Released)
-	}
-	cl.c.recordExit(t, res.Exit, res.FileSHA256, "")
 	return acp.WaitForTerminalExitResponse{ExitCode: res.Exit.ExitCode, Signal: signalPtr(res.Exit.Signal)}, nil
+}
+
+// waitReleasing sends exec_wait with release: the answer carries the
+// exit, the digests and the final output, and the receiver forgets the
+// terminal with it, so terminal/release later sends nothing (one wire
+// exchange fewer per command). Such an answer must never be abandoned,
+// or the exit is lost with the terminal: the request does not follow the
+// agent's ctx but callCtx (the call's deadline). When the agent cancels
+// while it waits, the command is killed through the receiver, as before,
+// and the answer the kill brings is still taken (at most killTimeout
+// more), so the exit is recorded and the terminal's later output, kill
+// and release are answered from it.
+func (cl *call) waitReleasing(agentCtx, callCtx context.Context, conn ReceiverConn, id string, res *wire.ExecWaitResult) error {
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(callCtx))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- conn.CallFenced(callCtx, wire.OpExecWait, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline,
+			&wire.TerminalArgs{TerminalID: id, Release: true}, res)
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-agentCtx.Done():
+	}
+	cl.kill(id, "terminal/wait_for_exit cancelled by the agent")
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(killTimeout):
+		cancel() // the answer is lost: the receipt says the exit was not observed
+		return <-done
+	}
 }
 
 // keepFinal keeps the command's final output; goneRemote says the

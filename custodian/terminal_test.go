@@ -147,14 +147,28 @@ func TestTerminalKillReachesReceiver(t *testing.T) {
 
 // TestCancelledWaitKillsTheChild: the agent cancels its wait
 // ($/cancel_request, sent by the SDK when the caller's ctx ends); the
-// custodian kills the child through the receiver.
+// custodian kills the child through the receiver. The wait asked the
+// receiver to release the terminal with its answer, so that answer (the
+// exit the kill brought) is still taken after the cancel, never
+// abandoned: the receipt records the exit, and the release afterwards
+// sends nothing (the receiver forgot the terminal). With the wait's
+// request following the agent's cancel, the exit would be lost.
 func TestCancelledWaitKillsTheChild(t *testing.T) {
 	h := newHarness(t)
 	h.scriptExec(0, nil)
 	killed := make(chan string, 1)
-	h.fr.on(wire.OpExecWait, func(ctx context.Context, _ *wire.Request, _ any) (any, error) {
-		<-ctx.Done()
-		return nil, errcode.Errorf(errcode.CodeTimeout, "wait ended")
+	h.fr.on(wire.OpExecWait, func(ctx context.Context, _ *wire.Request, a any) (any, error) {
+		if !a.(*wire.TerminalArgs).Release {
+			return nil, errcode.Errorf(errcode.CodeInvalid, "the custodian's wait should release")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errcode.Errorf(errcode.CodeTimeout, "wait ended")
+		case id := <-killed:
+			killed <- id
+			out := ""
+			return wire.ExecWaitResult{Exit: wire.ExitStatus{Signal: "KILL"}, Output: &out, Released: true}, nil
+		}
 	})
 	h.fr.on(wire.OpExecKill, func(_ context.Context, _ *wire.Request, a any) (any, error) {
 		killed <- a.(*wire.TerminalArgs).TerminalID
@@ -181,6 +195,25 @@ func TestCancelledWaitKillsTheChild(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the child was not killed after the agent cancelled")
+	}
+	waitFor(t, func() bool {
+		raw, err := h.c.store.Get(h.key("c"))
+		r, _ := opstore.Unmarshal(raw)
+		return err == nil && r != nil && r.Outcome != opstore.Pending
+	})
+	raw, err := h.c.store.Get(h.key("c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := opstore.Unmarshal(raw)
+	if err != nil || r.Outcome != opstore.Failed || r.Exit == nil || r.Exit.Signal != "KILL" {
+		t.Fatalf("receipt %+v (%v): want failed, killed by KILL, from the answer taken after the cancel", r, err)
+	}
+	if _, err := h.agent.conn.ReleaseTerminal(context.Background(), acp.ReleaseTerminalRequest{SessionId: sid(h), TerminalId: c.TerminalId, Meta: h.op("r")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.fr.count(wire.OpExecRelease); n != 0 {
+		t.Fatalf("%d exec_release sent after the wait released the terminal, want 0", n)
 	}
 }
 

@@ -190,7 +190,7 @@ func TestCgroupRequiredRefuses(t *testing.T) {
 // cgroup.kill. The handler refuses to start, naming the check.
 func TestCgroupParentNotRootsAlone(t *testing.T) {
 	testenv.Require(t, "root")
-	chown := func(p string) error { return os.Chown(p, gUID, gGID) }
+	chown := func(p string) error { return os.Chown(p, int(gUID), int(gGID)) }
 	cases := map[string]struct {
 		file   string // beneath the cgroup, "" for the cgroup itself
 		up     bool   // attack the parent's parent instead

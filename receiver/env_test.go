@@ -99,7 +99,7 @@ func TestOutputPolledWhileRunning(t *testing.T) {
 	if err := syscall.Mkfifo(gate, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chown(gate, gUID, gGID); err != nil {
+	if err := os.Chown(gate, int(gUID), int(gGID)); err != nil {
 		t.Fatal(err)
 	}
 	id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"sh", "-c", `printf 'first\342\202\254\342\202'; read x < gate; printf '\254 done'`}})

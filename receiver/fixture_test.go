@@ -16,6 +16,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
+	"github.com/tetherdev/tether/fixtures/testids"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -25,6 +26,8 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == spawn.HelperArg {
 		spawn.HelperMain()
 	}
+	ids := testids.Must(3)
+	gUID, gGID, gGroup = ids[0], ids[1], ids[2]
 	os.Exit(m.Run())
 }
 
@@ -46,10 +49,10 @@ type fixture struct {
 	grant admission.Grant // the main grant, published by newFixture
 }
 
-const (
-	gUID = 60301
-	gGID = 60302
-)
+// The grant's ids are this test process's own (fixtures/testids), set by
+// TestMain: tests count, wait for and kill every process of gUID, which
+// another test binary running at the same time must never add to or lose.
+var gUID, gGID, gGroup uint32
 
 var allOps = []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill}
 
@@ -102,13 +105,13 @@ func (f *fixture) newGrant(name string, ops ...admission.Op) admission.Grant {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		f.t.Fatal(err)
 	}
-	if err := os.Chown(root, gUID, gGID); err != nil {
+	if err := os.Chown(root, int(gUID), int(gGID)); err != nil {
 		f.t.Fatal(err)
 	}
 	return admission.Grant{
 		Tuple: admission.Tuple{Owner: "o", Allocation: "a-" + name, Session: "s", Workspace: "w",
 			Sandbox: "sb", Generation: 1, Executor: "e", Site: "site", Root: root},
-		UID: gUID, GID: gGID, Groups: []uint32{60303}, Ops: ops,
+		UID: gUID, GID: gGID, Groups: []uint32{gGroup}, Ops: ops,
 		Limits:   admission.Limits{MaxProcs: 8, MaxRuntimeS: 600, MaxOutputBytes: 32 << 10, MaxFileBytes: 1 << 20},
 		NotAfter: f.clk.Now().Add(time.Hour),
 	}

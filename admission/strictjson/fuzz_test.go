@@ -74,5 +74,29 @@ func FuzzDecode(f *testing.F) {
 		if !reflect.DeepEqual(v, plain) {
 			t.Fatalf("%T on %q: strict %+v, plain %+v", v, in, v, plain)
 		}
+		checkWithRaw(t, in, v)
 	})
+}
+
+// checkWithRaw: on what Decode accepted into a fuzzDoc, DecodeWithRaw of
+// the "raw" member accepts too, returns exactly the bytes Decode kept in
+// Raw, and decodes every other field as Decode did.
+func checkWithRaw(t *testing.T, in []byte, decoded any) {
+	want, ok := decoded.(*fuzzDoc)
+	if !ok {
+		return
+	}
+	var got fuzzDoc
+	raw, err := DecodeWithRaw(in, 1<<20, &got, "raw")
+	if err != nil {
+		t.Fatalf("DecodeWithRaw refused %q, which Decode accepted: %v", in, err)
+	}
+	if string(raw) != string(want.Raw) && !(raw == nil && want.Raw == nil) {
+		t.Fatalf("DecodeWithRaw on %q: raw %q, Decode kept %q", in, raw, want.Raw)
+	}
+	w := *want
+	w.Raw, got.Raw = nil, nil
+	if !reflect.DeepEqual(w, got) {
+		t.Fatalf("DecodeWithRaw on %q: %+v, Decode %+v", in, got, w)
+	}
 }

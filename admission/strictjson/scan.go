@@ -11,10 +11,23 @@ import (
 // duplicated or not an exact field name, nesting deeper than MaxDepth, or
 // anything after the one top-level object.
 func check(data []byte, t reflect.Type) error {
+	_, _, err := checkSpan(data, t, "")
+	return err
+}
+
+// checkSpan is check; it also returns where the value of the top-level
+// member named key begins and ends (both -1 when key is "" or absent).
+func checkSpan(data []byte, t reflect.Type, key string) (start, end int, err error) {
+	s := scanner{b: data, capture: key, capStart: -1, capEnd: -1}
+	err = s.check(t)
+	return s.capStart, s.capEnd, err
+}
+
+func (s *scanner) check(t reflect.Type) error {
+	data := s.b
 	if !utf8.Valid(data) {
 		return refuse(ErrSyntax, "", "invalid UTF-8")
 	}
-	s := scanner{b: data}
 	s.ws()
 	if s.i >= len(data) || data[s.i] != '{' {
 		return refuse(ErrSyntax, "", "the top level is not an object")
@@ -38,6 +51,10 @@ type scanner struct {
 	b     []byte
 	i     int
 	depth int
+	// capture names a top-level member whose value's span is recorded in
+	// capStart and capEnd (DecodeWithRaw).
+	capture          string
+	capStart, capEnd int
 }
 
 func (s *scanner) syntax(path string) error {
@@ -195,8 +212,16 @@ func (s *scanner) object(t reflect.Type, path string) error {
 		if !s.expect(':') {
 			return s.syntax(path)
 		}
+		capture := s.depth == 1 && s.capture != "" && key == s.capture
+		if capture {
+			s.ws()
+			s.capStart = s.i
+		}
 		if err := s.value(next, path+"."+key); err != nil {
 			return err
+		}
+		if capture {
+			s.capEnd = s.i
 		}
 		if s.expect('}') {
 			return nil

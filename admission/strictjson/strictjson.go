@@ -95,6 +95,18 @@ func refuse(check error, path, format string, args ...any) *Error {
 // keys and depth only: its own decoder (or a later Decode) owns its shape.
 // Every error is an *Error.
 func Decode(data []byte, maxBytes int, v any) error {
+	if err := precheck(data, maxBytes, v); err != nil {
+		return err
+	}
+	if err := check(data, reflect.TypeOf(v)); err != nil {
+		return err
+	}
+	return unmarshal(data, v)
+}
+
+// precheck refuses a missing or exceeded size limit and a target that is
+// not a non-nil pointer.
+func precheck(data []byte, maxBytes int, v any) error {
 	if maxBytes <= 0 {
 		return refuse(ErrTooLarge, "", "no size limit given")
 	}
@@ -105,9 +117,11 @@ func Decode(data []byte, maxBytes int, v any) error {
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return refuse(ErrType, "", "decode target is %T, not a non-nil pointer", v)
 	}
-	if err := check(data, rv.Type()); err != nil {
-		return err
-	}
+	return nil
+}
+
+// unmarshal decodes data, which check admitted, into v.
+func unmarshal(data []byte, v any) error {
 	// The scan admitted exactly the type's own field names, so Unmarshal
 	// (which also validates every value it skipped) decodes no more.
 	if err := json.Unmarshal(data, v); err != nil {
@@ -118,6 +132,33 @@ func Decode(data []byte, maxBytes int, v any) error {
 		return &Error{Check: ErrType, Err: err}
 	}
 	return nil
+}
+
+// DecodeWithRaw is Decode, except that the value of the top-level member
+// named key is not decoded: it is returned as raw, a slice of data, and
+// the rest of the object is decoded into v as Decode would, with that
+// member's value read as null (its field keeps its zero value; a
+// json.RawMessage field holds "null"). raw is nil when the member is
+// absent. Like a json.RawMessage field under Decode, raw is checked for
+// duplicate keys and depth only: the caller decodes it strictly (with
+// Decode, against its own type) or checks it with json.Valid before it
+// trusts it. This spares a large member, such as a frame's args or result,
+// the whole-document pass of json.Unmarshal that would only copy it.
+func DecodeWithRaw(data []byte, maxBytes int, v any, key string) (raw []byte, err error) {
+	if err := precheck(data, maxBytes, v); err != nil {
+		return nil, err
+	}
+	start, end, err := checkSpan(data, reflect.TypeOf(v), key)
+	if err != nil {
+		return nil, err
+	}
+	env := data
+	if start >= 0 {
+		raw = data[start:end]
+		env = make([]byte, 0, len(data)-len(raw)+4)
+		env = append(append(append(env, data[:start]...), "null"...), data[end:]...)
+	}
+	return raw, unmarshal(env, v)
 }
 
 // Read reads r to its end, refusing more than maxBytes, and decodes what it

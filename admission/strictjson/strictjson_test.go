@@ -160,3 +160,38 @@ func TestEmbeddedFieldsAsEncodingJSON(t *testing.T) {
 		t.Fatalf("strict %+v, encoding/json %+v", strict, plain)
 	}
 }
+
+// TestDecodeWithRaw: the named top-level member comes back as its bytes
+// and is not decoded; the rest decodes as Decode would; the strict checks
+// still cover the whole document, the raw member included (duplicate keys
+// inside it, a second member of the same name, unknown fields outside).
+func TestDecodeWithRaw(t *testing.T) {
+	type env struct {
+		ID   uint64          `json:"id"`
+		Args json.RawMessage `json:"args"`
+		Op   string          `json:"op"`
+	}
+	var e env
+	raw, err := DecodeWithRaw([]byte(`{"id":7, "args" : {"a":[1,2,{"b":"}"}]} ,"op":"x"}`), 100, &e, "args")
+	if err != nil || string(raw) != `{"a":[1,2,{"b":"}"}]}` || e.ID != 7 || e.Op != "x" || string(e.Args) != "null" {
+		t.Fatalf("raw %q, env %+v, err %v", raw, e, err)
+	}
+	raw, err = DecodeWithRaw([]byte(`{"id":1,"op":"y"}`), 100, &e, "args")
+	if err != nil || raw != nil {
+		t.Fatalf("absent member: raw %q, err %v", raw, err)
+	}
+	for _, bad := range []string{
+		`{"id":1,"args":{"a":1,"a":2}}`,
+		`{"id":1,"args":1,"args":2}`,
+		`{"id":1,"args":1,"extra":2}`,
+		`{"id":"1","args":1}`,
+		`{"id":1,"args":1} x`,
+	} {
+		if _, err := DecodeWithRaw([]byte(bad), 100, &e, "args"); err == nil || !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: accepted (%v)", bad, err)
+		}
+	}
+	if _, err := DecodeWithRaw([]byte(`{"id":1}`), 3, &e, "args"); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("over the size limit: %v", err)
+	}
+}

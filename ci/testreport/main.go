@@ -1,18 +1,25 @@
 // Command testreport reads `go test -json` on stdin and prints a short
-// report: the output of every failed test, every skip with its reason, and
-// counts. It exits 1 if any test or package failed, or if any test was
-// skipped while TETHER_TEST_REQUIRE is set (CI must not pass with skips).
+// report: the last 30 lines of output of every failed test, every skip
+// with its reason, and counts. With -failures FILE it also writes every
+// failed test's whole output to FILE, so one CI failure is enough to
+// diagnose (make test keeps it in .cache/ beside test.json). It exits 1 if
+// any test or package failed, or if any test was skipped while
+// TETHER_TEST_REQUIRE is set (CI must not pass with skips).
 package main
 
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"sort"
 	"strings"
 )
+
+// failTail is how many lines of a failed test's output the report prints.
+const failTail = 30
 
 // event is one line of `go test -json` (cmd/test2json).
 type event struct {
@@ -33,9 +40,31 @@ type report struct {
 	benches int // benchmarks (and their sub-benchmarks) started; they report no pass
 }
 
-func main() { os.Exit(run(os.Stdin, os.Stdout)) }
+func main() {
+	failures := flag.String("failures", "", "write every failed test's whole output to this file")
+	flag.Parse()
+	os.Exit(run(os.Stdin, os.Stdout, *failures))
+}
 
-func run(in io.Reader, out io.Writer) int {
+// run reports in on out, writes the failures file if one is named, and
+// returns the exit status.
+func run(in io.Reader, out io.Writer, failures string) int {
+	r := read(in, out)
+	rc := r.print(out, os.Getenv("TETHER_TEST_REQUIRE") != "")
+	if failures == "" {
+		return rc
+	}
+	if err := r.writeFailures(failures); err != nil {
+		fmt.Fprintf(out, "testreport: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(out, "testreport: failed tests' whole output is in %s\n", failures)
+	return rc
+}
+
+// read collects the events of in; lines that are not events (build
+// errors arrive as plain text) are copied to out at once.
+func read(in io.Reader, out io.Writer) *report {
 	r := &report{output: map[string]*strings.Builder{}}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -47,7 +76,7 @@ func run(in io.Reader, out io.Writer) int {
 		}
 		r.add(e)
 	}
-	return r.print(out, os.Getenv("TETHER_TEST_REQUIRE") != "")
+	return r
 }
 
 func (r *report) add(e event) {
@@ -86,7 +115,12 @@ func (r *report) add(e event) {
 
 func (r *report) print(out io.Writer, strict bool) int {
 	for _, k := range r.fail {
-		fmt.Fprintf(out, "=== FAIL %s\n%s\n", k, r.output[k])
+		text, cut := tailLines(r.text(k), failTail)
+		if cut > 0 {
+			fmt.Fprintf(out, "=== FAIL %s (last %d lines; %d earlier lines are in the full output)\n%s\n", k, failTail, cut, text)
+			continue
+		}
+		fmt.Fprintf(out, "=== FAIL %s\n%s\n", k, text)
 	}
 	for _, p := range r.pkgFail {
 		if b := r.output[p+" "]; b != nil {
@@ -126,6 +160,40 @@ func reverse(s []string) []string {
 		s[i], s[j] = s[j], s[i]
 	}
 	return s
+}
+
+// tailLines returns the last n lines of s and how many lines it left out.
+func tailLines(s string, n int) (string, int) {
+	lines := strings.SplitAfter(s, "\n")
+	if lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	if len(lines) <= n {
+		return s, 0
+	}
+	return strings.Join(lines[len(lines)-n:], ""), len(lines) - n
+}
+
+// writeFailures writes the whole output of every failed test and failed
+// package to path (an empty file when nothing failed, so a stale one
+// never survives).
+func (r *report) writeFailures(path string) error {
+	var b strings.Builder
+	for _, k := range r.fail {
+		fmt.Fprintf(&b, "=== FAIL %s\n%s\n", k, r.text(k))
+	}
+	for _, p := range r.pkgFail {
+		fmt.Fprintf(&b, "=== package %s\n%s\n", p, r.text(p+" "))
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// text is the whole output of key ("package test"), empty if none.
+func (r *report) text(key string) string {
+	if b := r.output[key]; b != nil {
+		return b.String()
+	}
+	return ""
 }
 
 func tail(s string, n int) string {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,7 +17,7 @@ func TestReportFailsOnSkipOnlyWhenStrict(t *testing.T) {
 `
 	t.Setenv("TETHER_TEST_REQUIRE", "")
 	var out bytes.Buffer
-	if rc := run(strings.NewReader(in), &out); rc != 0 {
+	if rc := run(strings.NewReader(in), &out, ""); rc != 0 {
 		t.Fatalf("lenient run: rc=%d\n%s", rc, out.String())
 	}
 	if !strings.Contains(out.String(), `requirement "qemu"`) {
@@ -22,7 +25,7 @@ func TestReportFailsOnSkipOnlyWhenStrict(t *testing.T) {
 	}
 	t.Setenv("TETHER_TEST_REQUIRE", "root")
 	out.Reset()
-	if rc := run(strings.NewReader(in), &out); rc != 1 {
+	if rc := run(strings.NewReader(in), &out, ""); rc != 1 {
 		t.Fatalf("strict run with a skip: rc=%d, want 1\n%s", rc, out.String())
 	}
 }
@@ -33,7 +36,7 @@ func TestReportFailsOnFailure(t *testing.T) {
 {"Action":"fail","Package":"p"}
 `
 	var out bytes.Buffer
-	if rc := run(strings.NewReader(in), &out); rc != 1 || !strings.Contains(out.String(), "boom") {
+	if rc := run(strings.NewReader(in), &out, ""); rc != 1 || !strings.Contains(out.String(), "boom") {
 		t.Fatalf("rc=%d out=%s", rc, out.String())
 	}
 }
@@ -51,7 +54,7 @@ func TestReportBenchmarks(t *testing.T) {
 `
 	t.Setenv("TETHER_TEST_REQUIRE", "root")
 	var out bytes.Buffer
-	if rc := run(strings.NewReader(in), &out); rc != 1 || !strings.Contains(out.String(), "2 benchmarks run") ||
+	if rc := run(strings.NewReader(in), &out, ""); rc != 1 || !strings.Contains(out.String(), "2 benchmarks run") ||
 		!strings.Contains(out.String(), "--- SKIP p BenchmarkS") {
 		t.Fatalf("strict run with a skipped benchmark: rc=%d\n%s", rc, out.String())
 	}
@@ -61,7 +64,57 @@ func TestReportBenchmarks(t *testing.T) {
 {"Action":"fail","Package":"p"}
 `
 	out.Reset()
-	if rc := run(strings.NewReader(fail), &out); rc != 1 || !strings.Contains(out.String(), "=== FAIL p BenchmarkF") {
+	if rc := run(strings.NewReader(fail), &out, ""); rc != 1 || !strings.Contains(out.String(), "=== FAIL p BenchmarkF") {
 		t.Fatalf("failed benchmark: rc=%d\n%s", rc, out.String())
+	}
+}
+
+// TestReportKeepsTheEvidence: a failed test's last 30 lines are printed
+// (and no earlier line), the whole output of every failed test and failed
+// package goes to the failures file, and a run without failures leaves
+// that file empty (no stale evidence).
+func TestReportKeepsTheEvidence(t *testing.T) {
+	var in strings.Builder
+	in.WriteString(`{"Action":"run","Package":"p","Test":"TestLong"}` + "\n")
+	for i := 1; i <= 50; i++ {
+		fmt.Fprintf(&in, `{"Action":"output","Package":"p","Test":"TestLong","Output":"line %02d\n"}`+"\n", i)
+	}
+	in.WriteString(`{"Action":"fail","Package":"p","Test":"TestLong"}
+{"Action":"output","Package":"p","Test":"TestShort","Output":"short boom\n"}
+{"Action":"fail","Package":"p","Test":"TestShort"}
+{"Action":"output","Package":"p","Output":"panic: test timed out\n"}
+{"Action":"fail","Package":"p"}
+`)
+	file := filepath.Join(t.TempDir(), "test-failures.txt")
+	var out bytes.Buffer
+	if rc := run(strings.NewReader(in.String()), &out, file); rc != 1 {
+		t.Fatalf("rc=%d\n%s", rc, out.String())
+	}
+	got := out.String()
+	if !strings.Contains(got, "=== FAIL p TestLong (last 30 lines; 20 earlier lines") ||
+		!strings.Contains(got, "line 21\n") || !strings.Contains(got, "line 50\n") || strings.Contains(got, "line 20\n") {
+		t.Errorf("want exactly lines 21..50 of TestLong:\n%s", got)
+	}
+	if !strings.Contains(got, "=== FAIL p TestShort\nshort boom\n") || !strings.Contains(got, file) {
+		t.Errorf("short failure or the file's name missing:\n%s", got)
+	}
+	kept, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"line 01\n", "line 50\n", "short boom", "=== package p\npanic: test timed out"} {
+		if !strings.Contains(string(kept), want) {
+			t.Errorf("the failures file lacks %q:\n%s", want, kept)
+		}
+	}
+	pass := `{"Action":"pass","Package":"p","Test":"T"}
+{"Action":"pass","Package":"p"}
+`
+	out.Reset()
+	if rc := run(strings.NewReader(pass), &out, file); rc != 0 {
+		t.Fatalf("passing run: rc=%d\n%s", rc, out.String())
+	}
+	if kept, _ := os.ReadFile(file); len(kept) != 0 {
+		t.Errorf("a passing run left the old failures in the file:\n%s", kept)
 	}
 }

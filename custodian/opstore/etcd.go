@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -28,7 +29,8 @@ type EtcdOptions struct {
 	// LeaseTTL is the ownership lease: a custodian that stops renewing it
 	// (dead, frozen, partitioned) loses every session this long after its
 	// last renewal, and a standby may then claim them. Rounded up to whole
-	// seconds. Zero means 10 s.
+	// seconds. Zero means 10 s. A store that loses its own lease this way
+	// acts on none of its sessions until it claims them again (WaitClaim).
 	LeaseTTL time.Duration
 	// RequestTimeout bounds each etcd request the store makes without a
 	// caller's context (Get, List, Finish, Close). Zero means 5 s.
@@ -77,16 +79,23 @@ func (o *EtcdOptions) fill() error {
 // write is refused (ErrFenced) and nothing is recorded. The token is the
 // fencing token the wire protocol will carry to the receiver.
 //
+// When the store's own lease is lost (its keepalive failed for longer
+// than the TTL), Begin refuses every session with ErrFenced and the store
+// records nothing new under it; WaitClaim then grants a new lease and
+// claims the session again, interrupting what was in flight (etcd_lease.go).
+//
 // Close must be called; it revokes the lease, which releases every
 // session this store owns at once. All methods are safe for concurrent
 // use.
 type EtcdStore struct {
 	cli  *clientv3.Client
 	opts EtcdOptions
-	sess *concurrency.Session
+
+	renew sync.Mutex // one lease renewal at a time (liveLease)
 
 	mu     sync.Mutex
-	owned  map[string]uint64 // session id -> fencing token
+	sess   *concurrency.Session // the current lease; replaced when lost
+	owned  map[string]uint64    // session id -> fencing token, under sess
 	closed bool
 	stop   chan struct{}
 	done   chan struct{}
@@ -98,14 +107,9 @@ func OpenEtcd(ctx context.Context, opts EtcdOptions) (*EtcdStore, error) {
 	if err := opts.fill(); err != nil {
 		return nil, err
 	}
-	ttl := int64((opts.LeaseTTL + time.Second - 1) / time.Second)
-	lease, err := opts.Client.Grant(ctx, ttl)
+	sess, err := grantLease(ctx, opts.Client, opts.LeaseTTL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: grant the ownership lease: %w", ErrUnavailable, err)
-	}
-	sess, err := concurrency.NewSession(opts.Client, concurrency.WithLease(lease.ID), concurrency.WithTTL(int(ttl)))
-	if err != nil {
-		return nil, fmt.Errorf("%w: keep the ownership lease alive: %w", ErrUnavailable, err)
+		return nil, err
 	}
 	s := &EtcdStore{cli: opts.Client, opts: opts, sess: sess, owned: map[string]uint64{},
 		stop: make(chan struct{}), done: make(chan struct{})}
@@ -132,19 +136,21 @@ type owner struct {
 	ClaimedAt time.Time `json:"claimed_at"`
 }
 
-// Lease returns the store's etcd lease, which every owner key it writes is
-// bound to.
-func (s *EtcdStore) Lease() clientv3.LeaseID { return s.sess.Lease() }
+// Lease returns the store's current etcd lease, which every owner key it
+// writes is bound to (a new one after a lost lease was replaced).
+func (s *EtcdStore) Lease() clientv3.LeaseID { return s.session().Lease() }
 
-// Lost is closed when the store's ownership lease has ended (expired
-// while etcd was unreachable or this process was frozen, or revoked):
-// every session it owned may have been claimed by another custodian, and
-// its writes are refused (ErrFenced). Open a new store to claim again.
-func (s *EtcdStore) Lost() <-chan struct{} { return s.sess.Done() }
+// Lost is closed when the store's current ownership lease has ended
+// (expired while etcd was unreachable or this process was frozen, or
+// revoked): every session it owned may have been claimed by another
+// custodian, and its writes are refused (ErrFenced). A lease granted
+// later (WaitClaim replaces a lost one) has a channel of its own.
+func (s *EtcdStore) Lost() <-chan struct{} { return s.session().Done() }
 
 // Token returns the fencing token of a session this store claimed:
 // the create revision of its owner key. It fails with ErrNotClaimed for a
-// session never claimed, and ErrFenced once the lease is lost.
+// session never claimed, and ErrFenced once the lease is lost (WaitClaim
+// claims the session again under a new lease).
 func (s *EtcdStore) Token(sessionID string) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -153,7 +159,9 @@ func (s *EtcdStore) Token(sessionID string) (uint64, error) {
 
 // claimed returns the token this store claimed sid with. Unlike Token it
 // does not look at the local lease state: the fencing is etcd's compare
-// in every write, which holds whatever this process believes.
+// in every write, which holds whatever this process believes. It serves
+// the writes that record what happened (results, completions, bindings);
+// a new dispatch (Begin) also refuses under a lease this process lost.
 func (s *EtcdStore) claimed(sid string) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -211,13 +219,19 @@ func unavailable(what string, err error) error {
 // Begin records the intent in one transaction that checks the session is
 // this store's and the key is new. It returns a Ticket (dispatch, then
 // Finish), the stored receipt (a replay), or an error: a *ConflictError,
-// ErrFenced (the session was taken over: dispatch nothing), ErrNotClaimed,
-// or ErrUnavailable (etcd did not answer; dispatch nothing).
+// ErrFenced (the session was taken over, or this store's lease is lost:
+// dispatch nothing, and WaitClaim before anything else), ErrNotClaimed
+// (never claimed, or dropped with a lost lease: WaitClaim too), or
+// ErrUnavailable (etcd did not answer; dispatch nothing).
+//
+// The local lease check comes first: once this process's keepalive has
+// failed, the lease will lapse whatever etcd says now, so nothing is
+// dispatched under it. etcd's compare is the check that holds regardless.
 func (s *EtcdStore) Begin(ctx context.Context, in Intent) (*Ticket, *Receipt, error) {
 	if err := stampIntent(ctx, &in, s.opts.Now(), s.opts.Retention); err != nil {
 		return nil, nil, err
 	}
-	tok, err := s.claimed(in.SessionID)
+	tok, err := s.Token(in.SessionID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -439,18 +453,20 @@ func (s *EtcdStore) Close() error {
 		return nil
 	}
 	s.closed = true
+	sess := s.sess
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
-	if err := s.sess.Close(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	err := sess.Close()
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("op store: revoke the ownership lease: %w", err)
 	}
 	return nil
 }
 
-// marshalOwner encodes this store's owner value.
-func (s *EtcdStore) marshalOwner() string {
-	data, _ := json.Marshal(owner{Name: s.opts.Name, Lease: fmt.Sprintf("%x", int64(s.sess.Lease())),
+// marshalOwner encodes this store's owner value under sess.
+func (s *EtcdStore) marshalOwner(sess *concurrency.Session) string {
+	data, _ := json.Marshal(owner{Name: s.opts.Name, Lease: fmt.Sprintf("%x", int64(sess.Lease())),
 		ClaimedAt: s.opts.Now().UTC()})
 	return string(data)
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/strictjson"
@@ -33,7 +34,10 @@ type Claimed struct {
 // key an earlier owner left in flight is made Interrupted, each in a
 // transaction fenced by the new token. A session another live custodian
 // owns fails with an *OwnedError (ErrOwned). Claiming a session this
-// store already owns returns its token again.
+// store already owns returns its token again. If the store's own lease is
+// lost, Claim first replaces it (etcd_lease.go) and claims afresh: the
+// new token is higher and the keys left in flight under the lost lease,
+// this store's own included, are interrupted.
 func (s *EtcdStore) Claim(ctx context.Context, sessionID string) (Claimed, error) {
 	if sessionID == "" {
 		return Claimed{}, fmt.Errorf("%w: empty session id", ErrInvalid)
@@ -42,18 +46,16 @@ func (s *EtcdStore) Claim(ctx context.Context, sessionID string) (Claimed, error
 	switch {
 	case err == nil:
 		return Claimed{Token: tok}, nil
-	case !isNotClaimed(err):
+	case !isNotClaimed(err) && !errors.Is(err, ErrFenced): // closed
 		return Claimed{}, err
-	case s.leaseLost():
-		return Claimed{}, fmt.Errorf("%w: the ownership lease is lost; open the store again", ErrFenced)
 	}
-	tok, err = s.createOwner(ctx, sessionID)
+	tok, sess, err := s.claimOwner(ctx, sessionID)
 	if err != nil {
 		return Claimed{}, err
 	}
-	s.mu.Lock()
-	s.owned[sessionID] = tok
-	s.mu.Unlock()
+	if err := s.record(sessionID, tok, sess); err != nil {
+		return Claimed{}, err
+	}
 	keys, err := s.takeover(ctx, sessionID, tok)
 	if err != nil {
 		s.forget(sessionID, tok)
@@ -78,13 +80,13 @@ func (s *EtcdStore) forget(sid string, tok uint64) {
 	}
 }
 
-// createOwner creates the owner key if it does not exist and returns its
-// create revision.
-func (s *EtcdStore) createOwner(ctx context.Context, sid string) (uint64, error) {
+// createOwner creates the owner key bound to sess's lease if it does not
+// exist and returns its create revision.
+func (s *EtcdStore) createOwner(ctx context.Context, sid string, sess *concurrency.Session) (uint64, error) {
 	k := s.ownerKey(sid)
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
-		Then(clientv3.OpPut(k, s.marshalOwner(), clientv3.WithLease(s.sess.Lease()))).
+		Then(clientv3.OpPut(k, s.marshalOwner(sess), clientv3.WithLease(sess.Lease()))).
 		Else(clientv3.OpGet(k)).Commit()
 	if err != nil {
 		return 0, unavailable("claim session "+sid, err)
@@ -96,7 +98,7 @@ func (s *EtcdStore) createOwner(ctx context.Context, sid string) (uint64, error)
 	if len(kvs) == 0 { // deleted in between; the caller may try again
 		return 0, &OwnedError{SessionID: sid, Owner: "(released meanwhile)"}
 	}
-	if clientv3.LeaseID(kvs[0].Lease) == s.sess.Lease() { // ours, from a claim whose answer was lost
+	if clientv3.LeaseID(kvs[0].Lease) == sess.Lease() { // ours, from a claim whose answer was lost
 		return uint64(kvs[0].CreateRevision), nil
 	}
 	var o owner
@@ -123,11 +125,15 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // WaitClaim claims the session as soon as no live custodian owns it: it
 // watches the owner key and claims when the owner's lease expires (or the
 // owner releases it). It returns when the claim succeeds, fails for
-// another reason than ErrOwned or ErrUnavailable (etcd not answering is waited out, as a standby must), or ctx ends. This is what a standby runs.
+// another reason than ErrOwned, ErrUnavailable or ErrFenced, or ctx ends:
+// etcd not answering is waited out, as a standby must, and so is a claim
+// that lost the session (its lease lapsed, or another custodian claimed
+// first) before it finished. This is what a standby runs, and what an
+// owner runs after Begin answered ErrFenced or ErrNotClaimed.
 func (s *EtcdStore) WaitClaim(ctx context.Context, sessionID string) (Claimed, error) {
 	for {
 		c, err := s.Claim(ctx, sessionID)
-		if errors.Is(err, ErrUnavailable) { // a member restarting, a leader election
+		if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrFenced) { // a member restarting, a leader election, a lapsed lease
 			if err := sleepCtx(ctx, claimRetry); err != nil {
 				return Claimed{}, fmt.Errorf("claim session %s: %w (last: %w)", sessionID, err, ErrUnavailable)
 			}
@@ -293,14 +299,3 @@ func (s *EtcdStore) Binding(ctx context.Context, sessionID string) (*BindingReco
 func isNotFound(err error) bool   { return errors.Is(err, ErrNotFound) }
 func isOwned(err error) bool      { return errors.Is(err, ErrOwned) }
 func isNotClaimed(err error) bool { return errors.Is(err, ErrNotClaimed) }
-
-// leaseLost reports whether the store's lease has ended (expired while
-// etcd was unreachable, or revoked).
-func (s *EtcdStore) leaseLost() bool {
-	select {
-	case <-s.sess.Done():
-		return true
-	default:
-		return false
-	}
-}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -89,7 +90,10 @@ func ownerSteps(ctx context.Context, s *EtcdStore) error {
 // dispatch is, and the "command" runs on for up to 10 ms before its
 // result is recorded. A key answered from its receipt (done or interrupted
 // before) runs nothing; a key still in flight under an earlier owner's
-// Begin whose answer was lost is left for the next takeover.
+// Begin whose answer was lost is left for the next takeover. When the
+// helper's own lease lapses (its keepalive failed through member
+// restarts), Begin refuses and the helper claims the session again, as a
+// custodian does: that takeover interrupts what it had in flight.
 func soakSteps(ctx context.Context, s *EtcdStore) error {
 	start, _ := strconv.Atoi(os.Getenv("OPSTORE_SOAK_START"))
 	n, _ := strconv.Atoi(os.Getenv("OPSTORE_SOAK_N"))
@@ -107,9 +111,14 @@ func soakSteps(ctx context.Context, s *EtcdStore) error {
 	return nil
 }
 
+// soakPatience bounds how long a helper retries one op while etcd does
+// not answer, and how long it waits to claim the session again.
+const soakPatience = 30 * time.Second
+
 func soakOne(ctx context.Context, s *EtcdStore, f *os.File, i int) error {
 	key := fmt.Sprintf("op-%04d", i)
-	for attempt := 0; ; attempt++ {
+	deadline := time.Now().Add(soakPatience)
+	for {
 		tk, _, err := s.Begin(ctx, intent(key, "append"))
 		switch {
 		case tk != nil:
@@ -123,12 +132,29 @@ func soakOne(ctx context.Context, s *EtcdStore, f *os.File, i int) error {
 			return nil
 		case errors.Is(err, ErrConflict):
 			return nil // in flight under a Begin whose answer was lost
-		case errors.Is(err, ErrUnavailable) && attempt < 50:
+		case errors.Is(err, ErrFenced), errors.Is(err, ErrNotClaimed):
+			if err := soakReclaim(ctx, s); err != nil { // the retry then sees what landed
+				return err
+			}
+		case errors.Is(err, ErrUnavailable) && time.Now().Before(deadline):
 			time.Sleep(50 * time.Millisecond) // a member restarting: the retry sees what landed
 		default:
 			return err
 		}
 	}
+}
+
+// soakReclaim claims sess-1 again after the helper's own lease lapsed and
+// says so ("reclaimed TOKEN INTERRUPTED").
+func soakReclaim(ctx context.Context, s *EtcdStore) error {
+	ctx, cancel := context.WithTimeout(ctx, soakPatience)
+	defer cancel()
+	c, err := s.WaitClaim(ctx, "sess-1")
+	if err != nil {
+		return fmt.Errorf("claim sess-1 again after the lease lapsed: %w", err)
+	}
+	fmt.Printf("reclaimed %d %d\n", c.Token, len(c.Interrupted))
+	return nil
 }
 
 // helperProc is a running helper and its stdout lines.
@@ -238,7 +264,10 @@ func TestIntegrationEtcdOwnerKilled(t *testing.T) {
 // random moments while etcd members are stopped and restarted one at a
 // time (quorum kept). Each new owner claims the session (waiting out the
 // killed owner's lease) and retries from a few ops before where the last
-// one got, as an agent retries. At the end every key has exactly one
+// one got, as an agent retries. Every second owner also has its own
+// lease ended behind its back halfway (revoked, as an expiry through a
+// partition looks to it; member restarts can cause real ones): it must
+// claim the session again and go on. At the end every key has exactly one
 // final receipt, no key's line appears twice, a verified key's line
 // appears exactly once and a key that failed before dispatch has none.
 func TestIntegrationEtcdSoak(t *testing.T) {
@@ -254,49 +283,115 @@ func TestIntegrationEtcdSoak(t *testing.T) {
 		defer wg.Done()
 		restarts = restartMembers(t, c, stop)
 	}()
-	kills, takeovers := runSoakOwners(t, c, prefix, file, n)
-	close(stop)
-	wg.Wait()
-	t.Logf("%d ops, %d owner kills, %d member restarts; takeover after SIGKILL: %s", n, kills, restarts, summary(takeovers))
-	if kills < 3 || restarts < 3 {
-		t.Errorf("too few faults to mean anything: %d kills, %d restarts", kills, restarts)
+	// Registered after the cluster's cleanup, so it runs first: a failing
+	// test stops the restarts before the cluster closes.
+	stopRestarts := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	t.Cleanup(stopRestarts)
+	soak := runSoakOwners(t, c, prefix, file, n)
+	stopRestarts()
+	t.Logf("%d ops, %d owner kills, %d member restarts, %d owner leases ended, %d re-claims; takeover after SIGKILL: %s",
+		n, soak.kills, restarts, soak.lapses, soak.reclaims, summary(soak.takeovers))
+	if soak.kills < 3 || restarts < 3 || soak.lapses < 2 {
+		t.Errorf("too few faults to mean anything: %d kills, %d restarts, %d leases ended", soak.kills, restarts, soak.lapses)
 	}
 	checkSoak(t, c, prefix, file, n)
 }
 
+// soakRun is what runSoakOwners did: owner kills, owner leases ended
+// behind the owner's back, re-claims by owners whose own lease ended, and
+// the time from each kill to the next owner's claim.
+type soakRun struct {
+	kills, lapses, reclaims int
+	takeovers               []time.Duration
+}
+
 // runSoakOwners starts owners until one reaches the end, killing each
-// after a random number of ops. It returns the kills and the time from
-// each kill to the next owner's claim.
-func runSoakOwners(t *testing.T, c *etcdtest.Cluster, prefix, file string, n int) (int, []time.Duration) {
-	next, kills := 0, 0
-	var takeovers []time.Duration
+// after a random number of ops.
+func runSoakOwners(t *testing.T, c *etcdtest.Cluster, prefix, file string, n int) soakRun {
+	var run soakRun
+	next := 0
 	var killedAt time.Time
-	for {
+	cli := c.Client(t)
+	for owner := 0; ; owner++ {
 		h := startHelper(t, c, "soak", prefix, "OPSTORE_SOAK_FILE="+file,
 			fmt.Sprintf("OPSTORE_SOAK_START=%d", max(0, next-3)), fmt.Sprintf("OPSTORE_SOAK_N=%d", n))
 		if l := h.next(t, 60*time.Second); !strings.HasPrefix(l, "claimed ") {
 			t.Fatalf("owner: %q", l)
 		}
 		if !killedAt.IsZero() {
-			takeovers = append(takeovers, time.Since(killedAt))
+			run.takeovers = append(run.takeovers, time.Since(killedAt))
 		}
-		budget := 60 + rand.IntN(140)
-		for {
-			l := h.next(t, 60*time.Second)
-			if l == "all" {
-				<-h.exit
-				return kills, takeovers
-			}
-			i, _ := strconv.Atoi(strings.TrimPrefix(l, "done "))
-			next = i + 1
-			if budget--; budget == 0 {
-				break
-			}
+		var lapse func()
+		if owner%2 == 1 {
+			lapse = func() { revokeOwnerLease(t, cli, prefix, "sess-1") }
+		}
+		if soakOwner(t, h, &run, &next, n, lapse) {
+			return run
 		}
 		time.Sleep(time.Duration(rand.IntN(15)) * time.Millisecond) // land anywhere inside an op
 		killedAt = time.Now()
 		h.kill()
-		kills++
+		run.kills++
+	}
+}
+
+// soakOwner reads an owner's lines until its random budget of ops is
+// spent (false: kill it) or it reached the end (true). next is the op
+// after the last one it did. lapse, if set, ends the owner's lease
+// halfway (while at least 50 ops remain, so it Begins again); the owner
+// is then not killed before it said it claimed the session again.
+func soakOwner(t *testing.T, h *helperProc, run *soakRun, next *int, n int, lapse func()) bool {
+	budget := 60 + rand.IntN(140)
+	half, awaitReclaim := budget/2, false
+	for budget > 0 || awaitReclaim {
+		l := h.next(t, 60*time.Second)
+		switch {
+		case l == "all":
+			if awaitReclaim {
+				t.Fatalf("owner finished without claiming the session again after its lease ended")
+			}
+			<-h.exit
+			return true
+		case strings.HasPrefix(l, "reclaimed "):
+			run.reclaims++
+			awaitReclaim = false
+		case strings.HasPrefix(l, "done "):
+			i, err := strconv.Atoi(strings.TrimPrefix(l, "done "))
+			if err != nil {
+				t.Fatalf("owner: %q", l)
+			}
+			*next = i + 1
+			if budget--; budget == half && lapse != nil && *next < n-50 {
+				lapse()
+				run.lapses++
+				awaitReclaim = true
+			}
+		default:
+			t.Fatalf("owner: %q", l)
+		}
+	}
+	return false
+}
+
+// revokeOwnerLease ends the lease of sid's owner behind its back.
+func revokeOwnerLease(t *testing.T, cli *clientv3.Client, prefix, sid string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	key := (&EtcdStore{opts: EtcdOptions{Prefix: prefix}}).ownerKey(sid)
+	for {
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			t.Fatalf("read the owner of %s: %v", sid, err)
+		}
+		if len(resp.Kvs) == 1 {
+			if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return // ended, or had ended by itself
+			}
+		}
+		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil { // a member restarting, or the owner re-claiming
+			t.Fatalf("end the lease of %s's owner: %v", sid, err)
+		}
 	}
 }
 

@@ -119,9 +119,7 @@ func TestIntegrationEtcdFencing(t *testing.T) {
 	if err := tk.Finish(&Receipt{Outcome: Verified, Response: []byte(`{"late":true}`)}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("A's late Finish: %v, want ErrFenced", err)
 	}
-	a.mu.Lock()
-	a.owned["sess-1"] = ca.Token // A believes it still owns the session
-	a.mu.Unlock()
+	believe(t, cli, a, "sess-1", ca.Token) // A believes it still owns the session, on a live lease
 	if tk, _, err := a.Begin(ctx, intent("k2", "r")); tk != nil || !errors.Is(err, ErrFenced) {
 		t.Fatalf("A's Begin after the takeover = %v, %v; want ErrFenced", tk, err)
 	}
@@ -167,4 +165,19 @@ func TestIntegrationEtcdBindingSurvivesTakeover(t *testing.T) {
 	if cb.Binding == nil || *cb.Binding != rec {
 		t.Fatalf("standby's claim binding = %+v, want %+v", cb.Binding, rec)
 	}
+}
+
+// believe makes s believe it owns sid under tok on a live lease of its
+// own, so that only etcd's compare stands between its writes and the
+// store (s's local lease check would refuse them first).
+func believe(t *testing.T, cli *clientv3.Client, s *EtcdStore, sid string, tok uint64) {
+	t.Helper()
+	live, err := grantLease(context.Background(), cli, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { live.Close() })
+	s.mu.Lock()
+	s.sess, s.owned[sid] = live, tok
+	s.mu.Unlock()
 }

@@ -49,6 +49,13 @@ type Client struct {
 	AfterRead func(path string)
 	// OnTerminal, if set, runs before each terminal/* callback is served.
 	OnTerminal func(method string)
+	// OnWait, if set, runs when terminal/wait_for_exit is served, with the
+	// request's context, before the wait. A test that cancels the tool
+	// call there can block until ctx ends (the caller's $/cancel_request
+	// arrived), so the wait is surely in flight when the cancellation
+	// lands, however fast the command; a wait whose ctx has ended then
+	// answers cancelled, never the exit.
+	OnWait func(ctx context.Context)
 
 	mu        sync.Mutex
 	bound     map[string]string // session id -> tuple_sha256

@@ -145,6 +145,12 @@ func (c *Client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 	if err != nil {
 		return acp.WaitForTerminalExitResponse{}, err
 	}
+	if c.OnWait != nil {
+		c.OnWait(ctx)
+		if ctx.Err() != nil {
+			return acp.WaitForTerminalExitResponse{}, errors.New("wait cancelled")
+		}
+	}
 	select {
 	case <-t.done:
 	case <-ctx.Done():

@@ -89,9 +89,14 @@ func TestGlobCancelled(t *testing.T) {
 	p := loadPlugin(t)
 	l, _ := bound(t, p)
 	ctx, cancel := context.WithCancel(ctxT(t))
-	l.client.OnTerminal = func(m string) {
-		if m == "terminal/wait_for_exit" {
-			cancel()
+	// The glob's command ends at once: the client holds the wait until
+	// the cancellation reaches it, so the glob is cancelled while the
+	// wait is in flight, never answered by an exit that raced the cancel.
+	l.client.OnWait = func(wctx context.Context) {
+		cancel()
+		select {
+		case <-wctx.Done():
+		case <-time.After(30 * time.Second): // a bound; the glob then returns its result and the test fails
 		}
 	}
 	_, err := l.conn.Glob(ctx, "s1", host.CallOptions{}, "*", "")

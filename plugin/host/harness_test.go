@@ -37,6 +37,10 @@ func TestMain(m *testing.M) {
 		cfg := impl.Config{}
 		var args []string // the rest are tether-plugin's own arguments
 		for _, a := range os.Args[2:] {
+			if file, ok := strings.CutPrefix(a, "clock="); ok {
+				cfg.Now = fileClock(file)
+				continue
+			}
 			if v, ok := strings.CutPrefix(a, "versions="); ok {
 				for _, f := range strings.Split(v, ",") {
 					n, _ := strconv.Atoi(f)
@@ -87,6 +91,31 @@ func loadPlugin(t testing.TB, args ...string) *host.Plugin {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return p
+}
+
+// fileClock is a plugin clock a test moves: the real time plus the
+// duration written in file ("0s" when the file is missing or unreadable).
+func fileClock(file string) func() time.Time {
+	return func() time.Time {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return time.Now()
+		}
+		off, err := time.ParseDuration(strings.TrimSpace(string(b)))
+		if err != nil {
+			return time.Now()
+		}
+		return time.Now().Add(off)
+	}
+}
+
+// setClock moves the clock of a plugin loaded with "clock="+file to the
+// real time plus off.
+func setClock(t testing.TB, file string, off time.Duration) {
+	t.Helper()
+	if err := os.WriteFile(file, []byte(off.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // nopAgent is the agent side of the test connection: the tests drive the

@@ -249,6 +249,23 @@ func TestTerminalSequence(t *testing.T) {
 			t.Fatalf("%+v; client saw %s", got, methods(r.client))
 		}
 	})
+	// The wait reaches the client after the plan's deadline (a loaded
+	// machine; here its op tag's deadline has passed already, the host's
+	// timer not yet): the client refuses it as late, and the run is timed
+	// out exactly as if the host's timer had fired first.
+	t.Run("wait_late", func(t *testing.T) {
+		r := newRig(t)
+		st := must(r.call.Run(shared.RunTool{Command: "/bin/sleep", Args: []string{"30"}}))
+		late := r.call
+		late.Deadline = time.Now().Add(-time.Millisecond)
+		st.WaitMeta = must(late.Run(shared.RunTool{Command: "/bin/sleep", Args: []string{"30"}})).WaitMeta
+		x := &toolCall{c: r.conn, tool: "run_command", plan: r.plan(st)}
+		got := x.terminal(ctx, st)
+		if !got.timedOut || got.cancelled || got.wait.err != nil || got.exit.Signal == nil || *got.exit.Signal != "killed" ||
+			methods(r.client) != "create,wait_for_exit,kill,output,release" || r.client.Running() != 0 {
+			t.Fatalf("%+v; client saw %s", got, methods(r.client))
+		}
+	})
 	t.Run("wait_refused_fences", func(t *testing.T) {
 		r := newRig(t)
 		st := must(r.call.Run(shared.RunTool{Command: "/bin/sleep", Args: []string{"30"}}))

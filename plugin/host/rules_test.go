@@ -199,10 +199,15 @@ func TestRule5ForeignAndOperatorRefused(t *testing.T) {
 // Rule 6: expiry, a mismatch from the client and transport loss fence the
 // binding; the fence is sticky until an explicit reattach.
 func TestRule6FencesAreSticky(t *testing.T) {
-	p := loadPlugin(t)
 	t.Run("expiry", func(t *testing.T) {
+		// The lease ends when the test moves the plugin's clock past it,
+		// never while the sessions are still being bound and read.
+		clock := filepath.Join(t.TempDir(), "clock")
+		setClock(t, clock, 0)
+		p := loadPlugin(t, "clock="+clock)
+		lease := time.Now().Add(time.Hour)
 		client := newClient(t, time.Now().Add(time.Hour))
-		client.Attach = grantUntil(time.Now().Add(400*time.Millisecond), 3)
+		client.Attach = grantUntil(lease, 3)
 		l := newLink(t, p, client, "alice")
 		ctx, tu := ctxT(t), tuple("alice", client.Root)
 		for _, sid := range []string{"s1", "s2"} {
@@ -213,7 +218,7 @@ func TestRule6FencesAreSticky(t *testing.T) {
 			}
 			readOK(t, l, sid)
 		}
-		time.Sleep(500 * time.Millisecond)
+		setClock(t, clock, time.Until(lease)+time.Second)
 		// Status alone, before any tool call, sees the lease has passed
 		// and fences (never BOUND past the lease).
 		st, err := l.conn.Status(ctx, "s2")
@@ -223,7 +228,9 @@ func TestRule6FencesAreSticky(t *testing.T) {
 		readRefused(t, l, "s2", "fenced")
 		readRefused(t, l, "s1", "lease_expired")
 		readRefused(t, l, "s1", "fenced")
-		client.Attach = grantUntil(time.Now().Add(time.Hour), 4)
+		setClock(t, clock, 0)
+		readRefused(t, l, "s1", "fenced") // the fence is sticky, whatever the clock says now
+		client.Attach = grantUntil(time.Now().Add(2*time.Hour), 4)
 		if _, err := l.conn.OpenSession(ctx, host.MethodLoad, "s1", bindMeta(t, tu, time.Now().Add(time.Hour))); err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/shared"
 	"github.com/tetherdev/tether/plugin/tools"
 )
@@ -106,15 +108,24 @@ func (x *toolCall) waitExit(base, stop context.Context, st shared.TerminalStep, 
 	case r.wait.sent && err == nil:
 		r.exit = ExitStatus{ExitCode: exit.ExitCode, Signal: exit.Signal}
 		return false
-	case wctx.Err() == nil: // sent, and the client answered with an error
+	case wctx.Err() == nil && !lateWait(err): // sent, and the client answered with an error
 		r.wait.err = x.c.transport(err)
 		return true
-	case errors.Is(context.Cause(wctx), context.DeadlineExceeded) && base.Err() == nil:
+	case (errors.Is(context.Cause(wctx), context.DeadlineExceeded) || wctx.Err() == nil) && base.Err() == nil:
 		r.timedOut = true
 	default:
 		r.cancelled = true
 	}
 	return false
+}
+
+// lateWait reports whether the client refused the wait because its
+// deadline, the plan's, had passed when the request arrived: the deadline
+// ended the wait as surely as this side's timer would have a moment
+// later, so the run is timed out (kill, output, release), not refused.
+func lateWait(err error) bool {
+	code, ok := acpmeta.CodeOf(err)
+	return ok && code == errcode.CodeTimeout
 }
 
 // readOutput sends terminal/output; the exit comes from it when the wait

@@ -24,6 +24,10 @@ import (
 // tests set others to exercise a mismatch.
 type Config struct {
 	Versions []int
+	// Now is the plugin's clock (time.Now if nil): leases end and
+	// deadlines are reckoned on it. Only tests set it, to end a lease
+	// when they choose instead of racing a short one.
+	Now func() time.Time
 }
 
 const usage = `tether-plugin is a hashicorp/go-plugin binary (gRPC, AutoMTLS, protocol versions %v).
@@ -77,7 +81,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer, cfg Config) int 
 	}
 	runtime.GOMAXPROCS(*procs)
 	go watchParent(ctx, stderr, time.Second)
-	serve(ctx, stderr, cfg.Versions)
+	serve(ctx, stderr, cfg)
 	return 0
 }
 
@@ -130,10 +134,10 @@ func checkLaunch(offered, clientCert string, versions []int) error {
 	return nil
 }
 
-func serve(ctx context.Context, stderr io.Writer, versions []int) {
+func serve(ctx context.Context, stderr io.Writer, cfg Config) {
 	goplugin.Serve(&goplugin.ServeConfig{
 		HandshakeConfig:  shared.Handshake,
-		VersionedPlugins: shared.PluginSets(versions, New(nil)),
+		VersionedPlugins: shared.PluginSets(cfg.Versions, New(cfg.Now)),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(shared.ServerOptions(opts...)...)
 		},

@@ -7,8 +7,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
 // agentRun sends one script to the agent socket and returns its lines.
@@ -75,6 +78,56 @@ func TestAgentSocketIsFenced(t *testing.T) {
 	other := startAgentSocket(t, e, uint32(myUID())+1)
 	if out := agentRun(t, other, "key z\n"); len(out) != 1 || out[0]["code"] != "socket_owner" {
 		t.Fatalf("agent of another uid: %v", out)
+	}
+}
+
+// TestStateSaysAgentHoldsOnlyOnceUnfenced: between a hold's release and
+// the lifting of the fence (the end record being written) the agent is
+// still fenced, so no page may be told it holds input yet: a viewer
+// connecting in that window is told erin holds input, and an agent
+// script that acted on it would be fenced. Only after the fence lifts
+// does a state say the agent holds input, and then the agent's click
+// runs (no_capture: it must capture first). The window is held open by
+// blocking the end record, so the order is pinned, not hoped for.
+func TestStateSaysAgentHoldsOnlyOnceUnfenced(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	path := startAgentSocket(t, e, uint32(myUID()))
+	ws := controlViewer(t, ctx, e, "erin")
+	takeOver(t, ctx, ws)
+	inWindow, proceed := make(chan struct{}), make(chan struct{})
+	hook := func() { close(inWindow); <-proceed }
+	e.onEnd.Store(&hook)
+	t.Cleanup(func() {
+		select {
+		case <-proceed:
+		default:
+			close(proceed)
+		}
+	})
+	op(ctx, ws, "handback")
+	select {
+	case <-inWindow:
+	case <-ctx.Done():
+		t.Fatal("the hand back wrote no end record")
+	}
+	if out := agentRun(t, path, "click 5 5\n"); len(out) != 1 || out[0]["code"] != "fenced" {
+		t.Fatalf("agent click while the end is recorded: %v, want fenced", out)
+	}
+	watcher := controlViewer(t, ctx, e, "watcher")
+	st, err := readUntil(ctx, watcher, func(m map[string]any) bool { return m["type"] == "state" })
+	if holder, _ := st["holder"].(string); err != nil || !strings.HasPrefix(holder, "erin (") {
+		t.Fatalf("state told a page while the agent is still fenced: %v, %v; want holder erin", st, err)
+	}
+	close(proceed)
+	for _, c := range []*websocket.Conn{ws, watcher} {
+		if _, err := readUntil(ctx, c, func(m map[string]any) bool { return m["type"] == "state" && m["holder"] == "" }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := agentRun(t, path, "click 5 5\n"); len(out) != 1 || out[0]["code"] != "no_capture" {
+		t.Fatalf("agent click after the state said the agent holds input: %v, want no_capture", out)
 	}
 }
 

@@ -29,6 +29,12 @@ var (
 // a viewer's input is forwarded, so input never crosses a change of
 // hands. Nobody calls into a Hold while holding mu: the hold's release
 // function takes mu itself.
+//
+// What pages are told (shown) trails the holder on the way out: a hold's
+// release stops the person's input at once, but pages learn that the
+// agent holds input again only once the hold has completely ended (end
+// recorded, agent unfenced), so no page or script acting on a state
+// message finds the agent still fenced.
 type arbiter struct {
 	adapter *qmpinput.Adapter
 	aud     *Auditor
@@ -37,11 +43,13 @@ type arbiter struct {
 	changed func() // broadcast the state; called without mu
 	logf    func(format string, args ...any)
 
-	mu      sync.RWMutex
-	holder  *viewer
-	hold    *qmpinput.Hold
-	since   time.Time
-	expires time.Time
+	mu        sync.RWMutex
+	holder    *viewer        // whose input passes; nil once its hold is released
+	hold      *qmpinput.Hold // the hold holder's input passes under
+	shown     *viewer        // the holder pages are told of
+	shownHold *qmpinput.Hold // shown's hold, until it has completely ended
+	since     time.Time      // of the shown hold
+	expires   time.Time      // of the shown hold
 }
 
 // State is what the page shows about who holds input.
@@ -57,9 +65,9 @@ type State struct {
 
 func (ar *arbiter) state(v *viewer) State {
 	ar.mu.RLock()
-	s := State{Since: ar.since, Expires: ar.expires, HolderIsYou: ar.holder != nil && ar.holder == v}
-	if ar.holder != nil {
-		s.Holder = ar.holder.actor
+	s := State{Since: ar.since, Expires: ar.expires, HolderIsYou: ar.shown != nil && ar.shown == v}
+	if ar.shown != nil {
+		s.Holder = ar.shown.actor
 	}
 	ar.mu.RUnlock()
 	s.PausedBy, s.PausedSince, s.Paused = ar.adapter.Paused()
@@ -91,9 +99,9 @@ func (ar *arbiter) takeover(v *viewer) error {
 		return err
 	}
 	ar.holder, ar.hold, ar.since, ar.expires = v, hold, ar.now(), ar.now().Add(ttl)
+	ar.shown, ar.shownHold = v, hold
 	ar.mu.Unlock()
-	// Pages learn of the end once it is complete: recorded, agent unfenced.
-	go func() { <-hold.Done(); ar.changed() }()
+	go func() { <-hold.Done(); ar.ended(hold) }()
 	if err := ar.aud.takeErr(); err != nil {
 		hold.End()
 		ar.staleAuditErr() // the end record of the undone hold
@@ -113,13 +121,25 @@ func (ar *arbiter) staleAuditErr() {
 
 // released runs inside the hold's end, before the agent is unfenced: the
 // holder's input stops and every key and button it holds is lifted.
+// Pages are still told of the hold (ended tells them it is over).
 func (ar *arbiter) released(v *viewer) {
 	ar.mu.Lock()
 	if ar.holder == v {
 		v.releaseInput()
-		ar.holder, ar.hold, ar.since, ar.expires = nil, nil, time.Time{}, time.Time{}
+		ar.holder, ar.hold = nil, nil
 	}
 	ar.mu.Unlock()
+}
+
+// ended runs once hold has completely ended (end recorded, agent
+// unfenced): only now are pages told that the agent holds input.
+func (ar *arbiter) ended(hold *qmpinput.Hold) {
+	ar.mu.Lock()
+	if ar.shownHold == hold {
+		ar.shown, ar.shownHold, ar.since, ar.expires = nil, nil, time.Time{}, time.Time{}
+	}
+	ar.mu.Unlock()
+	ar.changed()
 }
 
 // end ends v's hold, if v holds input, for why.

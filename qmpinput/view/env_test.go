@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +85,9 @@ type env struct {
 	clock   *clock
 	state   string
 	begins  chan time.Time // when each handover_begin record was written
+	// onEnd, if set, runs while a handover_end record is written: the
+	// hold is released, the agent still fenced.
+	onEnd atomic.Pointer[func()]
 }
 
 func newEnv(tb testing.TB, mod func(*Config)) *env {
@@ -103,6 +107,9 @@ func newEnv(tb testing.TB, mod func(*Config)) *env {
 			aud.Record(ev)
 			if ev.Kind == "handover_begin" {
 				e.begins <- time.Now()
+			}
+			if f := e.onEnd.Load(); ev.Kind == "handover_end" && f != nil {
+				(*f)()
 			}
 		}})
 	if err != nil {

@@ -123,7 +123,7 @@ func TestCheckReadsTheThread(t *testing.T) {
 // required capability dropped from its bounding set in turn: Check must
 // fail and name exactly that capability, missing from all three sets.
 func TestCheckNamesEachMissing(t *testing.T) {
-	testenv.Require(t, "root")
+	testenv.Require(t, "root", "capsh")
 	capsh, err := exec.LookPath("capsh")
 	if err != nil {
 		t.Fatalf("capsh not found (ci/setup installs libcap2-bin): %v", err)

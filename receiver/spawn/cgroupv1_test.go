@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tetherdev/tether/fixtures/cgroupv1"
 	"github.com/tetherdev/tether/fixtures/testenv"
 )
@@ -62,14 +64,27 @@ func v1PairOf(t testing.TB, controller, limit string) (string, CgroupV1) {
 // from its first instruction, its descendants are bounded by that
 // cgroup's pids.max, and the spawning thread went back: no thread of
 // this process is left in it.
+//
+// The spawning thread is in the cgroup (one of its pids) until the
+// child has exec'd and the thread has moved back; a command that forks
+// at once may meet that moment. The command therefore forks only once
+// the test has seen the thread leave (a FIFO it waits on), so the six
+// tasks counted are the command's own.
 func TestCgroupV1Join(t *testing.T) {
 	testenv.Require(t, "root", "cgroup-v1")
 	for name, mode := range modes {
 		t.Run(name, func(t *testing.T) {
 			dir, cg := v1Pair(t, 6)
 			r, w, _ := os.Pipe()
-			wd, _ := workDir(t)
-			script := `grep :pids: /proc/self/cgroup; exec perl -e '$| = 1; for (1..20) { my $p = fork; if (defined $p && $p == 0) { sleep 30; exit } } print "forked\n"; sleep 30'`
+			wd, path := workDir(t)
+			gate := filepath.Join(path, "gate")
+			if err := unix.Mkfifo(gate, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(gate, int(uid), int(gid)); err != nil {
+				t.Fatal(err)
+			}
+			script := `grep :pids: /proc/self/cgroup; read x < gate; exec perl -e '$| = 1; for (1..20) { my $p = fork; if (defined $p && $p == 0) { sleep 30; exit } } print "forked\n"; sleep 30'`
 			c, err := Start(Spec{Mode: mode, Path: "/bin/sh", Argv: []string{"sh", "-c", script}, Env: []string{"PATH=/usr/bin:/bin"},
 				Dir: wd, UID: uid, GID: gid, Groups: groups, Output: w, CgroupsV1: []CgroupV1{cg}})
 			w.Close()
@@ -82,19 +97,36 @@ func TestCgroupV1Join(t *testing.T) {
 			if !strings.Contains(line, ":pids:"+strings.TrimPrefix(dir, mustOwnMount(t))) {
 				t.Fatalf("child's first pids cgroup line %q, want %s", line, dir)
 			}
+			waitFor(t, func() bool { return len(ownThreadsIn(t, dir)) == 0 }) // the spawning thread went back
+			g, err := os.OpenFile(gate, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.WriteString("go\n")
+			g.Close()
 			if line, _ := br.ReadString('\n'); line != "forked\n" { // every fork was tried
 				t.Fatalf("perl said %q", line)
 			}
 			if got := count(t, dir); got != 6 {
 				t.Fatalf("%d tasks in the cgroup, pids.max is 6", got)
 			}
-			for _, task := range tasks(t, dir) {
-				if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", os.Getpid(), task)); err == nil {
-					t.Fatalf("thread %d of this process is still in %s", task, dir)
-				}
+			if own := ownThreadsIn(t, dir); len(own) > 0 {
+				t.Fatalf("threads %v of this process are still in %s", own, dir)
 			}
 		})
 	}
+}
+
+// ownThreadsIn lists the threads of this process in the v1 cgroup dir.
+func ownThreadsIn(t *testing.T, dir string) []int {
+	t.Helper()
+	var own []int
+	for _, task := range tasks(t, dir) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", os.Getpid(), task)); err == nil {
+			own = append(own, task)
+		}
+	}
+	return own
 }
 
 func mustOwnMount(t *testing.T) string {

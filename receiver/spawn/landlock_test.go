@@ -214,7 +214,7 @@ func noKillMain() {
 // its bounding (and so effective) set: Start must refuse naming KILL, and
 // no process of the child uid may appear.
 func TestMissingKillStartsNothing(t *testing.T) {
-	testenv.Require(t, "root")
+	testenv.Require(t, "root", "capsh")
 	capsh, err := exec.LookPath("capsh")
 	if err != nil {
 		t.Fatalf("capsh not found (ci/setup installs libcap2-bin): %v", err)

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/fixtures/testids"
 	"github.com/tetherdev/tether/receiver/caps"
 )
 
@@ -25,18 +27,22 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == HelperArg {
 		HelperMain()
 	}
+	ids := testids.MustForTree("TETHER_SPAWN_TEST_IDS", 4) // noKillMain's process checks the same uid
+	uid, gid, groups = ids[0], ids[1], ids[2:]
+	slices.Sort(groups) // as the kernel lists them in /proc/PID/status
 	if os.Getenv(noKillEnv) != "" {
 		noKillMain()
 	}
 	os.Exit(m.Run())
 }
 
-const (
-	uid = 60201
-	gid = 60202
+// The child's ids are this test process's own (fixtures/testids), set by
+// TestMain: tests count, wait for and kill every process of uid, which
+// another test binary running at the same time must never add to or lose.
+var (
+	uid, gid uint32
+	groups   []uint32
 )
-
-var groups = []uint32{60203, 60204}
 
 var modes = map[string]Mode{"thread": ModeThread, "helper": ModeHelper}
 
@@ -49,7 +55,7 @@ func workDir(t testing.TB) (*os.File, string) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Chown(dir, uid, gid); err != nil {
+	if err := os.Chown(dir, int(uid), int(gid)); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.OpenFile(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
@@ -253,21 +259,9 @@ func TestKillTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tree []int
-	deadline := time.Now().Add(30 * time.Second) // a bound for a slow guest, not a wait
-	for len(tree) < 4 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-		tree = procsOfUID(t, uid)
-	}
-	if len(tree) != 4 {
-		c.Kill()
-		t.Fatalf("tree has %d processes (%v), want 4", len(tree), tree)
-	}
-	for _, p := range tree {
-		if pg, _ := unix.Getpgid(p); pg != c.PID() {
-			t.Fatalf("process %d is in group %d, not %d", p, pg, c.PID())
-		}
-	}
+	t.Cleanup(func() { killUID(t, c, uid) }) // no sleeper outlives a failure here
+	tree := settledTree(t, uid, c.PID(), 4)
+	t.Logf("settled tree: %v", tree)
 	start := time.Now()
 	if err := c.Kill(); err != nil {
 		t.Fatal(err)
@@ -284,11 +278,85 @@ func TestKillTree(t *testing.T) {
 	}
 }
 
+// treeProc is one process of a test uid as /proc shows it.
+type treeProc struct {
+	PID, PGID   int
+	Name, State string
+}
+
+// settledTree waits until the processes of uid u are exactly n sleepers
+// (comm "sleep", not zombies) in process group pgid: the shell has forked
+// every one of them, its subshell has exited and been reaped, and the
+// leader has exec'd its own sleep. Until then the tree is still growing
+// (a forked child is "sh" until it execs; the subshell is a fifth process
+// until it exits), and that is no failure. The bound is for a slow guest;
+// the wait ends as soon as the tree is settled.
+func settledTree(t *testing.T, u uint32, pgid, n int) []treeProc {
+	t.Helper()
+	var tree []treeProc
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tree = treeOfUID(t, u)
+		if treeSettled(tree, pgid, n) {
+			return tree
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tree never settled to %d sleepers in group %d: %+v", n, pgid, tree)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func treeSettled(tree []treeProc, pgid, n int) bool {
+	if len(tree) != n {
+		return false
+	}
+	for _, p := range tree {
+		if p.Name != "sleep" || p.State == "Z" || p.PGID != pgid {
+			return false
+		}
+	}
+	return true
+}
+
+// treeOfUID reads each process of uid u from /proc; a process that ends
+// while it is read is left out (the next poll sees the tree without it).
+func treeOfUID(t testing.TB, u uint32) []treeProc {
+	t.Helper()
+	var out []treeProc
+	for _, pid := range procsOfUID(t, u) {
+		st, err := caps.ReadStatus(fmt.Sprintf("/proc/%d/status", pid))
+		pg, perr := unix.Getpgid(pid)
+		if err != nil || perr != nil {
+			continue
+		}
+		out = append(out, treeProc{PID: pid, PGID: pg, Name: st.Name, State: st.State})
+	}
+	return out
+}
+
+// killUID is a test's cleanup: it kills c's group (c may be nil), then every process of
+// uid u that is left (a test that failed half way may leave sleepers
+// outside any group c can still signal), and waits until none is left,
+// so that one failure never becomes the next test's "left by earlier
+// tests".
+func killUID(t testing.TB, c *Child, u uint32) {
+	t.Helper()
+	if c != nil {
+		_ = c.Kill()
+	}
+	for _, p := range procsOfUID(t, u) {
+		_ = unix.Kill(p, unix.SIGKILL)
+	}
+	waitNoUID(t, u)
+}
+
 // TestCancelCycles starts and cancels 1,000 trees; no process of the uid,
 // live or zombie, may remain.
 func TestCancelCycles(t *testing.T) {
 	testenv.Require(t, "root")
 	waitNoUID(t, uid)
+	t.Cleanup(func() { killUID(t, nil, uid) })
 	dir, _ := workDir(t)
 	n := 1000
 	if testing.Short() {
@@ -452,6 +520,7 @@ func withReaperHeld(f func()) {
 func TestLeaderExitKillsGroup(t *testing.T) {
 	testenv.Require(t, "root")
 	waitNoUID(t, uid)
+	t.Cleanup(func() { killUID(t, nil, uid) })
 	if _, st := run(t, ModeThread, nil, "/bin/sh", "-c", "sleep 100 & (sleep 100 &); exit 3"); st.Code != 3 {
 		t.Fatalf("status %+v", st)
 	}

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -124,7 +125,8 @@ func (c *Client) Err() error {
 //     deadline), CodeTimeout (deadline already passed), CodeTooLarge
 //     (frame over the limit), CodeUnavailable (the
 //     client is closed, the connection is gone or the receiver announced
-//     shutdown), or ctx's error while waiting to write;
+//     shutdown); when ctx ends first, CodeTimeout wrapping ctx's error
+//     for a passed deadline, ctx's error alone for a cancel;
 //   - sent, answer lost: an error wrapping *Error CodeFateUnknown, and
 //     ctx's error when ctx ended first. Never retry such a call blindly.
 //     No answer by the deadline plus the response grace also ends the
@@ -141,7 +143,7 @@ func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 func (c *Client) CallFenced(ctx context.Context, op Op, tupleSHA256, opKey string, fence uint64,
 	deadline time.Time, args, result any) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("wire: call %s not sent: %w", op, err)
+		return notSent(fmt.Sprintf("call %s", op), err)
 	}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 		deadline = dl
@@ -181,7 +183,7 @@ func (c *Client) prepare(op Op, env Request, deadline time.Time, args any) ([]by
 	c.pending[id] = ch
 	c.mu.Unlock()
 	req := Request{ID: id, Op: op, TupleSHA256: env.TupleSHA256, OpKey: env.OpKey, Fence: env.Fence, Deadline: deadline.UTC(), Args: raw}
-	payload, err := json.Marshal(&req)
+	payload, err := encodeRequest(&req)
 	if err != nil {
 		c.forget(id)
 		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: encode request: %v", op, err)
@@ -193,6 +195,35 @@ func (c *Client) prepare(op Op, env Request, deadline time.Time, args any) ([]by
 			op, len(payload), c.limit)
 	}
 	return frame, id, ch, nil
+}
+
+// argsMark is how the args field of an encoded request begins when its
+// value is the placeholder 0: id is always encoded first, so the field
+// follows a comma, and inside a JSON string a quote is always escaped, so
+// the mark cannot occur within another field's value.
+var argsMark = []byte(`,"args":0`)
+
+// encodeRequest encodes req as json.Marshal would, but writes the envelope
+// around req.Args (which json.Marshal made, so it is compact and valid)
+// instead of encoding the envelope with the args inside: that would scan
+// the args again byte by byte (a chunk's are a megabyte). The envelope is
+// still encoded by json.Marshal, whatever fields Request has.
+func encodeRequest(req *Request) ([]byte, error) {
+	args := req.Args
+	req.Args = json.RawMessage("0")
+	env, err := json.Marshal(req)
+	req.Args = args
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.Index(env, argsMark)
+	end := i + len(argsMark)
+	if i < 0 || bytes.Index(env[end:], argsMark) >= 0 || end >= len(env) || (env[end] != ',' && env[end] != '}') {
+		return json.Marshal(req) // not the shape expected: the slow, certain way
+	}
+	out := make([]byte, 0, len(env)+len(args))
+	out = append(append(out, env[:end-1]...), args...)
+	return append(out, env[end:]...), nil
 }
 
 // encodeArgs checks that args is op's args type and marshals it.
@@ -226,7 +257,7 @@ func (c *Client) send(ctx context.Context, id uint64, frame []byte, deadline tim
 	case c.wsem <- struct{}{}:
 	case <-ctx.Done():
 		c.forget(id)
-		return fmt.Errorf("wire: request %d not sent: %w", id, ctx.Err())
+		return notSent(fmt.Sprintf("request %d", id), ctx.Err())
 	case <-c.done:
 		c.forget(id)
 		return c.refusal()
@@ -238,7 +269,7 @@ func (c *Client) send(ctx context.Context, id uint64, frame []byte, deadline tim
 	if err := ctx.Err(); err != nil { // ctx ended while waiting for the slot
 		<-c.wsem
 		c.forget(id)
-		return fmt.Errorf("wire: request %d not sent: %w", id, err)
+		return notSent(fmt.Sprintf("request %d", id), err)
 	}
 	d, canDeadline := c.conn.(interface{ SetWriteDeadline(time.Time) error })
 	if canDeadline {
@@ -285,10 +316,19 @@ func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
 	if resp.Error != nil {
 		return resp.Error
 	}
-	if result == nil {
-		return nil
+	var err error
+	if result != nil {
+		if err = decodeStrict(resp.Result, result); err == nil {
+			return nil
+		}
 	}
-	if err := decodeStrict(resp.Result, result); err != nil {
+	// The frame decoder left the result's syntax to this decode; a frame
+	// that is not JSON ends the connection, as it would have there.
+	if !json.Valid(resp.Result) {
+		c.fail(fmt.Errorf("%w: %s result of request %d is not valid JSON", ErrMalformed, op, id))
+		return fateUnknown(id, c.Err())
+	}
+	if err != nil {
 		return fmt.Errorf("wire: %s result of request %d: %w", op, id, err)
 	}
 	return nil
@@ -341,6 +381,16 @@ func (c *Client) refusal() *errcode.Error {
 }
 
 // fateUnknown wraps cause in a CodeFateUnknown *Error.
+// notSent is the error of a call that ctx ended before it was written:
+// nothing ran. A passed deadline is CodeTimeout, so callers and agents see
+// a code; a cancel keeps only ctx's error (the caller cancelled it).
+func notSent(what string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", errcode.Errorf(errcode.CodeTimeout, "%s not sent: its deadline passed first", what), err)
+	}
+	return fmt.Errorf("wire: %s not sent: %w", what, err)
+}
+
 func fateUnknown(id uint64, cause error) error {
 	return fmt.Errorf("%w: %w", errcode.Errorf(errcode.CodeFateUnknown,
 		"request %d was sent but its answer was lost; it may or may not have run", id), cause)

@@ -253,26 +253,38 @@ func TestClientRefusesBadAnswers(t *testing.T) {
 		"both":           `{"id":1,"result":{},"error":{"code":"denied","message":""}}`,
 		"not an object":  `"hi"`,
 		"trailing bytes": `{"id":1,"result":{}}{}`,
+		// The frame decoder leaves the result's syntax to the result's own
+		// decode (or json.Valid when the caller wants no result).
+		"result not json":   `{"id":1,"result":tru}`,
+		"result bad escape": `{"id":1,"result":{"granted":"\q"}}`,
 	} {
-		t.Run(name, func(t *testing.T) {
-			cc, sc := socketPair(t)
-			cl, _ := NewClient(cc, ClientConfig{})
-			defer cl.Close()
-			peer := newRawPeer(t, sc)
-			done := make(chan error, 1)
-			go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
-			var req Request
-			peer.next(&req)
-			peer.sendRaw([]byte(answer))
-			if err := <-done; codeOf(err) != errcode.CodeFateUnknown {
-				t.Fatalf("err = %v, want fate_unknown", err)
-			}
-			if err := cl.Err(); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
-				t.Fatalf("Err() = %v, want a protocol fault", err)
-			}
-			peer.expectEOF()
-		})
+		for _, result := range []any{nil, &AttachResult{}} {
+			t.Run(fmt.Sprintf("%s/%T", name, result), func(t *testing.T) {
+				refusesBadAnswer(t, answer, result)
+			})
+		}
 	}
+}
+
+// refusesBadAnswer: the call in flight becomes fate unknown and the
+// connection ends with a protocol fault when the peer answers answer.
+func refusesBadAnswer(t *testing.T, answer string, result any) {
+	cc, sc := socketPair(t)
+	cl, _ := NewClient(cc, ClientConfig{})
+	defer cl.Close()
+	peer := newRawPeer(t, sc)
+	done := make(chan error, 1)
+	go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, result) }()
+	var req Request
+	peer.next(&req)
+	peer.sendRaw([]byte(answer))
+	if err := <-done; codeOf(err) != errcode.CodeFateUnknown {
+		t.Fatalf("err = %v, want fate_unknown", err)
+	}
+	if err := cl.Err(); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
+		t.Fatalf("Err() = %v, want a protocol fault", err)
+	}
+	peer.expectEOF()
 }
 
 // The result is decoded strictly too.
@@ -325,6 +337,24 @@ func TestCallCtxDoneIsNotSent(t *testing.T) {
 	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	if n, _ := sc.Read(make([]byte, 1)); n != 0 {
 		t.Fatal("a call with a dead ctx wrote to the connection")
+	}
+}
+
+// A call whose ctx deadline has passed is not sent and says timeout, a
+// code the custodian passes on (an uncoded error became "internal").
+func TestCallCtxDeadlineIsTimeoutNotSent(t *testing.T) {
+	cc, sc := socketPair(t)
+	cl, _ := NewClient(cc, ClientConfig{})
+	defer cl.Close()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	if codeOf(err) != errcode.CodeTimeout || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want timeout wrapping context.DeadlineExceeded", err)
+	}
+	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	if n, _ := sc.Read(make([]byte, 1)); n != 0 {
+		t.Fatal("a call past its deadline wrote to the connection")
 	}
 }
 
@@ -403,4 +433,31 @@ func TestClientNoAnswerEndsConnection(t *testing.T) {
 	if !errors.Is(cl.Err(), ErrNoAnswer) {
 		t.Fatalf("Err() = %v", cl.Err())
 	}
+}
+
+// FuzzEncodeRequest: the request envelope written around its args is
+// byte for byte what json.Marshal makes of the whole request, whatever
+// the op key and args hold (a broken splice would send another request,
+// or one the receiver refuses as malformed).
+func FuzzEncodeRequest(f *testing.F) {
+	f.Add("k", `{"path":"a.txt"}`, uint64(1))
+	f.Add(`x","args":0,"y":"`, `{"terminal_id":"t1"}`, uint64(7))
+	f.Add(`\",\"args\":0}`, `0`, uint64(1<<60))
+	f.Add("", `{"data":"AAEC","offset":0,"transfer_id":",\"args\":0"}`, uint64(2))
+	f.Fuzz(func(t *testing.T, opKey, args string, id uint64) {
+		raw, err := json.Marshal(json.RawMessage(args))
+		if err != nil {
+			return // not JSON: encodeArgs never makes it
+		}
+		req := Request{ID: id, Op: OpRead, TupleSHA256: strings.Repeat("a", 64), OpKey: opKey,
+			Deadline: time.Unix(1e9, 5).UTC(), Args: raw}
+		want, werr := json.Marshal(&req)
+		got, gerr := encodeRequest(&req)
+		if (werr == nil) != (gerr == nil) || string(got) != string(want) {
+			t.Fatalf("encodeRequest = %s, %v; json.Marshal = %s, %v", got, gerr, want, werr)
+		}
+		if string(req.Args) != string(raw) {
+			t.Fatalf("encodeRequest changed the request's args to %s", req.Args)
+		}
+	})
 }

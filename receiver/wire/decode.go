@@ -111,6 +111,25 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
+// decodeStrictExcept is decodeStrict for a frame whose member key (the
+// request's args, the response's result) is large: that member is not
+// decoded with the envelope, which would scan it twice more only to copy
+// it, but returned as a copy of its bytes (nil when absent; the frame's
+// buffer is reused). The strict checks still cover the whole frame; the
+// member's value is valid JSON for certain only once it is decoded strictly
+// as its own type (DecodeArgs, the client's result) or checked with
+// json.Valid, which every caller does before using it.
+func decodeStrictExcept(data []byte, v any, key string) (json.RawMessage, error) {
+	raw, err := strictjson.DecodeWithRaw(data, MaxFrameSize, v, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	return append(json.RawMessage(nil), raw...), nil
+}
+
 // DecodeArgs returns the typed args of r (see the package function
 // DecodeArgs). On a request the server dispatched, the args were already
 // decoded and validated once, and that value is returned.
@@ -128,9 +147,11 @@ func (r *Request) DecodeArgs() (any, error) {
 // the decoded request together with an *Error to answer it with.
 func DecodeRequest(payload []byte) (*Request, error) {
 	var req Request
-	if err := decodeStrict(payload, &req); err != nil {
+	raw, err := decodeStrictExcept(payload, &req, "args")
+	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}
+	req.Args = raw
 	if req.ID == 0 {
 		return nil, fmt.Errorf("%w: request id 0 is reserved", ErrProtocol)
 	}
@@ -171,9 +192,11 @@ func checkEnvelope(r *Request) *errcode.Error {
 // or both of result and error, an error code outside the closed set.
 func DecodeResponse(payload []byte) (*Response, error) {
 	var resp Response
-	if err := decodeStrict(payload, &resp); err != nil {
+	result, err := decodeStrictExcept(payload, &resp, "result")
+	if err != nil {
 		return nil, fmt.Errorf("response: %w", err)
 	}
+	resp.Result = result
 	hasResult := len(resp.Result) > 0 && string(resp.Result) != "null"
 	switch {
 	case resp.Error != nil && hasResult:

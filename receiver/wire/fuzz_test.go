@@ -104,6 +104,9 @@ func FuzzDecodeRequest(f *testing.F) {
 
 // FuzzDecodeResponse: no panic; an accepted answer has exactly one of
 // result and error, a code from the closed set, and notices carry errors.
+// The result is left undecoded (the caller decodes it as its own type);
+// when it is valid JSON, encoding/json accepts the whole answer and reads
+// the same result bytes.
 func FuzzDecodeResponse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		resp, err := DecodeResponse(in)
@@ -122,6 +125,13 @@ func FuzzDecodeResponse(f *testing.F) {
 		}
 		if resp.ID == 0 && resp.Error == nil {
 			t.Fatal("accepted a notice without an error")
+		}
+		if !hasResult || !json.Valid(resp.Result) {
+			return
+		}
+		var plain Response
+		if err := json.Unmarshal(in, &plain); err != nil || !bytes.Equal(plain.Result, resp.Result) {
+			t.Fatalf("result %q; encoding/json read %q (%v)", resp.Result, plain.Result, err)
 		}
 	})
 }

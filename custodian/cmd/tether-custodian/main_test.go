@@ -60,8 +60,9 @@ func TestScripts(t *testing.T) {
 
 // TestScriptsRoot runs testdata/script-root/*.txtar: `run` end to end
 // against a real tether-receiver process (custodian/internal/realrecv),
-// which needs root. Scripts get $ROOT (the granted tuple's root) and write
-// their config with write-config.
+// which needs root. Scripts get $ROOT (the granted tuple's root) and
+// $GRANT_UID (the uid the grant runs commands as), and write their config
+// with write-config.
 func TestScriptsRoot(t *testing.T) {
 	rr := realrecv.Start(t)
 	testscript.Run(t, testscript.Params{
@@ -70,6 +71,8 @@ func TestScriptsRoot(t *testing.T) {
 		RequireUniqueNames:  true,
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("ROOT", rr.Tuple.Root)
+			uid, _ := realrecv.GrantIDs()
+			env.Setenv("GRANT_UID", strconv.FormatUint(uint64(uid), 10))
 			env.Values["receiver"] = rr
 			return nil
 		},

@@ -53,7 +53,7 @@ func TestIntegrationRunWithPlugin(t *testing.T) {
 	if n := strings.Count(stdout.String(), `"status":"completed"`); n != len(prompts) {
 		t.Fatalf("%d tool calls completed, want %d:\n%s", n, len(prompts), &stdout)
 	}
-	if !strings.Contains(stdout.String(), `60411\\n`) {
+	if uid, _ := realrecv.GrantIDs(); !strings.Contains(stdout.String(), fmt.Sprintf(`%d\\n`, uid)) {
 		t.Fatalf("run_command did not run as the grant's uid:\n%s", &stdout)
 	}
 	if got, _ := os.ReadFile(rr.File("plugin.txt")); string(got) != "bye\n" {

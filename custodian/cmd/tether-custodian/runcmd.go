@@ -74,7 +74,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *standby && (*sessionID == "" || !cfg.OpStore.Etcd()) {
 		return fail(stderr, exitUsage, "run: --standby needs --session-id and an op_store of kind etcd")
 	}
-	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: stderr}
+	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: &syncWriter{w: stderr}}
 	r.jail, r.configPath = jf, *cfgPath
 	if len(ps) == 0 {
 		lr := readLines(stdin)

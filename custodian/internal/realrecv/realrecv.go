@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,13 +23,25 @@ import (
 	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/fixtures/testids"
 )
 
-// Grant identity of the real receiver's children in these tests.
-const (
-	GrantUID = 60411
-	GrantGID = 60412
+var (
+	idsOnce            sync.Once
+	grantUID, grantGID uint32
 )
+
+// GrantIDs returns the uid and gid the receivers of this test process
+// grant: fresh for the process (fixtures/testids), drawn at the first
+// call, so no other test binary's commands run as them (two packages use
+// this one, and tests wait for or kill the processes of their grant).
+func GrantIDs() (uid, gid uint32) {
+	idsOnce.Do(func() {
+		ids := testids.Must(2)
+		grantUID, grantGID = ids[0], ids[1]
+	})
+	return grantUID, grantGID
+}
 
 // Receiver is a tether-receiver process (built from this module)
 // serving a host-only unix socket, with a signed admission file granting
@@ -37,7 +50,8 @@ const (
 type Receiver struct {
 	// Sock is the unix socket it serves (host-only).
 	Sock string
-	// Tuple is the granted tuple; its Root is a directory owned by GrantUID.
+	// Tuple is the granted tuple; its Root is a directory owned by the
+	// grant's uid (GrantIDs).
 	Tuple admission.Tuple
 	// Tuples are every granted tuple (Tuple is the first), each with its
 	// own root.
@@ -116,7 +130,8 @@ func StartWith(t testing.TB, o Options) *Receiver {
 	for i := 1; i <= max(o.Tuples, 1); i++ {
 		root := filepath.Join(base, "roots", fmt.Sprintf("w%d", i))
 		Must(t, os.MkdirAll(root, 0o755))
-		Must(t, os.Chown(root, GrantUID, GrantGID))
+		uid, gid := GrantIDs()
+		Must(t, os.Chown(root, int(uid), int(gid)))
 		rr.Tuples = append(rr.Tuples, admission.Tuple{Owner: "alice", Allocation: "a1", Session: fmt.Sprintf("s%d", i),
 			Workspace: fmt.Sprintf("w%d", i), Sandbox: "sb1", Generation: 1, Executor: "e1", Site: "local", Root: root})
 	}
@@ -170,9 +185,10 @@ func (rr *Receiver) publish(t testing.TB, dir string, key signing.PrivateKey) {
 	pub, err := signedfile.NewPublisher(signedfile.PublisherConfig{Dir: dir, Key: key})
 	Must(t, err)
 	now := time.Now()
+	uid, gid := GrantIDs()
 	var gs []admission.Grant
 	for _, tu := range rr.Tuples {
-		gs = append(gs, admission.Grant{Tuple: tu, UID: GrantUID, GID: GrantGID, Groups: []uint32{},
+		gs = append(gs, admission.Grant{Tuple: tu, UID: uid, GID: gid, Groups: []uint32{},
 			Ops:      []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill},
 			Limits:   admission.Limits{MaxProcs: 16, MaxRuntimeS: 600, MaxOutputBytes: 64 << 10, MaxFileBytes: 64 << 20},
 			NotAfter: now.Add(time.Hour)})
@@ -237,4 +253,48 @@ func goTool() string {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// PID is the receiver process's id (benchmarks read its CPU time).
+func (r *Receiver) PID() int { return r.cmd.Process.Pid }
+
+// WaitChildrenGone waits until no process of the grant's uid (GrantIDs) is left: every
+// command the receiver started has exited and been reaped. The bound is
+// for a slow machine; the wait ends as soon as the condition holds.
+func WaitChildrenGone(t testing.TB) {
+	t.Helper()
+	uid, _ := GrantIDs()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		left := processesOf(int(uid))
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the grant's uid %d are still running", left, uid)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// processesOf lists the processes whose real uid is uid, from /proc.
+func processesOf(uid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] == "Uid:" && f[1] == strconv.Itoa(uid) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/fixtures/pki"
 	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/fixtures/testids"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/internal/cgrouptest"
 	"github.com/tetherdev/tether/receiver/transport"
@@ -93,6 +94,7 @@ func prebuilt(p string) (string, error) {
 
 func capsh(t testing.TB) string {
 	t.Helper()
+	testenv.Require(t, "capsh")
 	p, err := exec.LookPath("capsh")
 	if err != nil {
 		t.Fatalf("capsh not found (ci/setup installs libcap2-bin): %v", err)
@@ -100,9 +102,13 @@ func capsh(t testing.TB) string {
 	return p
 }
 
-const (
-	gUID = 60401
-	gGID = 60402
+// The grant's ids are this test process's own (fixtures/testids): tests
+// count, wait for and kill every process of gUID, which another test
+// binary running at the same time must never add to or lose. (No test
+// here re-executes this binary, so they are drawn at initialisation.)
+var (
+	grantIDs           = testids.Must(3)
+	gUID, gGID, gGroup = grantIDs[0], grantIDs[1], grantIDs[2]
 )
 
 // env is a complete receiver deployment in a temporary directory: an
@@ -132,7 +138,7 @@ func newEnv(t testing.TB, landlock, spawnMode string) *env {
 		}
 	}
 	root := filepath.Join(base, "root")
-	if err := os.Chown(root, gUID, gGID); err != nil {
+	if err := os.Chown(root, int(gUID), int(gGID)); err != nil {
 		t.Fatal(err)
 	}
 	key, err := signing.GenerateKey()
@@ -148,7 +154,7 @@ func newEnv(t testing.TB, landlock, spawnMode string) *env {
 	e.grant = admission.Grant{
 		Tuple: admission.Tuple{Owner: "o", Allocation: "a", Session: "s", Workspace: "w", Sandbox: "sb",
 			Generation: 1, Executor: "e", Site: "site", Root: root},
-		UID: gUID, GID: gGID, Groups: []uint32{60403},
+		UID: gUID, GID: gGID, Groups: []uint32{gGroup},
 		Ops:      []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill},
 		Limits:   admission.Limits{MaxProcs: 64, MaxRuntimeS: 600, MaxOutputBytes: 64 << 10, MaxFileBytes: 1 << 20},
 		NotAfter: time.Now().Add(time.Hour),
@@ -423,8 +429,8 @@ func assertChild(t *testing.T, who, status string) {
 	}
 	got := fmt.Sprintf("Uid=%v Gid=%v Groups=%v Inh=%016x Prm=%016x Eff=%016x Bnd=%016x Amb=%016x NNP=%d",
 		st.UID, st.GID, st.Groups, st.CapInh, st.CapPrm, st.CapEff, st.CapBnd, st.CapAmb, st.NoNewPrivs)
-	want := fmt.Sprintf("Uid=[%d %d %d %d] Gid=[%d %d %d %d] Groups=[60403] Inh=0000000000000000 Prm=0000000000000000 Eff=0000000000000000 Bnd=0000000000000000 Amb=0000000000000000 NNP=1",
-		gUID, gUID, gUID, gUID, gGID, gGID, gGID, gGID)
+	want := fmt.Sprintf("Uid=[%d %d %d %d] Gid=[%d %d %d %d] Groups=[%d] Inh=0000000000000000 Prm=0000000000000000 Eff=0000000000000000 Bnd=0000000000000000 Amb=0000000000000000 NNP=1",
+		gUID, gUID, gUID, gUID, gGID, gGID, gGID, gGID, gGroup)
 	if got != want {
 		t.Fatalf("%s:\n got %s\nwant %s", who, got, want)
 	}

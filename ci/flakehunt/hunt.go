@@ -1,0 +1,168 @@
+package flakehunt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrOptions is wrapped by every refused option.
+var ErrOptions = errors.New("flakehunt: bad options")
+
+// Options configure a hunt.
+type Options struct {
+	Dir      string        // module root: go test and ci/vm-receipts run here
+	Out      string        // report, raw test2json and VM receipts go here
+	Packages []string      // go test patterns; empty means ./...
+	Count    int           // -count of each round (every test runs Count times per round)
+	Rounds   int           // how many separate go test invocations (fresh processes); 0 runs only the VM suites
+	Race     bool          // -race
+	Run      string        // -run, if set
+	Parallel int           // -p, if > 0
+	Shuffle  string        // -shuffle, if set ("on" or a seed)
+	Timeout  time.Duration // -timeout of each round; 0 means 30m per run of a test binary
+	VMRuns   int           // runs of ci/vm-receipts after the rounds
+	VMArgs   []string      // arguments for ci/vm-receipts (e.g. --suite native-client --accel tcg)
+	Inputs   []string      // go test -json files of earlier runs (e.g. make test's .cache/test.json) to count too
+	Log      io.Writer     // progress; nil discards it
+}
+
+func (o *Options) check() error {
+	switch {
+	case o.Dir == "" || o.Out == "":
+		return fmt.Errorf("%w: Dir and Out are required", ErrOptions)
+	case o.Count < 1 || o.Rounds < 0 || o.VMRuns < 0 || o.Timeout < 0:
+		return fmt.Errorf("%w: -count %d must be at least 1; -rounds %d, -vm %d and -timeout %s not negative",
+			ErrOptions, o.Count, o.Rounds, o.VMRuns, o.Timeout)
+	case o.Rounds == 0 && o.VMRuns == 0 && len(o.Inputs) == 0:
+		return fmt.Errorf("%w: -rounds 0 and -vm 0: nothing to run", ErrOptions)
+	}
+	if len(o.Packages) == 0 {
+		o.Packages = []string{"./..."}
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 30 * time.Minute * time.Duration(o.Count)
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	return nil
+}
+
+// goTestArgs is the go test command line of one round.
+func (o *Options) goTestArgs() []string {
+	args := []string{"test", "-json", "-count=" + strconv.Itoa(o.Count), "-timeout=" + o.Timeout.String()}
+	if o.Race {
+		args = append(args, "-race")
+	}
+	if o.Run != "" {
+		args = append(args, "-run="+o.Run)
+	}
+	if o.Parallel > 0 {
+		args = append(args, "-p="+strconv.Itoa(o.Parallel))
+	}
+	if o.Shuffle != "" {
+		args = append(args, "-shuffle="+o.Shuffle)
+	}
+	return append(args, o.Packages...)
+}
+
+// Run runs the hunt: Rounds invocations of go test, then VMRuns runs of
+// ci/vm-receipts, and writes the report (also after a round that could
+// not run at all, so the evidence so far is kept). The returned error is
+// about the hunt itself; failed tests are in the report (Clean).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.Out, 0o755); err != nil {
+		return nil, err
+	}
+	r := &Report{Started: time.Now().UTC(), Config: o.config()}
+	ty := NewTally()
+	var errs []error
+	for _, in := range o.Inputs {
+		errs = append(errs, readFile(in, ty))
+	}
+	for i := 1; i <= o.Rounds && ctx.Err() == nil; i++ {
+		fmt.Fprintf(o.Log, "flakes: round %d of %d: go %s\n", i, o.Rounds, strings.Join(o.goTestArgs(), " "))
+		errs = append(errs, o.round(ctx, i, ty))
+	}
+	for i := 1; i <= o.VMRuns && ctx.Err() == nil; i++ {
+		fmt.Fprintf(o.Log, "flakes: VM run %d of %d: ci/vm-receipts %s\n", i, o.VMRuns, strings.Join(o.VMArgs, " "))
+		v, err := o.vmRun(ctx, i, ty)
+		r.VM = append(r.VM, v)
+		errs = append(errs, err)
+	}
+	r.Ended = time.Now().UTC()
+	r.build(ty)
+	errs = append(errs, ctx.Err(), r.Write(o.Out))
+	return r, errors.Join(errs...)
+}
+
+// round runs go test once, keeping its raw output in round-N.json. A
+// non-zero exit is what failed tests cause, so it is not an error; a go
+// command that could not start is.
+func (o *Options) round(ctx context.Context, n int, ty *Tally) error {
+	raw, err := os.Create(filepath.Join(o.Out, fmt.Sprintf("round-%d.json", n)))
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	cmd := exec.CommandContext(ctx, "go", o.goTestArgs()...)
+	cmd.Dir, cmd.Stderr = o.Dir, raw
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("round %d: start go test: %w", n, err)
+	}
+	rerr := ty.Read(stdout, raw)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && ctx.Err() == nil {
+		err = nil
+	}
+	return errors.Join(rerr, err)
+}
+
+// readFile counts the events of a go test -json file.
+func readFile(path string, ty *Tally) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return ty.Read(f, nil)
+}
+
+func (o *Options) config() Config {
+	c := Config{GoTest: append([]string{"go"}, o.goTestArgs()...), Count: o.Count, Rounds: o.Rounds, Race: o.Race,
+		UID: os.Geteuid(), Require: os.Getenv("TETHER_TEST_REQUIRE"), VMRuns: o.VMRuns, VMArgs: o.VMArgs,
+		NumCPU: runtime.NumCPU(), Packages: o.Packages, Inputs: o.Inputs}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		c.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	c.GitHead = gitOut(o.Dir, "rev-parse", "HEAD")
+	c.Dirty = gitOut(o.Dir, "status", "--porcelain", "--untracked-files=no") != ""
+	return c
+}
+
+func gitOut(dir string, args ...string) string {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -1,0 +1,29 @@
+// Package flaky is the flake hunt's own test subject (never part of
+// ./..., being under testdata): TestFlaky fails on every second run in a
+// process, TestSteady always passes, TestSkipped always skips.
+package flaky
+
+import (
+	"os"
+	"testing"
+)
+
+var runs int
+
+func TestFlaky(t *testing.T) {
+	runs++
+	if runs%2 == 0 {
+		t.Fatalf("run %d fails on purpose", runs)
+	}
+}
+
+func TestSteady(t *testing.T) {}
+
+func TestSkipped(t *testing.T) { t.Skip("always") }
+
+// TestCrash panics when FLAKY_CRASH is set: the binary ends mid-test.
+func TestCrash(t *testing.T) {
+	if os.Getenv("FLAKY_CRASH") != "" {
+		panic("crash on purpose")
+	}
+}
