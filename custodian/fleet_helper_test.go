@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"
@@ -101,7 +103,7 @@ func fleetHelper() int {
 	if _, err := conn.Initialize(ctx); err != nil {
 		return fail("initialize", err)
 	}
-	if _, err := conn.LoadSession(ctx, acp.LoadSessionRequest{SessionId: acp.SessionId(fc.Session), Cwd: fc.Tuple.Root,
+	if err := loadRetrying(ctx, conn, acp.LoadSessionRequest{SessionId: acp.SessionId(fc.Session), Cwd: fc.Tuple.Root,
 		McpServers: []acp.McpServer{}}, b); err != nil {
 		return fail("bind", err)
 	}
@@ -114,6 +116,28 @@ func fleetHelper() int {
 	store.Close()
 	cli.Close()
 	return 0
+}
+
+// loadRetrying binds the session, again while the op store answers
+// unavailable (an etcd member restarting: the bind recorded nothing and
+// is safe to repeat), for at most a minute.
+func loadRetrying(ctx context.Context, conn *Conn, req acp.LoadSessionRequest, b Binding) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		_, err := conn.LoadSession(ctx, req, b)
+		if err == nil {
+			return nil
+		}
+		if code, _ := acpmeta.CodeOf(err); !errors.Is(err, opstore.ErrUnavailable) && code != errcode.CodeUnavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // stopHere freezes the process (SIGSTOP) before this goroutine goes on.

@@ -215,10 +215,11 @@ func TestIntegrationFleetSoak(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { restartEtcdMembers(t, c, stop, &s.restarts) })
+	stopRestarts := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopRestarts() // also when the soak fails: no restart after the cluster closed
 	start := time.Now()
 	s.run(ctx)
-	close(stop)
-	wg.Wait()
+	stopRestarts()
 	restarts := s.restarts.Load()
 	t.Logf("%d ops in %s, %d custodian kills, %d etcd member restarts; takeover to the first answered op: %s",
 		n, time.Since(start).Round(time.Millisecond), s.kills, restarts, durationSummary(s.takeovers))
