@@ -86,8 +86,15 @@ func (cn *Conn) attachBinding(ctx context.Context, b *binding, taggedBy string) 
 		cn.refused(b, errcode.CodeLeaseExpired, audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
 		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
 	}
+	if err := c.claim(ctx, b); err != nil { // the session's fencing token, before the receiver sees it
+		cn.refused(b, codeOrInternal(err), audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
+		return acpmeta.AttachResponse{}, refusal(err)
+	}
 	res, epoch, err := c.askReceiver(ctx, b)
-	rec.GrantGeneration = res.GrantGeneration
+	if fencedByReceiver(err) {
+		c.lostOwnership(b, err.Error())
+	}
+	rec.GrantGeneration, rec.FenceToken = res.GrantGeneration, b.fenceToken()
 	if err == nil {
 		err = checkGrant(res, c.now())
 	}
@@ -113,7 +120,7 @@ func (c *Custodian) askReceiver(ctx context.Context, b *binding) (wire.AttachRes
 		return res, 0, err
 	}
 	dl, _ := ctx.Deadline()
-	if err := conn.Call(ctx, wire.OpAttach, b.digest, newKey("attach"), dl, &wire.AttachArgs{}, &res); err != nil {
+	if err := conn.CallFenced(ctx, wire.OpAttach, b.digest, newKey("attach"), b.fenceToken(), dl, &wire.AttachArgs{}, &res); err != nil {
 		return res, 0, err
 	}
 	return res, epoch, nil

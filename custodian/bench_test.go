@@ -37,7 +37,7 @@ type directClient struct {
 }
 
 func (d *directClient) call(ctx context.Context, op wire.Op, args, res any) error {
-	return d.conn.Call(ctx, op, d.digest, newKey("direct"), time.Now().Add(time.Minute), args, res)
+	return d.conn.CallFenced(ctx, op, d.digest, newKey("direct"), 0, time.Now().Add(time.Minute), args, res)
 }
 
 func (d *directClient) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {

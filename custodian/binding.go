@@ -3,6 +3,7 @@ package custodian
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
@@ -77,7 +78,17 @@ type binding struct {
 	terminals map[string]*terminal
 	released  []string      // ids of released terminals still in terminals, oldest first
 	refusals  *refusalTally // made at the first refusal (refusals.go)
+
+	// token is the fencing token this custodian holds for the session in
+	// the fleet's op store (0: none, the single-machine store, or not
+	// claimed yet); every receiver request carries it. claimMu makes
+	// one claim at a time (fleet.go).
+	token   atomic.Uint64
+	claimMu sync.Mutex
 }
+
+// fenceToken returns the fencing token the session's requests carry.
+func (b *binding) fenceToken() uint64 { return b.token.Load() }
 
 // maxReleasedKept bounds the released terminals a binding remembers so that
 // a repeated terminal/release or terminal/kill is answered without error;

@@ -55,6 +55,10 @@ type Config struct {
 	// defaults, the network, the agent's ids (docs/custodian.md "The
 	// agent jail").
 	Jail jail.Config `json:"jail,omitempty"`
+	// OpStore selects where operation keys and receipts live: absent or
+	// kind "bbolt", the state directory; kind "etcd", a fleet's etcd
+	// cluster, with session ownership and takeover (docs/operations.md).
+	OpStore *OpStoreConfig `json:"op_store,omitempty"`
 }
 
 // Agent kinds of Config.Agent.
@@ -146,6 +150,9 @@ func (c *Config) resolve(dir string) {
 	for i := range c.Jail.Exec {
 		abs(&c.Jail.Exec[i])
 	}
+	if c.OpStore != nil {
+		c.OpStore.resolve(dir)
+	}
 }
 
 // Validate names the first failed check.
@@ -183,6 +190,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Jail.Validate(); err != nil {
 		return bad("%v", err)
+	}
+	if c.OpStore != nil {
+		if err := c.OpStore.validate(); err != nil {
+			return err
+		}
 	}
 	return validateReceiver(c.Receiver)
 }

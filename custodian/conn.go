@@ -117,6 +117,9 @@ func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Bin
 		return resp, cerr
 	}
 	cn.auditBind(bnd)
+	if err := cn.c.claim(ctx, bnd); err != nil {
+		return resp, fmt.Errorf("%w: session %s: %w", ErrBind, bnd.sessionID, err)
+	}
 	return resp, cn.attachPlain(ctx, bnd)
 }
 
@@ -151,6 +154,12 @@ func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b B
 	bnd, created, err := cn.table.addLoad(string(req.SessionId), b)
 	if err != nil {
 		return acp.LoadSessionResponse{}, err
+	}
+	if err := cn.c.claim(ctx, bnd); err != nil { // a session another custodian owns is not loaded
+		if created {
+			cn.table.remove(string(req.SessionId), bnd)
+		}
+		return acp.LoadSessionResponse{}, fmt.Errorf("%w: session %s: %w", ErrBind, req.SessionId, err)
 	}
 	resp, err := cn.acp.LoadSession(ctx, req)
 	if err != nil {

@@ -132,7 +132,7 @@ func (cl *call) kill(id, why string) {
 	conn, err := cl.b.Receiver.onEpoch(cl.epoch)
 	if err == nil {
 		dl, _ := ctx.Deadline()
-		err = conn.Call(ctx, wire.OpExecKill, cl.b.digest, newKey("cancel"), dl, &wire.TerminalArgs{TerminalID: id}, nil)
+		err = conn.CallFenced(ctx, wire.OpExecKill, cl.b.digest, newKey("cancel"), cl.b.fenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, nil)
 	}
 	if err != nil {
 		code, _ := codeMessage(err)

@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		os.Exit(custodianHelper())
 	}
+	if os.Getenv(fleetHelperEnv) == "1" {
+		os.Exit(fleetHelper())
+	}
 	slog.SetDefault(slog.New(slog.DiscardHandler)) // acp-go-sdk's connection diagnostics
 	grantUID, grantGID = realrecv.GrantIDs()
 	code := m.Run()

@@ -70,6 +70,14 @@ type Options struct {
 	// RefusalRecordEvery bounds how often one session's refusals record
 	// is written. Zero means DefaultRefusalRecordEvery.
 	RefusalRecordEvery time.Duration
+	// Fleet, if set, keeps operation keys, receipts, session bindings and
+	// session ownership in etcd instead of the state directory's bbolt
+	// store (docs/operations.md): every session is claimed at bind, its
+	// requests carry the fencing token, and another custodian sharing the
+	// store may take a session over (TakeOver). The audit log stays in
+	// StateDir. The caller opens it (OpenFleet) and closes it after
+	// Close; closing it revokes the ownership lease.
+	Fleet *opstore.EtcdStore
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.
@@ -81,8 +89,14 @@ type Options struct {
 type Custodian struct {
 	opts  Options
 	log   *slog.Logger
-	store *opstore.Store
+	store opstore.Keys       // the bbolt Store, or Options.Fleet
+	fleet *opstore.EtcdStore // Options.Fleet, or nil
 	alog  *audit.Log
+
+	// taken holds what TakeOver claimed, by session id, until the
+	// session is bound (fleet.go).
+	takenMu sync.Mutex
+	taken   map[string]opstore.Claimed
 
 	tallyMu sync.Mutex
 	tallies map[*refusalTally]struct{} // refusals not written yet (refusals.go)
@@ -113,17 +127,29 @@ func New(opts Options) (*Custodian, error) {
 	if err := ensureStateDir(opts.StateDir); err != nil {
 		return nil, err
 	}
-	store, err := opstore.Open(filepath.Join(opts.StateDir, OpKeysDir), opstore.Options{Retention: opts.Retention, Now: opts.Now})
+	store, err := openStore(opts)
 	if err != nil {
 		return nil, err
 	}
 	alog, err := audit.Open(filepath.Join(opts.StateDir, AuditDir), audit.Options{Signer: signer, Verifier: verifier,
 		CheckpointEvery: opts.CheckpointEvery, Now: opts.Now})
 	if err != nil {
-		store.Close()
+		if opts.Fleet == nil {
+			store.Close()
+		}
 		return nil, err
 	}
-	return &Custodian{opts: opts, log: opts.Logger, store: store, alog: alog, tallies: map[*refusalTally]struct{}{}}, nil
+	return &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog,
+		tallies: map[*refusalTally]struct{}{}, taken: map[string]opstore.Claimed{}}, nil
+}
+
+// openStore returns the fleet's etcd store, or opens the state
+// directory's bbolt store.
+func openStore(opts Options) (opstore.Keys, error) {
+	if opts.Fleet != nil {
+		return opts.Fleet, nil
+	}
+	return opstore.Open(filepath.Join(opts.StateDir, OpKeysDir), opstore.Options{Retention: opts.Retention, Now: opts.Now})
 }
 
 func (o *Options) fill() error {
@@ -210,8 +236,13 @@ func (c *Custodian) Checkpoint() ([]byte, error) {
 }
 
 // Close flushes receipts, writes the final audit checkpoint and releases
-// the state directory. Connections should be closed first.
+// the state directory. Connections should be closed first. A fleet store
+// (Options.Fleet) is left open: its caller closes it.
 func (c *Custodian) Close() error {
 	c.flushRefusals()
-	return errors.Join(c.store.Close(), c.alog.Close())
+	var serr error
+	if c.fleet == nil {
+		serr = c.store.Close()
+	}
+	return errors.Join(serr, c.alog.Close())
 }

@@ -35,7 +35,7 @@ func (cl *call) record(kind audit.Kind) audit.Record {
 // adds digests and sizes of the result to the audit record.
 func (cl *call) readOnly(ctx context.Context, op wire.Op, args, result any, annotate func(*audit.Record)) error {
 	return cl.readOnlyWith(ctx, func(ctx context.Context, conn ReceiverConn) error {
-		return conn.Call(ctx, op, cl.b.digest, cl.op.OpKey, cl.deadline, args, result)
+		return conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, result)
 	}, annotate)
 }
 
@@ -54,6 +54,9 @@ func (cl *call) readOnlyWith(ctx context.Context, send func(context.Context, Rec
 	defer cancel()
 	err = send(ctx, conn)
 	rec := cl.record(audit.KindResult)
+	if fencedByReceiver(err) {
+		cl.c.lostOwnership(cl.b, err.Error())
+	}
 	if err != nil {
 		code, _ := codeMessage(err)
 		rec.Code = string(code)
@@ -147,6 +150,9 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	case errors.Is(err, opstore.ErrConflict):
 		cl.refuse(errcode.CodeOpKeyConflict)
 		return nil, acpmeta.NewError(errcode.CodeOpKeyConflict, "%v", err)
+	case errors.Is(err, opstore.ErrFenced), errors.Is(err, opstore.ErrNotClaimed):
+		cl.c.lostOwnership(cl.b, err.Error())
+		return nil, acpmeta.NewError(errcode.CodeFenced, "session %s: %v; nothing was sent", cl.b.sessionID, err)
 	case err != nil:
 		return nil, acpmeta.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
 	case replay != nil:
@@ -191,9 +197,12 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	if k.send != nil {
 		err = k.send(callCtx, conn)
 	} else {
-		err = conn.Call(callCtx, k.op, cl.b.digest, cl.op.OpKey, cl.deadline, k.args, k.result)
+		err = conn.CallFenced(callCtx, k.op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, k.args, k.result)
 	}
 	cl.step(ctx, "after-send")
+	if fencedByReceiver(err) {
+		cl.c.lostOwnership(cl.b, err.Error())
+	}
 	if err != nil {
 		r := failedReceipt(err)
 		cl.logInternal(errcode.Code(r.Error.Code), err)

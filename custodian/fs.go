@@ -29,7 +29,7 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 	args := wire.ReadArgs{Path: rel, Line: deref(p.Line), Limit: deref(p.Limit)}
 	var res wire.ReadResult
 	send := func(ctx context.Context, conn ReceiverConn) error {
-		if err := conn.Call(ctx, wire.OpRead, cl.b.digest, cl.op.OpKey, cl.deadline, &args, &res); err != nil || !res.Chunked {
+		if err := conn.CallFenced(ctx, wire.OpRead, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, &args, &res); err != nil || !res.Chunked {
 			return err
 		}
 		whole, err := cl.readChunked(ctx, conn, &args, &res)

@@ -15,11 +15,12 @@ import (
 )
 
 // ReceiverConn is one connection to a receiver. *wire.Client implements
-// it: Call never re-sends, a call in flight when the connection breaks
-// fails with an error carrying errcode.CodeFateUnknown, and Done closes when
-// the connection has ended.
+// it: CallFenced never re-sends, carries the session's fencing token (0:
+// none, the single-machine op store), a call in flight when the
+// connection breaks fails with an error carrying errcode.CodeFateUnknown,
+// and Done closes when the connection has ended.
 type ReceiverConn interface {
-	Call(ctx context.Context, op wire.Op, tupleSHA256, opKey string, deadline time.Time, args, result any) error
+	CallFenced(ctx context.Context, op wire.Op, tupleSHA256, opKey string, fence uint64, deadline time.Time, args, result any) error
 	Done() <-chan struct{}
 	Close() error
 }

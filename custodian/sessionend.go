@@ -135,7 +135,7 @@ func (c *Custodian) sendEndRelease(ctx context.Context, b *binding, id string) e
 		return err
 	}
 	dl, _ := ctx.Deadline()
-	err = conn.Call(ctx, wire.OpExecRelease, b.digest, rec.OpKey, dl, &wire.TerminalArgs{TerminalID: id}, nil)
+	err = conn.CallFenced(ctx, wire.OpExecRelease, b.digest, rec.OpKey, b.fenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, nil)
 	rec.Kind, rec.Outcome = audit.KindResult, "session_end"
 	if err != nil {
 		code, _ := codeMessage(err)
@@ -172,7 +172,7 @@ func (c *Custodian) claimTerminals(ctx context.Context, b *binding, epoch uint64
 		if c.auditDispatch(rec) != nil {
 			return
 		}
-		err := conn.Call(ctx, wire.OpExecOutput, b.digest, rec.OpKey, dl, &wire.TerminalArgs{TerminalID: id}, &wire.ExecOutputResult{})
+		err := conn.CallFenced(ctx, wire.OpExecOutput, b.digest, rec.OpKey, b.fenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, &wire.ExecOutputResult{})
 		rec.Kind, rec.Outcome = audit.KindResult, "claimed"
 		if err != nil {
 			code, _ := codeMessage(err)

@@ -196,7 +196,7 @@ func (cl *call) waitReleasing(agentCtx, callCtx context.Context, conn ReceiverCo
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- conn.Call(callCtx, wire.OpExecWait, cl.b.digest, cl.op.OpKey, cl.deadline,
+		done <- conn.CallFenced(callCtx, wire.OpExecWait, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline,
 			&wire.TerminalArgs{TerminalID: id, Release: true}, res)
 	}()
 	select {

@@ -37,6 +37,11 @@ type Config struct {
 	Limits Limits `json:"limits,omitempty"`
 	// MaxFrame lowers the wire frame limit (0 keeps 1 MiB; never higher).
 	MaxFrame int `json:"max_frame,omitempty"`
+	// FenceState is the absolute path of the file that keeps the highest
+	// fencing token per tuple across restarts (docs/protocol.md
+	// "Fencing"); its directory must exist, be root's and writable by
+	// nobody else. Absent: requests carrying a token are refused.
+	FenceState string `json:"fence_state,omitempty"`
 }
 
 // AdmissionConfig locates the admission file and pins its signer.
@@ -113,6 +118,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.Limits.withDefaults(); err != nil {
 		return fmt.Errorf("%w: limits: %w", ErrConfig, err)
+	}
+	if c.FenceState != "" && !absClean(c.FenceState) {
+		return fmt.Errorf("%w: fence_state %q is not an absolute clean path", ErrConfig, c.FenceState)
 	}
 	if c.MaxFrame < 0 || c.MaxFrame > 1<<20 {
 		return fmt.Errorf("%w: max_frame %d not in 0..%d", ErrConfig, c.MaxFrame, 1<<20)

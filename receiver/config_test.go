@@ -58,6 +58,8 @@ func TestDecodeConfigRefuses(t *testing.T) {
 		"child_env loader":    {`"spawn": "thread"`, `"spawn": "thread", "child_env": {"LD_PRELOAD": "/x.so"}`},
 		"child_env bad name":  {`"spawn": "thread"`, `"spawn": "thread", "child_env": {"A=B": "x"}`},
 		"child_env not a map": {`"spawn": "thread"`, `"spawn": "thread", "child_env": ["PATH=/bin"]`},
+		"relative fence":      {`"spawn": "thread"`, `"spawn": "thread", "fence_state": "fence.json"`},
+		"unclean fence":       {`"spawn": "thread"`, `"spawn": "thread", "fence_state": "/var/lib/tether/../fence.json"`},
 	}
 	for name, c := range cases {
 		in := strings.Replace(goodConfig, c[0], c[1], 1)
@@ -91,6 +93,9 @@ func FuzzDecodeConfig(f *testing.F) {
 		}
 		if c.Cgroup.Mode == CgroupRequired && (!filepath.IsAbs(c.Cgroup.Parent) || filepath.Clean(c.Cgroup.Parent) != c.Cgroup.Parent) {
 			t.Fatalf("accepted cgroup parent %q", c.Cgroup.Parent)
+		}
+		if c.FenceState != "" && !absClean(c.FenceState) {
+			t.Fatalf("accepted fence_state %q", c.FenceState)
 		}
 		for _, v := range c.Cgroup.V1 {
 			if !absClean(v.Commands) || !absClean(v.Receiver) || v.Commands == v.Receiver {

@@ -108,7 +108,7 @@ func (d *Daemon) build(ctx context.Context, cfg Config) error {
 	}
 	mode, _ := cfg.spawnMode()
 	if d.handler, err = NewHandler(Options{Grants: d.refresher, Limits: cfg.Limits, Landlock: cfg.Landlock, ChildEnv: cfg.ChildEnv,
-		Cgroup: cfg.Cgroup, SpawnMode: mode, Log: d.log}); err != nil {
+		Cgroup: cfg.Cgroup, SpawnMode: mode, FenceState: cfg.FenceState, Log: d.log}); err != nil {
 		return err
 	}
 	d.server, err = wire.NewServer(d.handler, wire.ServerConfig{MaxFrame: cfg.MaxFrame, Log: d.log})

@@ -134,7 +134,7 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 		return nil, err
 	}
 	onThisThread := wire.OwnsGoroutine(ctx)
-	t, err := h.startTerminal(slot.id, req.TupleSHA256, plan, a, g, now, onThisThread)
+	t, err := h.startTerminal(slot.id, req, plan, a, g, now, onThisThread)
 	if errors.Is(err, spawn.ErrNotFound) { // nothing ran: the op key may be used again
 		slot.forget()
 		return nil, errcode.Errorf(errcode.CodeNotFound, "argv[0] %q not found in PATH %q (the request's env merged over the defaults) as the grant's user sees it inside the root's view",
@@ -146,6 +146,9 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 	}
 	if !slot.commit(t) {
 		return nil, errcode.Errorf(errcode.CodeUnavailable, "receiver is shutting down")
+	}
+	if h.fences.current(req.TupleSHA256) > req.Fence { // raised while it started: killBelow may have missed it
+		go t.kill() // not on this goroutine: its thread may be the restricted spawning thread
 	}
 	h.terms.claim(t, wire.ConnOf(ctx))
 	res := wire.ExecStartResult{TerminalID: t.id, PID: t.child.PID()}
@@ -174,7 +177,7 @@ func (r *startedResult) AfterWrite() { <-r.child.Done() }
 // startTerminal opens the root and the working directory, creates the
 // command's cgroup (cgroup mode required), starts the child and the
 // goroutines that watch it.
-func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecStartArgs, g admission.Grant,
+func (h *Handler) startTerminal(id string, req *wire.Request, plan execPlan, a *wire.ExecStartArgs, g admission.Grant,
 	now time.Time, onThisThread bool) (*terminal, error) {
 	root, err := h.openRoot(g)
 	if err != nil {
@@ -191,7 +194,7 @@ func (h *Handler) startTerminal(id, tuple string, plan execPlan, a *wire.ExecSta
 		root.Close()
 		return nil, err
 	}
-	t := &terminal{id: id, tuple: tuple, child: child, out: newTailBuffer(int(plan.limit)), output: rd,
+	t := &terminal{id: id, tuple: req.TupleSHA256, fence: req.Fence, child: child, out: newTailBuffer(int(plan.limit)), output: rd,
 		done: make(chan struct{}), now: h.now, cgroup: tc, removeCgroup: h.removeCgroup}
 	t.timer = time.AfterFunc(plan.deadline.Sub(now), t.kill)
 	copied := make(chan struct{})

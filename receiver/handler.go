@@ -47,6 +47,10 @@ type Options struct {
 	// and a request's env are merged over it, HOME defaulting to the grant
 	// root); nil means DefaultChildEnv, an empty map none.
 	ChildEnv map[string]string
+	// FenceState is the file that keeps the highest fencing token per
+	// tuple across restarts (docs/protocol.md "Fencing"). Empty keeps
+	// none: a request that carries a token is then refused (denied).
+	FenceState string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// Log receives failures the peer sees only as a code; nil discards.
@@ -71,6 +75,7 @@ type Handler struct {
 
 	terms     *terminals
 	transfers *transfers
+	fences    *fences
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -110,6 +115,9 @@ func NewHandler(opts Options) (*Handler, error) {
 		h.childEnv = maps.Clone(DefaultChildEnv)
 	}
 	if err := validateChildEnv(h.childEnv); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
+	}
+	if h.fences, err = openFences(opts.FenceState); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if h.landlock, err = newLandlockRules(opts.Landlock); err != nil {
@@ -170,10 +178,17 @@ func (h *Handler) Serve(ctx context.Context, req *wire.Request) (any, error) {
 		return nil, err
 	}
 	if req.Op == wire.OpAttach {
-		return h.attach(ctx, req.TupleSHA256)
+		res, err := h.attach(ctx, req.TupleSHA256)
+		if err != nil {
+			return nil, err
+		}
+		return res, h.fence(req)
 	}
 	g, err := h.grant(ctx, req.TupleSHA256, grantOp[req.Op])
 	if err != nil {
+		return nil, err
+	}
+	if err := h.fence(req); err != nil {
 		return nil, err
 	}
 	res, err := h.dispatch(ctx, req, args, g)
@@ -220,6 +235,25 @@ func (h *Handler) dispatch(ctx context.Context, req *wire.Request, args any, g a
 		return h.writeEnd(req, g, a)
 	}
 	return nil, errcode.Errorf(errcode.CodeInvalid, "op %s has no handler", req.Op)
+}
+
+// fence admits the request's fencing token for its tuple (fence.go): a
+// lower token than the tuple's highest is refused as fenced. A request
+// that raises the highest token kills the commands still running under
+// a lower one: their custodian has lost the session, and the new owner
+// has recorded them interrupted.
+func (h *Handler) fence(req *wire.Request) error {
+	raised, err := h.fences.admit(req.TupleSHA256, req.Fence)
+	if err != nil {
+		return err
+	}
+	if raised {
+		if n := h.terms.killBelow(req.TupleSHA256, req.Fence); n > 0 {
+			h.log.Warn("receiver: fencing token raised; killed the commands of the earlier owner",
+				"tuple", req.TupleSHA256, "token", req.Fence, "killed", n)
+		}
+	}
+	return nil
 }
 
 // checkEnvelope checks what every request carries before anything else.

@@ -21,6 +21,7 @@ import (
 type terminal struct {
 	id      string
 	tuple   string // the tuple_sha256 that started it; others cannot see it
+	fence   uint64 // the fencing token of the exec_start that started it
 	pending bool   // a reserved slot whose child is being started
 	// owner is the id of the connection that holds the terminal (the one
 	// that started it or last asked for it; 0: none, served outside a
@@ -367,6 +368,24 @@ func (ts *terminals) remove(id string) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	delete(ts.byID, id)
+}
+
+// killBelow kills every running command of tuple started under a fencing
+// token below tok and returns how many it signalled. The terminals stay
+// (their output and status readable) until released or orphaned.
+func (ts *terminals) killBelow(tuple string, tok uint64) int {
+	ts.mu.Lock()
+	var stale []*terminal
+	for _, t := range ts.byID {
+		if t.tuple == tuple && !t.pending && t.fence < tok && !t.finished() {
+			stale = append(stale, t)
+		}
+	}
+	ts.mu.Unlock()
+	for _, t := range stale {
+		t.kill()
+	}
+	return len(stale)
 }
 
 // closeAll refuses new terminals, kills every group and waits until each

@@ -41,10 +41,15 @@ const (
 	// anything was sent, since that session's previous refusals record:
 	// per code, a count and the first and last (Refusals).
 	KindRefusals Kind = "refusals"
+	// KindClaim: the custodian became the owner of a session in the
+	// fleet's op store (FenceToken: its fencing token; Outcome "claimed",
+	// or "taken_over" when an earlier owner left keys in flight, each
+	// then recorded as a result with outcome interrupted, code takeover).
+	KindClaim Kind = "claim"
 )
 
 var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease, KindAgent,
-	KindPermission, KindRefusals}
+	KindPermission, KindRefusals, KindClaim}
 
 // Valid reports whether k is in the closed set.
 func (k Kind) Valid() bool {
@@ -75,6 +80,7 @@ type Record struct {
 	Code            string            `json:"code,omitempty"`
 	Outcome         string            `json:"outcome,omitempty"`
 	GrantGeneration uint64            `json:"grant_generation,omitempty"`
+	FenceToken      uint64            `json:"fence_token,omitempty"` // kind claim: the fleet's fencing token
 	LeaseNotAfter   *time.Time        `json:"lease_not_after,omitempty"`
 	ExitCode        *int              `json:"exit_code,omitempty"`
 	Signal          string            `json:"signal,omitempty"`

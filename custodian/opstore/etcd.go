@@ -140,6 +140,13 @@ type owner struct {
 // writes is bound to (a new one after a lost lease was replaced).
 func (s *EtcdStore) Lease() clientv3.LeaseID { return s.session().Lease() }
 
+// Lost is closed when the store's current ownership lease has ended
+// (expired while etcd was unreachable or this process was frozen, or
+// revoked): every session it owned may have been claimed by another
+// custodian, and its writes are refused (ErrFenced). A lease granted
+// later (WaitClaim replaces a lost one) has a channel of its own.
+func (s *EtcdStore) Lost() <-chan struct{} { return s.session().Done() }
+
 // Token returns the fencing token of a session this store claimed:
 // the create revision of its owner key. It fails with ErrNotClaimed for a
 // session never claimed, and ErrFenced once the lease is lost (WaitClaim

@@ -134,13 +134,21 @@ func (c *Client) Err() error {
 //     request by its deadline, so silence means it or the link is gone.
 func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 	deadline time.Time, args, result any) error {
+	return c.CallFenced(ctx, op, tupleSHA256, opKey, 0, deadline, args, result)
+}
+
+// CallFenced is Call with a fencing token in the request (Request.Fence;
+// 0 sends none). A receiver that has seen a higher token for the tuple
+// refuses the request with CodeFenced without running it.
+func (c *Client) CallFenced(ctx context.Context, op Op, tupleSHA256, opKey string, fence uint64,
+	deadline time.Time, args, result any) error {
 	if err := ctx.Err(); err != nil {
 		return notSent(fmt.Sprintf("call %s", op), err)
 	}
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 		deadline = dl
 	}
-	frame, id, ch, err := c.prepare(op, tupleSHA256, opKey, deadline, args)
+	frame, id, ch, err := c.prepare(op, Request{TupleSHA256: tupleSHA256, OpKey: opKey, Fence: fence}, deadline, args)
 	if err != nil {
 		return err
 	}
@@ -151,9 +159,9 @@ func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 }
 
 // prepare validates the call, registers a new id, then encodes the
-// request (outside the lock: a frame can be a megabyte).
-func (c *Client) prepare(op Op, digest, opKey string,
-	deadline time.Time, args any) ([]byte, uint64, chan *Response, error) {
+// request (outside the lock: a frame can be a megabyte). env carries the
+// request's tuple digest, op key and fencing token.
+func (c *Client) prepare(op Op, env Request, deadline time.Time, args any) ([]byte, uint64, chan *Response, error) {
 	if deadline.IsZero() {
 		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: no deadline (set one or give ctx one)", op)
 	}
@@ -174,7 +182,7 @@ func (c *Client) prepare(op Op, digest, opKey string,
 	id, ch := c.lastID, make(chan *Response, 1)
 	c.pending[id] = ch
 	c.mu.Unlock()
-	req := Request{ID: id, Op: op, TupleSHA256: digest, OpKey: opKey, Deadline: deadline.UTC(), Args: raw}
+	req := Request{ID: id, Op: op, TupleSHA256: env.TupleSHA256, OpKey: env.OpKey, Fence: env.Fence, Deadline: deadline.UTC(), Args: raw}
 	payload, err := encodeRequest(&req)
 	if err != nil {
 		c.forget(id)

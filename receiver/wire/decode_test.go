@@ -34,6 +34,24 @@ func TestDecodeRequestValid(t *testing.T) {
 	}
 }
 
+// TestDecodeRequestFence: the fencing token is an optional uint64; absent
+// and 0 both mean none.
+func TestDecodeRequestFence(t *testing.T) {
+	ok := string(envelope("stat", `{"path":"x"}`))
+	for payload, want := range map[string]uint64{
+		ok: 0,
+		strings.Replace(ok, `"id":7`, `"id":7,"fence":0`, 1):                    0,
+		strings.Replace(ok, `"id":7`, `"id":7,"fence":null`, 1):                 0,
+		strings.Replace(ok, `"id":7`, `"id":7,"fence":42`, 1):                   42,
+		strings.Replace(ok, `"id":7`, `"id":7,"fence":18446744073709551615`, 1): 1<<64 - 1,
+	} {
+		req, err := DecodeRequest([]byte(payload))
+		if err != nil || req.Fence != want {
+			t.Fatalf("%s: fence %v (%v), want %d", payload, req, err, want)
+		}
+	}
+}
+
 // Structural faults are fatal: each must wrap ErrMalformed or ErrProtocol
 // and return no request to answer.
 func TestDecodeRequestRefusesStructure(t *testing.T) {
@@ -65,6 +83,12 @@ func TestDecodeRequestRefusesStructure(t *testing.T) {
 		"env duplicate":          string(envelope("exec_start", `{"argv":["/bin/true"],"env":{"A":"1","A":"2"}}`)),
 		"invalid utf8":           strings.Replace(ok, `"k1"`, "\"k\xff\"", 1),
 		"too deep":               `{"id":1,"op":"stat","args":` + strings.Repeat(`[`, 40) + strings.Repeat(`]`, 40) + `}`,
+		"negative fence":         strings.Replace(ok, `"id":7`, `"id":7,"fence":-1`, 1),
+		"string fence":           strings.Replace(ok, `"id":7`, `"id":7,"fence":"7"`, 1),
+		"float fence":            strings.Replace(ok, `"id":7`, `"id":7,"fence":7.5`, 1),
+		"fence over uint64":      strings.Replace(ok, `"id":7`, `"id":7,"fence":18446744073709551616`, 1),
+		"duplicate fence":        strings.Replace(ok, `"id":7`, `"id":7,"fence":9,"fence":7`, 1),
+		"case-folded fence":      strings.Replace(ok, `"id":7`, `"id":7,"Fence":9`, 1),
 	}
 	for name, payload := range cases {
 		t.Run(name, func(t *testing.T) {

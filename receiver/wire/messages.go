@@ -52,12 +52,18 @@ func (o Op) Valid() bool {
 // Request is one client -> receiver frame. ID multiplexes requests on one
 // stream and must be unique among the connection's in-flight requests; 0 is
 // reserved for connection notices (see Response). Every request carries
-// TupleSHA256, OpKey and Deadline; Args is the op's args object.
+// TupleSHA256, OpKey and Deadline; Args is the op's args object. Fence is
+// the fencing token of the custodian that owns the session in a fleet
+// (the create revision of its etcd owner key; docs/protocol.md
+// "Fencing"): the receiver refuses a request whose token is below the
+// highest it has seen for the tuple. 0 (absent) is a custodian that
+// fences nothing across machines (the single-machine op store).
 type Request struct {
 	ID          uint64          `json:"id"`
 	Op          Op              `json:"op"`
 	TupleSHA256 string          `json:"tuple_sha256"`
 	OpKey       string          `json:"op_key"`
+	Fence       uint64          `json:"fence,omitempty"`
 	Deadline    time.Time       `json:"deadline"`
 	Args        json.RawMessage `json:"args"`
 

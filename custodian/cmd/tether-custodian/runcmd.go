@@ -44,10 +44,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md; required)")
 	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
 	agent := fs.String("agent", "", "tether (the strict protocol, default) or plain (an agent that knows nothing of tether; overrides the config's agent)")
+	standby := fs.Bool("standby", false, "wait until no live custodian owns --session-id, take it over (its keys left in flight become interrupted), then run; needs an etcd op_store")
 	var ps prompts
 	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line, each sent as it arrives)")
 	jf := addJailFlags(fs)
-	usageFor(fs, "run --config FILE [--agent tether|plain] [--session-id ID] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
+	usageFor(fs, "run --config FILE [--agent tether|plain] [--session-id ID [--standby]] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
 		"Spawns the ACP agent over stdio, initializes with the fs and terminal capabilities,\n"+
 			"binds a session to the config's tuple (session/new, or session/load with --session-id),\n"+
 			"sends the prompts and writes every session update to stdout as one JSON line, in order.\n"+
@@ -70,7 +71,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return fail(stderr, exitUsage, "run: --agent: %v", err)
 		}
 	}
-	r := &runner{cfg: cfg, sessionID: *sessionID, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: &syncWriter{w: stderr}}
+	if *standby && (*sessionID == "" || !cfg.OpStore.Etcd()) {
+		return fail(stderr, exitUsage, "run: --standby needs --session-id and an op_store of kind etcd")
+	}
+	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: &syncWriter{w: stderr}}
 	r.jail, r.configPath = jf, *cfgPath
 	if len(ps) == 0 {
 		lr := readLines(stdin)
@@ -78,6 +82,19 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		r.next = lr.next
 	}
 	return r.run(ctx)
+}
+
+// takeOver waits until the session's owner is gone and claims it; the
+// agent starts only then, and binds the session with session/load.
+func (r *runner) takeOver(ctx context.Context, c *custodian.Custodian) int {
+	fmt.Fprintf(r.stderr, "tether-custodian: standby for session %s: waiting until its owner's lease ends\n", r.sessionID)
+	cl, err := c.TakeOver(ctx, r.sessionID)
+	if err != nil {
+		return fail(r.stderr, exitRuntime, "run: take session %s over: %v", r.sessionID, err)
+	}
+	fmt.Fprintf(r.stderr, "tether-custodian: took session %s over (fencing token %d; %d op keys left in flight now interrupted)\n",
+		r.sessionID, cl.Token, len(cl.Interrupted))
+	return exitOK
 }
 
 // nextPrompt returns the next prompt to send, false when there is none
@@ -149,6 +166,7 @@ func (lr *lineReader) stop() { close(lr.done) }
 type runner struct {
 	cfg       *custodian.Config
 	sessionID string
+	standby   bool // take sessionID over (fleet.go) before the agent starts
 	next      nextPrompt
 	argv      []string
 	stdout    io.Writer
@@ -172,16 +190,25 @@ func (r *runner) run(ctx context.Context) int {
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: receiver: %v", err)
 	}
-	c, err := custodian.New(custodian.Options{StateDir: r.cfg.StateDir, AuditKey: key, Logger: log,
-		Retention: time.Duration(r.cfg.Retention), CommandBudget: time.Duration(r.cfg.CommandBudget),
-		RefusalBudget: r.cfg.RefusalBudget})
+	fleet, err := r.openFleet(ctx)
 	if err != nil {
+		return fail(r.stderr, exitRuntime, "run: op_store: %v", err)
+	}
+	opts := custodian.Options{StateDir: r.cfg.StateDir, AuditKey: key, Logger: log,
+		Retention: time.Duration(r.cfg.Retention), CommandBudget: time.Duration(r.cfg.CommandBudget),
+		RefusalBudget: r.cfg.RefusalBudget}
+	if fleet != nil {
+		opts.Fleet = fleet.Store
+	}
+	c, err := custodian.New(opts)
+	if err != nil {
+		closeFleet(fleet)
 		return fail(r.stderr, exitRuntime, "run: %v", err)
 	}
 	recv := custodian.NewReceiver(dial, custodian.Backoff{}, log)
-	code := r.withAgent(ctx, c, recv)
+	code := r.withFleet(ctx, fleet, func(ctx context.Context) int { return r.withAgent(ctx, c, recv) })
 	recv.Close()
-	if err := c.Close(); err != nil {
+	if err := errors.Join(c.Close(), closeFleet(fleet)); err != nil {
 		fmt.Fprintf(r.stderr, "tether-custodian: closing state: %v\n", err)
 		if code == exitOK {
 			code = exitRuntime
@@ -190,8 +217,59 @@ func (r *runner) run(ctx context.Context) int {
 	return code
 }
 
+// openFleet opens the etcd op store when the config names one.
+func (r *runner) openFleet(ctx context.Context) (*custodian.Fleet, error) {
+	if !r.cfg.OpStore.Etcd() {
+		return nil, nil
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return custodian.OpenFleet(octx, *r.cfg.OpStore, time.Duration(r.cfg.Retention))
+}
+
+// closeFleet revokes the ownership lease, so a standby may take the
+// session over at once.
+func closeFleet(f *custodian.Fleet) error {
+	if f == nil {
+		return nil
+	}
+	return f.Close()
+}
+
+// errLeaseLost ends a run whose ownership lease in etcd ended: another
+// custodian may own its session now, and everything it would send is
+// refused (by etcd and by the receiver).
+var errLeaseLost = errors.New("the ownership lease in etcd was lost (this custodian was cut off or frozen longer than lease_ttl_s); another custodian may own the session now")
+
+// withFleet runs body with a context that ends when the fleet's
+// ownership lease is lost; a standby first takes the session over.
+func (r *runner) withFleet(ctx context.Context, fleet *custodian.Fleet, body func(context.Context) int) int {
+	if fleet == nil {
+		return body(ctx)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-fleet.Store.Lost():
+			cancel(errLeaseLost)
+		case <-ctx.Done():
+		}
+	}()
+	code := body(ctx)
+	if errors.Is(context.Cause(ctx), errLeaseLost) {
+		return fail(r.stderr, exitFailed, "run: %v", errLeaseLost)
+	}
+	return code
+}
+
 // withAgent spawns the agent, serves its connection and drives the session.
 func (r *runner) withAgent(ctx context.Context, c *custodian.Custodian, recv *custodian.Receiver) int {
+	if r.standby {
+		if code := r.takeOver(ctx, c); code != exitOK {
+			return code
+		}
+	}
 	toAgent, fromAgent, cmd, err := r.startAgent(c)
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: start agent: %v", err)

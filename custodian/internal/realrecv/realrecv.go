@@ -45,15 +45,30 @@ func GrantIDs() (uid, gid uint32) {
 
 // Receiver is a tether-receiver process (built from this module)
 // serving a host-only unix socket, with a signed admission file granting
-// one tuple whose root is a fresh directory.
+// one tuple (or Options.Tuples) whose root is a fresh directory, and a
+// fence state file (docs/protocol.md "Fencing").
 type Receiver struct {
 	// Sock is the unix socket it serves (host-only).
 	Sock string
 	// Tuple is the granted tuple; its Root is a directory owned by the
 	// grant's uid (GrantIDs).
-	Tuple  admission.Tuple
-	cmd    *exec.Cmd
-	exited chan struct{}
+	Tuple admission.Tuple
+	// Tuples are every granted tuple (Tuple is the first), each with its
+	// own root.
+	Tuples []admission.Tuple
+	// FenceState is the receiver's fence state file.
+	FenceState string
+	bin, cfg   string
+	t          testing.TB
+	cmd        *exec.Cmd
+	exited     chan struct{}
+}
+
+// Options tune Start.
+type Options struct {
+	// Tuples is how many tuples are granted (default 1), each with its
+	// own root (roots/w1, w2, ...) and session field (s1, s2, ...).
+	Tuples int
 }
 
 var (
@@ -89,9 +104,13 @@ func BuildBinary(t testing.TB, pkg, name string) string {
 	return out
 }
 
-// Start builds and starts a receiver; it is stopped (SIGTERM) when t ends.
-// Without root it skips, or fails when TETHER_TEST_REQUIRE names root.
-func Start(t testing.TB) *Receiver {
+// Start builds and starts a receiver granting one tuple; it is stopped
+// (SIGTERM) when t ends. Without root it skips, or fails when
+// TETHER_TEST_REQUIRE names root.
+func Start(t testing.TB) *Receiver { return StartWith(t, Options{}) }
+
+// StartWith is Start with options.
+func StartWith(t testing.TB, o Options) *Receiver {
 	t.Helper()
 	testenv.Require(t, "root")
 	bin := BuildBinary(t, "github.com/tetherdev/tether/receiver/cmd/tether-receiver", "tether-receiver")
@@ -99,38 +118,66 @@ func Start(t testing.TB) *Receiver {
 	for _, d := range []string{filepath.Dir(base), base} {
 		Must(t, os.Chmod(d, 0o755))
 	}
-	adm, run, root := filepath.Join(base, "admission"), filepath.Join(base, "run"), filepath.Join(base, "roots", "w1")
+	adm, run, fence := filepath.Join(base, "admission"), filepath.Join(base, "run"), filepath.Join(base, "fence")
 	Must(t, os.Mkdir(adm, 0o755))
 	Must(t, os.Mkdir(run, 0o755))
-	Must(t, os.MkdirAll(root, 0o755))
-	uid, gid := GrantIDs()
-	Must(t, os.Chown(root, int(uid), int(gid)))
+	Must(t, os.Mkdir(fence, 0o700))
 	key, err := signing.GenerateKey()
 	Must(t, err)
 	pubPath := filepath.Join(base, "admission.pub")
 	Must(t, signing.WritePublicKey(pubPath, key.Public()))
-	rr := &Receiver{Sock: filepath.Join(run, "receiver.sock"), Tuple: admission.Tuple{Owner: "alice",
-		Allocation: "a1", Session: "s1", Workspace: "w1", Sandbox: "sb1", Generation: 1, Executor: "e1", Site: "local", Root: root}}
+	rr := &Receiver{Sock: filepath.Join(run, "receiver.sock"), FenceState: filepath.Join(fence, "fence.json"), bin: bin, t: t}
+	for i := 1; i <= max(o.Tuples, 1); i++ {
+		root := filepath.Join(base, "roots", fmt.Sprintf("w%d", i))
+		Must(t, os.MkdirAll(root, 0o755))
+		uid, gid := GrantIDs()
+		Must(t, os.Chown(root, int(uid), int(gid)))
+		rr.Tuples = append(rr.Tuples, admission.Tuple{Owner: "alice", Allocation: "a1", Session: fmt.Sprintf("s%d", i),
+			Workspace: fmt.Sprintf("w%d", i), Sandbox: "sb1", Generation: 1, Executor: "e1", Site: "local", Root: root})
+	}
+	rr.Tuple = rr.Tuples[0]
 	rr.publish(t, adm, key)
 	cfg := map[string]any{
-		"listen":    []any{map[string]any{"kind": "unix", "path": rr.Sock, "host_only": true}},
-		"admission": map[string]any{"file": filepath.Join(adm, admission.FileName), "public_key": pubPath, "owner_uid": 0},
-		"landlock":  map[string]any{"mode": "off"},
+		"listen":      []any{map[string]any{"kind": "unix", "path": rr.Sock, "host_only": true}},
+		"admission":   map[string]any{"file": filepath.Join(adm, admission.FileName), "public_key": pubPath, "owner_uid": 0},
+		"landlock":    map[string]any{"mode": "off"},
+		"fence_state": rr.FenceState,
+		"limits":      map[string]any{"max_terminals": 1024},
 	}
-	cfgPath := filepath.Join(base, "receiver.json")
+	rr.cfg = filepath.Join(base, "receiver.json")
 	data, _ := json.Marshal(cfg)
-	Must(t, os.WriteFile(cfgPath, data, 0o600))
-	rr.cmd = exec.Command(bin, "--config", cfgPath)
+	Must(t, os.WriteFile(rr.cfg, data, 0o600))
+	rr.start(t)
+	t.Cleanup(rr.stop)
+	return rr
+}
+
+// start runs the receiver process on the config and waits until it listens.
+func (rr *Receiver) start(t testing.TB) {
+	t.Helper()
+	os.Remove(rr.Sock)
+	rr.cmd = exec.Command(rr.bin, "--config", rr.cfg)
 	rr.cmd.Stderr = &prefixWriter{t: t, prefix: "tether-receiver: "}
 	Must(t, rr.cmd.Start())
-	rr.exited = make(chan struct{})
-	go func() { rr.cmd.Wait(); close(rr.exited) }()
-	t.Cleanup(func() {
-		rr.cmd.Process.Signal(syscall.SIGTERM)
-		<-rr.exited
-	})
+	exited := make(chan struct{})
+	rr.exited = exited
+	cmd := rr.cmd
+	go func() { cmd.Wait(); close(exited) }()
 	rr.waitUp(t)
-	return rr
+}
+
+// stop ends the receiver process (SIGTERM) and waits for it.
+func (rr *Receiver) stop() {
+	rr.cmd.Process.Signal(syscall.SIGTERM)
+	<-rr.exited
+}
+
+// Restart stops the receiver process and starts a new one on the same
+// configuration, admission file and fence state.
+func (rr *Receiver) Restart(t testing.TB) {
+	t.Helper()
+	rr.stop()
+	rr.start(t)
 }
 
 func (rr *Receiver) publish(t testing.TB, dir string, key signing.PrivateKey) {
@@ -139,11 +186,14 @@ func (rr *Receiver) publish(t testing.TB, dir string, key signing.PrivateKey) {
 	Must(t, err)
 	now := time.Now()
 	uid, gid := GrantIDs()
-	g := admission.Grant{Tuple: rr.Tuple, UID: uid, GID: gid, Groups: []uint32{},
-		Ops:      []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill},
-		Limits:   admission.Limits{MaxProcs: 16, MaxRuntimeS: 600, MaxOutputBytes: 64 << 10, MaxFileBytes: 64 << 20},
-		NotAfter: now.Add(time.Hour)}
-	_, err = pub.Publish(context.Background(), admission.PublishInput{NotAfter: now.Add(2 * time.Hour), Grants: []admission.Grant{g}})
+	var gs []admission.Grant
+	for _, tu := range rr.Tuples {
+		gs = append(gs, admission.Grant{Tuple: tu, UID: uid, GID: gid, Groups: []uint32{},
+			Ops:      []admission.Op{admission.OpRead, admission.OpWrite, admission.OpList, admission.OpExec, admission.OpKill},
+			Limits:   admission.Limits{MaxProcs: 16, MaxRuntimeS: 600, MaxOutputBytes: 64 << 10, MaxFileBytes: 64 << 20},
+			NotAfter: now.Add(time.Hour)})
+	}
+	_, err = pub.Publish(context.Background(), admission.PublishInput{NotAfter: now.Add(2 * time.Hour), Grants: gs})
 	Must(t, err)
 }
 
