@@ -166,7 +166,13 @@ func TestIntegrationFleetRunTakeover(t *testing.T) {
 	}
 	took := errs.when("took session sess-fleet over").Sub(killed)
 	t.Logf("takeover %s after SIGKILL (lease TTL 2s)", took)
-	if took <= 0 || took > 5*time.Second {
+	// The standby must not take over before the owner died (safety). How
+	// soon after the lease's end it does is a figure, not a pass mark on a
+	// shared machine: BenchmarkIntegrationFleetTakeover reports it against
+	// the TTL (docs/performance.md). The bound here is liveness: well
+	// below the receiver's 30 s orphan grace, which a standby that waited
+	// for something else would show.
+	if took <= 0 || took > 20*time.Second {
 		t.Fatalf("takeover %s after SIGKILL, lease TTL 2s", took)
 	}
 	// k1's retry is answered from its receipt: the create's own answer (the
