@@ -78,6 +78,13 @@ type Options struct {
 	// StateDir. The caller opens it (OpenFleet) and closes it after
 	// Close; closing it revokes the ownership lease.
 	Fleet *opstore.EtcdStore
+	// StoreWait bounds how long a bind (NewSession, LoadSession) waits
+	// out an op store answering unavailable (an etcd member restarting,
+	// a leader election, quorum lost for a while) before it gives up:
+	// only the bind's op-store steps are repeated, each safe to repeat
+	// (storewait.go). Each retry is logged at Warn. Zero means no
+	// waiting: the first unavailable answer fails the bind.
+	StoreWait time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.
