@@ -15,6 +15,10 @@ import (
 const (
 	storeRetryFirst = 100 * time.Millisecond
 	storeRetryCap   = 2 * time.Second
+	// storeTryMax bounds one try: etcd without quorum does not answer a
+	// linearizable read or a write at all, it holds the request, so an
+	// unbounded try would wait the whole bound without a word.
+	storeTryMax = 5 * time.Second
 )
 
 // waitStore runs step, and again while it fails because the op store
@@ -24,8 +28,9 @@ const (
 // Only steps that are safe to repeat whatever their earlier try left
 // behind are passed here: the caller says why in a comment.
 //
-// step gets a context that ends at the bound, so a try that hangs on an
-// unreachable cluster ends there too. When ctx ends (SIGINT, SIGTERM, a
+// step gets a context that ends after storeTryMax, or at the bound if
+// that comes first, so a try that hangs on a cluster without quorum ends
+// and is tried again (and logged). When ctx ends (SIGINT, SIGTERM, a
 // lost ownership lease) the wait ends at once with the last error. A
 // zero bound runs step once.
 func (c *Custodian) waitStore(ctx context.Context, bound time.Duration, what string, step func(context.Context) error) error {
@@ -38,9 +43,15 @@ func (c *Custodian) waitStore(ctx context.Context, bound time.Duration, what str
 	backoff := storeRetryFirst
 	var cause error // the last answer that was not the bound cutting a try short
 	for try := 1; ; try++ {
-		err := step(wctx)
+		tctx, endTry := context.WithTimeout(wctx, storeTryMax)
+		err := step(tctx)
+		cut := tctx.Err() != nil
+		endTry()
 		if err == nil || !errors.Is(err, opstore.ErrUnavailable) {
 			return err
+		}
+		if cut && wctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s: %w", storeTryMax, err)
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s: interrupted while the op store was unavailable (%w): %w", what, context.Cause(ctx), err)
