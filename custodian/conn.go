@@ -119,7 +119,7 @@ func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Bin
 	cn.auditBind(bnd)
 	// Only the claim waits out an unavailable op store: session/new is
 	// not repeated (the agent would make another session).
-	if err := cn.c.bindClaim(ctx, bnd); err != nil {
+	if err := cn.c.claim(ctx, bnd); err != nil {
 		return resp, fmt.Errorf("%w: session %s: %w", ErrBind, bnd.sessionID, err)
 	}
 	return resp, cn.attachPlain(ctx, bnd)
@@ -164,7 +164,7 @@ func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b B
 	}
 	// The claim (and its waiting) comes before session/load reaches the
 	// agent, which is sent once.
-	if err := cn.c.bindClaim(ctx, bnd); err != nil { // a session another custodian owns is not loaded
+	if err := cn.c.claim(ctx, bnd); err != nil { // a session another custodian owns is not loaded
 		if created {
 			cn.table.remove(string(req.SessionId), bnd)
 		}

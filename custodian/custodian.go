@@ -78,12 +78,13 @@ type Options struct {
 	// StateDir. The caller opens it (OpenFleet) and closes it after
 	// Close; closing it revokes the ownership lease.
 	Fleet *opstore.EtcdStore
-	// StoreWait bounds how long a bind (NewSession, LoadSession) waits
-	// out an op store answering unavailable (an etcd member restarting,
-	// a leader election, quorum lost for a while) before it gives up:
-	// only the bind's op-store steps are repeated, each safe to repeat
-	// (storewait.go). Each retry is logged at Warn. Zero means no
-	// waiting: the first unavailable answer fails the bind.
+	// StoreWait bounds how long a bind (NewSession, LoadSession) and a
+	// claim of the session in the fleet's op store (also the agent's
+	// attach) wait out an op store answering unavailable (an etcd member
+	// restarting, a leader election, quorum lost for a while) before
+	// they give up: only their op-store steps are repeated, each safe to
+	// repeat (storewait.go). Each retry is logged at Warn. Zero means no
+	// waiting: the first unavailable answer fails.
 	StoreWait time.Duration
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger

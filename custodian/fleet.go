@@ -261,28 +261,20 @@ func (c *Custodian) TakeOver(ctx context.Context, sessionID string) (opstore.Cla
 // TakeOver claimed), a check that the binding recorded by an earlier
 // owner names the same tuple, the binding recorded for the next owner,
 // then the token every request of the session carries. A session
-// another live custodian owns is refused fenced. An attach claims this
-// way (after a lost ownership): the agent's request does not wait.
-func (c *Custodian) claim(ctx context.Context, b *binding) error {
-	return c.claimWithin(ctx, b, 0)
-}
-
-// bindClaim is claim for a bind: it waits out an op store answering
-// unavailable for up to Options.StoreWait (storewait.go).
-func (c *Custodian) bindClaim(ctx context.Context, b *binding) error {
-	return c.claimWithin(ctx, b, c.opts.StoreWait)
-}
-
-// claimWithin claims, repeating the whole claim while the op store
-// answers unavailable, for at most wait. Every step of it is safe to
-// repeat after a try whose outcome is unknown: Claim of a session this
-// store owns returns its token again (and an owner key etcd created for
-// this store's lease, whose answer was lost, is recognised as its own),
-// a takeover that did not finish is run again from the start and only
+// another live custodian owns is refused fenced.
+//
+// While the op store answers unavailable, the whole claim is tried again
+// for up to Options.StoreWait: the bind claims here, and so does the
+// agent's attach (a tether agent attaches while it answers session/new,
+// before the custodian's own claim). Every step is safe to repeat after
+// a try whose outcome is unknown: Claim of a session this store owns
+// returns its token again (and an owner key etcd created for this
+// store's lease, whose answer was lost, is recognised as its own), a
+// takeover that did not finish is run again from the start and only
 // interrupts keys still open, and the binding record is a plain put
 // fenced by the token. What TakeOver claimed is kept until a try
 // succeeds, so the claim is audited once.
-func (c *Custodian) claimWithin(ctx context.Context, b *binding, wait time.Duration) error {
+func (c *Custodian) claim(ctx context.Context, b *binding) error {
 	if c.fleet == nil {
 		return nil
 	}
@@ -293,7 +285,7 @@ func (c *Custodian) claimWithin(ctx context.Context, b *binding, wait time.Durat
 	}
 	var cl opstore.Claimed
 	var fresh bool
-	err := c.waitStore(ctx, wait, "claim session "+b.sessionID+" in the fleet's op store", func(ctx context.Context) error {
+	err := c.waitStore(ctx, c.opts.StoreWait, "claim session "+b.sessionID+" in the fleet's op store", func(ctx context.Context) error {
 		got, f, err := c.claimRecord(ctx, b)
 		cl, fresh = mergeClaims(cl, got), fresh || f
 		return err

@@ -32,19 +32,33 @@ type heldRun struct {
 	err        error // set before exited is closed
 }
 
-// startHeld starts run (with --standby if standby) for session sess, its
+// How a held run binds its session.
+type bindMode int
+
+const (
+	bindNew     bindMode = iota // session/new: the agent names the session
+	bindLoad                    // --session-id: session/load
+	bindStandby                 // --standby --session-id: take over, then session/load
+)
+
+// startHeld starts run (binding as mode says) for session sess, its
 // one prompt appending word to ROOT/side-word under op key word (the
 // receiver keeps op keys per tuple, which the tests share), and waits
 // until the agent holds initialize.
-func startHeld(t *testing.T, dir, cfg, sess, word string, standby bool) *heldRun {
+func startHeld(t *testing.T, dir, cfg, sess, word string, mode bindMode) *heldRun {
 	t.Helper()
-	args := []string{"run", "--no-jail", "--config", cfg, "--session-id", sess,
-		"--prompt", fmt.Sprintf("key=%s sh echo %s >> ROOT/side-%s", word, word, word), "--", "test-agent"}
-	if standby {
-		args = append([]string{"run", "--standby"}, args[1:]...)
+	args := []string{"run", "--no-jail", "--config", cfg,
+		"--prompt", fmt.Sprintf("key=%s sh echo %s >> ROOT/side-%s", word, word, word)}
+	switch mode {
+	case bindLoad:
+		args = append(args, "--session-id", sess)
+	case bindStandby:
+		args = append(args, "--standby", "--session-id", sess)
 	}
+	args = append(args, "--", "test-agent")
 	h := &heldRun{cmd: exec.Command("tether-custodian", args...), gate: filepath.Join(dir, "gate-"+word), exited: make(chan struct{})}
-	h.cmd.Dir, h.cmd.Env = dir, append(os.Environ(), "TEST_AGENT_HOLD_INIT="+h.gate)
+	h.cmd.Dir = dir
+	h.cmd.Env = append(os.Environ(), "TEST_AGENT_HOLD_INIT="+h.gate, "TEST_AGENT_SESSION="+sess)
 	h.errs, h.outs = newLineLog(t, h.cmd, true), newLineLog(t, h.cmd, false)
 	realrecv.Must(t, h.cmd.Start())
 	go func() {
@@ -110,8 +124,10 @@ func regainQuorum(t *testing.T, c *etcdtest.Cluster) {
 }
 
 // TestIntegrationFleetRunBindWaitsOutEtcd loses etcd's quorum (two of
-// three real members stopped, data kept) while `tether-custodian run`,
-// then `run --standby`, is about to bind its session, lets it bind, waits
+// three real members stopped, data kept) while `tether-custodian run`
+// (session/new, whose first op-store step is the claim; --session-id,
+// whose first is the lease record), then `run --standby`, is about to
+// bind its session, lets it bind, waits
 // for its stderr to show that it met the op store unavailable and
 // retries, brings the members back and checks that the run then binds,
 // runs its one command exactly once and exits 0. The ownership lease
@@ -123,14 +139,14 @@ func TestIntegrationFleetRunBindWaitsOutEtcd(t *testing.T) {
 	dir := t.TempDir()
 	prefix := "/fleet-retry/" + filepath.Base(dir) + "/"
 	for _, tc := range []struct {
-		word    string
-		standby bool
-	}{{"owner", false}, {"standby", true}} {
+		word string
+		mode bindMode
+	}{{"new", bindNew}, {"load", bindLoad}, {"standby", bindStandby}} {
 		t.Run(tc.word, func(t *testing.T) {
 			cfg := fleetRunConfigWith(t, rr, c, dir, "custodian-"+tc.word, prefix,
 				map[string]any{"lease_ttl_s": 30, "unavailable_wait_s": 60})
-			h := startHeld(t, dir, cfg, "sess-retry-"+tc.word, tc.word, tc.standby)
-			if tc.standby && h.errs.when("took session sess-retry-standby over").IsZero() {
+			h := startHeld(t, dir, cfg, "sess-retry-"+tc.word, tc.word, tc.mode)
+			if tc.mode == bindStandby && h.errs.when("took session sess-retry-standby over").IsZero() {
 				t.Fatal("the standby holds initialize before it took the session over")
 			}
 			loseQuorum(c)
@@ -169,7 +185,7 @@ func TestIntegrationFleetRunBindGivesUpAtBound(t *testing.T) {
 	const bound = 8 * time.Second
 	cfg := fleetRunConfigWith(t, rr, c, dir, "custodian-bound", prefix,
 		map[string]any{"lease_ttl_s": 30, "unavailable_wait_s": int(bound / time.Second)})
-	h := startHeld(t, dir, cfg, "sess-retry-bound", "bound", false)
+	h := startHeld(t, dir, cfg, "sess-retry-bound", "bound", bindLoad)
 	loseQuorum(c)
 	released := time.Now()
 	h.release(t)
