@@ -168,6 +168,11 @@ func TestIntegrationFleetRunBindWaitsOutEtcd(t *testing.T) {
 			if got := strings.Fields(string(data)); len(got) != 1 || got[0] != tc.word {
 				t.Fatalf("side effects %q, want the command's line exactly once", got)
 			}
+			log, err := os.ReadFile(filepath.Join(dir, "state-custodian-"+tc.word, "audit", "log"))
+			realrecv.Must(t, err)
+			if n := strings.Count(string(log), `"kind":"claim"`); n != 1 {
+				t.Fatalf("%d claim records in the audit log, want the one claim", n)
+			}
 		})
 	}
 }
