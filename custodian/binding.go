@@ -120,6 +120,40 @@ type terminal struct {
 	// time, a repeated one after a success sends nothing (relDone,
 	// released).
 	rel relState
+
+	// waits counts the releasing exec_waits in flight (under mu); waitIdle
+	// is closed when the count falls to 0, after the answer's final output
+	// is kept, so a kill or release the receiver answered not_found
+	// because such a wait had just made it forget the terminal can tell.
+	waits    int
+	waitIdle chan struct{}
+}
+
+// beginReleasingWait counts a releasing exec_wait in flight; its caller
+// calls endReleasingWait once the answer is kept (or lost).
+func (t *terminal) beginReleasingWait() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.waits == 0 {
+		t.waitIdle = make(chan struct{})
+	}
+	t.waits++
+}
+
+func (t *terminal) endReleasingWait() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.waits--; t.waits == 0 {
+		close(t.waitIdle)
+	}
+}
+
+// releasingWaitIdle returns a channel closed when no releasing wait is in
+// flight any more, and whether one is in flight now.
+func (t *terminal) releasingWaitIdle() (<-chan struct{}, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.waitIdle, t.waits > 0
 }
 
 // relState is where a terminal's release is: relDone is non-nil while one

@@ -59,6 +59,11 @@ type Config struct {
 	// kind "bbolt", the state directory; kind "etcd", a fleet's etcd
 	// cluster, with session ownership and takeover (docs/operations.md).
 	OpStore *OpStoreConfig `json:"op_store,omitempty"`
+	// Witnesses receive every audit checkpoint `run` signs, in the
+	// background; WitnessQuorum cosignatures (0: all of them) make a
+	// checkpoint replace audit/checkpoint.cosigned (docs/operations.md).
+	Witnesses     []WitnessConfig `json:"witnesses,omitempty"`
+	WitnessQuorum int             `json:"witness_quorum,omitempty"`
 }
 
 // Agent kinds of Config.Agent.
@@ -195,6 +200,9 @@ func (c *Config) Validate() error {
 		if err := c.OpStore.validate(); err != nil {
 			return err
 		}
+	}
+	if _, err := c.WitnessOptions(); err != nil {
+		return err
 	}
 	return validateReceiver(c.Receiver)
 }

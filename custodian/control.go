@@ -2,6 +2,7 @@ package custodian
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
@@ -39,7 +40,7 @@ func (h *client) KillTerminal(ctx context.Context, p acp.KillTerminalRequest) (a
 	} else if t.releasedRemotely() {
 		notSent = noteReleasedAtWait
 	}
-	raw, err := cl.keyed(ctx, cl.control(wire.OpExecKill, p.TerminalId, acp.KillTerminalResponse{}, audit.KindCancel, notSent))
+	raw, err := cl.keyed(ctx, cl.control(t, wire.OpExecKill, p.TerminalId, acp.KillTerminalResponse{}, audit.KindCancel, notSent))
 	return decodeResponse[acp.KillTerminalResponse](raw, err)
 }
 
@@ -75,14 +76,14 @@ func (h *client) ReleaseTerminal(ctx context.Context, p acp.ReleaseTerminalReque
 	}
 	if !first {
 		return decodeResponse[acp.ReleaseTerminalResponse](cl.keyed(ctx,
-			cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", noteAlreadyReleased)))
+			cl.control(t, wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", noteAlreadyReleased)))
 	}
 	notSent := ""
 	if t.releasedRemotely() {
 		notSent = noteReleasedAtWait
 	}
 	t.rel.order.Lock() // kills already past their check are answered first
-	raw, err := cl.keyed(ctx, cl.control(wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", notSent))
+	raw, err := cl.keyed(ctx, cl.control(t, wire.OpExecRelease, p.TerminalId, acp.ReleaseTerminalResponse{}, "", notSent))
 	t.rel.order.Unlock()
 	if err == nil {
 		cl.b.markReleased(p.TerminalId)
@@ -110,16 +111,55 @@ func (cl *call) claimRelease(ctx context.Context, t *terminal) (bool, error) {
 	}
 }
 
-// control is the keyed request of kill and release; notSent answers it
-// without sending anything (keyed.notSent).
-func (cl *call) control(op wire.Op, id string, resp any, kind audit.Kind, notSent string) keyed {
-	return keyed{op: op, args: &wire.TerminalArgs{TerminalID: id}, result: &wire.Empty{}, idempotent: true, notSent: notSent,
+// noteGoneAtWait is the receipt note of a kill or release the receiver
+// answered not_found because a releasing wait in flight had just made it
+// forget the terminal: the command had ended, so the request is answered
+// without error, as if it had arrived after that wait's answer.
+const noteGoneAtWait = "sent while the command's final wait was in flight; that wait had already released the terminal (receiver: not_found), so the command had ended"
+
+// control is the keyed request of kill and release on t; notSent answers
+// it without sending anything (keyed.notSent).
+func (cl *call) control(t *terminal, op wire.Op, id string, resp any, kind audit.Kind, notSent string) keyed {
+	args, note := &wire.TerminalArgs{TerminalID: id}, notSent
+	idle, waiting := t.releasingWaitIdle() // before the request: a wait that ends meanwhile still counts
+	return keyed{op: op, args: args, result: &wire.Empty{}, idempotent: true, notSent: notSent,
+		send: func(ctx context.Context, conn ReceiverConn) error {
+			if !waiting {
+				return conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, &wire.Empty{})
+			}
+			gone, err := cl.sendRacingWait(ctx, conn, t, idle, op, args)
+			if gone {
+				note = noteGoneAtWait
+			}
+			return err
+		},
 		settle: func() (any, *opstore.Receipt) {
-			if kind != "" && notSent == "" {
+			if kind != "" && note == "" {
 				cl.c.audit(cl.record(kind))
 			}
-			return resp, &opstore.Receipt{Outcome: opstore.NeedsReview, TerminalID: id, Note: notSent}
+			return resp, &opstore.Receipt{Outcome: opstore.NeedsReview, TerminalID: id, Note: note}
 		}}
+}
+
+// sendRacingWait sends a kill or release of t while a releasing wait was
+// in flight (idle closes when it ends). Racing the command's final wait is
+// legitimate (an agent that cancels a wait also kills): when the receiver
+// answers not_found, it waits for that wait's answer (bounded by ctx) and,
+// if the wait released the terminal, reports gone with no error.
+func (cl *call) sendRacingWait(ctx context.Context, conn ReceiverConn, t *terminal, idle <-chan struct{}, op wire.Op, args *wire.TerminalArgs) (gone bool, err error) {
+	err = conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, &wire.Empty{})
+	if !errors.Is(err, &errcode.Error{Code: errcode.CodeNotFound}) {
+		return false, err
+	}
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		return false, err
+	}
+	if !t.releasedRemotely() {
+		return false, err
+	}
+	return true, nil
 }
 
 // kill signals a child's group because the agent cancelled; it is not

@@ -86,6 +86,13 @@ type Options struct {
 	// repeat (storewait.go). Each retry is logged at Warn. Zero means no
 	// waiting: the first unavailable answer fails.
 	StoreWait time.Duration
+	// Witness, if set, sends each checkpoint the audit log signs to
+	// these witnesses in the background (audit.Submitter, the exchange
+	// of `tether-custodian audit witness`), keeping the cosignatures in
+	// audit/checkpoint.cosigned; nothing waits for them. Its Logger nil
+	// means Logger. Close submits the final checkpoint, waiting at most
+	// its CloseTimeout, and stops it.
+	Witness *audit.SubmitOptions
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
 	// Now returns the current time; nil means time.Now.
@@ -100,6 +107,7 @@ type Custodian struct {
 	store opstore.Keys       // the bbolt Store, or Options.Fleet
 	fleet *opstore.EtcdStore // Options.Fleet, or nil
 	alog  *audit.Log
+	wit   *audit.Submitter // Options.Witness, or nil
 
 	// taken holds what TakeOver claimed, by session id, until the
 	// session is bound (fleet.go).
@@ -139,15 +147,22 @@ func New(opts Options) (*Custodian, error) {
 	if err != nil {
 		return nil, err
 	}
-	alog, err := audit.Open(filepath.Join(opts.StateDir, AuditDir), audit.Options{Signer: signer, Verifier: verifier,
-		CheckpointEvery: opts.CheckpointEvery, Now: opts.Now})
+	aopts := audit.Options{Signer: signer, Verifier: verifier, CheckpointEvery: opts.CheckpointEvery, Now: opts.Now}
+	wit, err := startWitnessing(opts, verifier, &aopts)
+	var alog *audit.Log
+	if err == nil {
+		alog, err = audit.Open(filepath.Join(opts.StateDir, AuditDir), aopts)
+	}
 	if err != nil {
+		if wit != nil {
+			wit.Close()
+		}
 		if opts.Fleet == nil {
 			store.Close()
 		}
 		return nil, err
 	}
-	return &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog,
+	return &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog, wit: wit,
 		tallies: map[*refusalTally]struct{}{}, taken: map[string]opstore.Claimed{}}, nil
 }
 
@@ -245,12 +260,19 @@ func (c *Custodian) Checkpoint() ([]byte, error) {
 
 // Close flushes receipts, writes the final audit checkpoint and releases
 // the state directory. Connections should be closed first. A fleet store
-// (Options.Fleet) is left open: its caller closes it.
+// (Options.Fleet) is left open: its caller closes it. With witnesses
+// (Options.Witness), Close then sends them the final checkpoint, waiting
+// at most their CloseTimeout, and stops the submitter; witnesses that do
+// not answer are logged, never an error of Close.
 func (c *Custodian) Close() error {
 	c.flushRefusals()
 	var serr error
 	if c.fleet == nil {
 		serr = c.store.Close()
 	}
-	return errors.Join(serr, c.alog.Close())
+	aerr := c.alog.Close()
+	if c.wit != nil {
+		c.wit.Close()
+	}
+	return errors.Join(serr, aerr)
 }

@@ -220,3 +220,72 @@ func TestIntegrationReleaseBeforeExitObserved(t *testing.T) {
 	}
 	os.Remove(rr.file(lines))
 }
+
+// TestIntegrationKillAndReleaseRacingTheFinalWait: terminal/kill and
+// terminal/release arrive while the command's releasing wait is in flight,
+// after the receiver answered it (and so forgot the terminal) but before
+// the custodian kept that answer: the order an agent that cancels a wait
+// and kills at once can produce. The receiver answers them not_found;
+// the custodian must answer both without error, as if they came after the
+// wait, with receipts that say what happened, and the exec's receipt must
+// keep the exit. The hook holds the wait's answer until both are sent.
+func TestIntegrationKillAndReleaseRacingTheFinalWait(t *testing.T) {
+	rr := startReceiver(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(_ context.Context, m, step string) {
+		if m == acp.ClientMethodTerminalWaitForExit && step == "exit-observed" {
+			once.Do(func() { close(held); <-release })
+		}
+	}
+	s := newHookedSession(t, rr, hook)
+	ctx := context.Background()
+	term, err := s.agent.CreateTerminal(ctx, acp.CreateTerminalRequest{SessionId: "sess-hooked", Command: "/bin/sh",
+		Args: []string{"-c", "exit 3"}, Cwd: &rr.tuple.Root, Meta: s.meta("create")})
+	must(t, err)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := s.agent.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId,
+			Meta: s.meta("wait")})
+		waited <- err
+	}()
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the wait was never answered")
+	}
+	answered := make(chan error, 2)
+	go func() {
+		_, err := s.agent.KillTerminal(ctx, acp.KillTerminalRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId, Meta: s.meta("kill")})
+		answered <- err
+	}()
+	waitReceiptNote(t, s, "kill")
+	close(release)
+	must(t, <-waited)
+	must(t, <-answered)
+	_, err = s.agent.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId, Meta: s.meta("release")})
+	must(t, err)
+	if r := s.receipt(t, "kill"); r.Outcome != opstore.NeedsReview || r.Note != noteGoneAtWait {
+		t.Fatalf("kill receipt %s, note %q, error %+v: want needs_review noting the wait had released it", r.Outcome, r.Note, r.Error)
+	}
+	if r := s.receipt(t, "create"); r.Outcome != opstore.Failed || r.Exit == nil || r.Exit.ExitCode == nil || *r.Exit.ExitCode != 3 {
+		t.Fatalf("create receipt %s, exit %+v, note %q: want failed with exit 3", r.Outcome, r.Exit, r.Note)
+	}
+}
+
+// waitReceiptNote waits until key's receipt exists and is pending: the
+// request was dispatched (its intent is stored) and waits for its answer.
+func waitReceiptNote(t *testing.T, s *hookedSession, key string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		raw, err := s.c.store.Get(opstore.Key(s.rr.tuple.SHA256(), "sess-hooked", s.run+"-"+key))
+		if err == nil && raw != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was never dispatched", key)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

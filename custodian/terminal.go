@@ -162,6 +162,7 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 	}
 	cl.waitPastCommandEnd(t)
 	var res wire.ExecWaitResult
+	t.beginReleasingWait()
 	err = cl.readOnlyWith(ctx, func(callCtx context.Context, conn ReceiverConn) error {
 		return cl.waitReleasing(ctx, callCtx, conn, p.TerminalId, &res)
 	}, exitAnnotate(&res.Exit))
@@ -172,6 +173,7 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 		}
 		cl.c.recordExit(t, res.Exit, res.FileSHA256, "")
 	}
+	t.endReleasingWait()
 	if ctx.Err() != nil { // cancelled by the agent: the command was killed (waitReleasing)
 		return acp.WaitForTerminalExitResponse{}, acp.NewRequestCancelled(map[string]any{"terminalId": p.TerminalId})
 	}

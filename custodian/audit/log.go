@@ -55,6 +55,13 @@ type Options struct {
 	GroupDelay time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// OnCheckpoint, if set, is called with the size of each checkpoint
+	// the log signs and writes (periodic, Checkpoint, Close; not the
+	// size-0 checkpoint of a new log), after the file is in place. It
+	// runs on the writer's or the caller's goroutine with checkpoint
+	// writes held, so it must return at once: Submitter.Notify only
+	// signals the submitter's goroutine.
+	OnCheckpoint func(size int64)
 }
 
 // Log is an open audit log. It holds the directory from Open until Close,

@@ -67,13 +67,17 @@ func (l *Log) checkpointDurable() ([]byte, error) {
 		err = writeFileAtomic(l.dir, CheckpointFile, msg)
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err != nil {
 		l.breakLocked(fmt.Errorf("checkpoint: %w", err))
+		defer l.mu.Unlock()
 		return nil, l.broken
 	}
 	if n > l.lastCkpt {
 		l.lastCkpt = n
+	}
+	l.mu.Unlock()
+	if l.opts.OnCheckpoint != nil {
+		l.opts.OnCheckpoint(n)
 	}
 	return msg, nil
 }

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
@@ -87,39 +88,83 @@ type Witness struct {
 // its 409 answer), and writes CosignedFile with every cosignature
 // obtained if at least quorum witnesses cosigned. A witness that refuses
 // (a rewritten or truncated log) adds nothing. It returns the names of
-// the witnesses that cosigned.
+// the witnesses that cosigned. CosignRound is the same exchange with
+// each witness's own outcome.
 func Cosign(ctx context.Context, dir string, v note.Verifier, ws []Witness, quorum int, hc *http.Client) ([]string, error) {
+	res, err := CosignRound(ctx, dir, v, ws, quorum, hc)
+	return res.Cosigned, err
+}
+
+// CosignResult is what one CosignRound obtained.
+type CosignResult struct {
+	// Size is the size of the checkpoint sent (0 if none was read).
+	Size int64
+	// Cosigned names the witnesses that cosigned, in the order given.
+	Cosigned []string
+	// Errs holds each witness's failure, at its index in the witnesses
+	// given; nil where it cosigned.
+	Errs []error
+	// Written reports that CosignedFile now holds this checkpoint.
+	Written bool
+}
+
+// CosignRound does what Cosign does, asking the witnesses in parallel,
+// and reports each witness's outcome. The error is ErrWitnessQuorum
+// (wrapping every witness's failure) when fewer than quorum cosigned,
+// or why the checkpoint could not be read, checked or written.
+func CosignRound(ctx context.Context, dir string, v note.Verifier, ws []Witness, quorum int, hc *http.Client) (CosignResult, error) {
+	msg, t, ck, err := loadCheckpointed(dir, v)
+	if err != nil {
+		return CosignResult{}, err
+	}
+	res := CosignResult{Size: ck.Size, Errs: make([]error, len(ws))}
+	sigs := make([][]byte, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() {
+			sig, werr := addCheckpoint(ctx, hc, w, t, ck, msg)
+			if werr != nil {
+				res.Errs[i] = fmt.Errorf("witness %s: %w", w.Verifier.Name(), werr)
+			}
+			sigs[i] = sig
+		})
+	}
+	wg.Wait()
+	out := msg
+	for i, w := range ws {
+		if res.Errs[i] == nil {
+			out, res.Cosigned = append(out, sigs[i]...), append(res.Cosigned, w.Verifier.Name())
+		}
+	}
+	if len(res.Cosigned) < quorum {
+		return res, fmt.Errorf("%w: %d of %d cosigned, %d required: %w", ErrWitnessQuorum, len(res.Cosigned), len(ws), quorum, errors.Join(res.Errs...))
+	}
+	if err := writeFileAtomic(dir, CosignedFile, out); err != nil {
+		return res, fmt.Errorf("audit cosign: %w", err)
+	}
+	res.Written = true
+	return res, nil
+}
+
+// loadCheckpointed reads the log's checkpoint in dir, checks it with v
+// and proves the log on disk holds the tree it signs.
+func loadCheckpointed(dir string, v note.Verifier) ([]byte, *tree, Checkpoint, error) {
 	msg, err := os.ReadFile(filepath.Join(dir, CheckpointFile))
 	if err != nil {
-		return nil, fmt.Errorf("audit cosign: read checkpoint: %w", err)
+		return nil, nil, Checkpoint{}, fmt.Errorf("audit cosign: read checkpoint: %w", err)
 	}
 	ck, err := OpenCheckpoint(msg, v)
 	if err != nil {
-		return nil, fmt.Errorf("audit cosign: %w", err)
+		return nil, nil, Checkpoint{}, fmt.Errorf("audit cosign: %w", err)
 	}
 	t, _, err := loadForVerify(dir)
+	if err == nil {
+		err = checkSigned(t, ck)
+	}
 	if err != nil {
-		return nil, err
+		return nil, nil, Checkpoint{}, err
 	}
-	if err := checkSigned(t, ck); err != nil {
-		return nil, err
-	}
-	out, names, errs := msg, []string(nil), []error(nil)
-	for _, w := range ws {
-		sig, err := addCheckpoint(ctx, hc, w, t, ck, msg)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("witness %s: %w", w.Verifier.Name(), err))
-			continue
-		}
-		out, names = append(out, sig...), append(names, w.Verifier.Name())
-	}
-	if len(names) < quorum {
-		return names, fmt.Errorf("%w: %d of %d cosigned, %d required: %w", ErrWitnessQuorum, len(names), len(ws), quorum, errors.Join(errs...))
-	}
-	if err := writeFileAtomic(dir, CosignedFile, out); err != nil {
-		return names, fmt.Errorf("audit cosign: %w", err)
-	}
-	return names, nil
+	return msg, t, ck, nil
 }
 
 // addCheckpoint submits ck to w, first claiming old size 0 and then the

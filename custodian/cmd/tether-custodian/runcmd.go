@@ -190,13 +190,17 @@ func (r *runner) run(ctx context.Context) int {
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: receiver: %v", err)
 	}
+	witnesses, err := r.witnessOptions()
+	if err != nil {
+		return fail(r.stderr, exitUsage, "run: %v", err)
+	}
 	fleet, err := r.openFleet(ctx)
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: op_store: %v", err)
 	}
 	opts := custodian.Options{StateDir: r.cfg.StateDir, AuditKey: key, Logger: log,
 		Retention: time.Duration(r.cfg.Retention), CommandBudget: time.Duration(r.cfg.CommandBudget),
-		RefusalBudget: r.cfg.RefusalBudget}
+		RefusalBudget: r.cfg.RefusalBudget, Witness: witnesses}
 	if fleet != nil {
 		opts.Fleet, opts.StoreWait = fleet.Store, r.cfg.OpStore.UnavailableWait()
 	}
