@@ -221,21 +221,25 @@ func TestIntegrationReleaseBeforeExitObserved(t *testing.T) {
 	os.Remove(rr.file(lines))
 }
 
-// TestIntegrationKillAndReleaseRacingTheFinalWait: terminal/kill and
-// terminal/release arrive while the command's releasing wait is in flight,
+// TestIntegrationKillAndReleaseRacingTheFinalWait: terminal/kill,
+// terminal/output and terminal/release arrive while the command's releasing wait is in flight,
 // after the receiver answered it (and so forgot the terminal) but before
 // the custodian kept that answer: the order an agent that cancels a wait
 // and kills at once can produce. The receiver answers them not_found;
-// the custodian must answer both without error, as if they came after the
-// wait, with receipts that say what happened, and the exec's receipt must
-// keep the exit. The hook holds the wait's answer until both are sent.
+// the custodian must answer them without error, as if they came after the
+// wait (output: the final output the wait brought), with receipts that say
+// what happened, and the exec's receipt must keep the exit. The hook holds
+// the wait's answer until the kill and the output are sent.
 func TestIntegrationKillAndReleaseRacingTheFinalWait(t *testing.T) {
 	rr := startReceiver(t)
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	held, release, outputSent := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var once, outOnce sync.Once
 	hook := func(_ context.Context, m, step string) {
 		if m == acp.ClientMethodTerminalWaitForExit && step == "exit-observed" {
 			once.Do(func() { close(held); <-release })
+		}
+		if m == acp.ClientMethodTerminalOutput && step == "before-dispatch-audit" {
+			outOnce.Do(func() { close(outputSent) })
 		}
 	}
 	s := newHookedSession(t, rr, hook)
@@ -259,10 +263,26 @@ func TestIntegrationKillAndReleaseRacingTheFinalWait(t *testing.T) {
 		_, err := s.agent.KillTerminal(ctx, acp.KillTerminalRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId, Meta: s.meta("kill")})
 		answered <- err
 	}()
+	type outAnswer struct {
+		out acp.TerminalOutputResponse
+		err error
+	}
+	output := make(chan outAnswer, 1)
+	go func() {
+		out, err := s.agent.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId,
+			Meta: s.meta("output")})
+		output <- outAnswer{out, err}
+	}()
 	waitReceiptNote(t, s, "kill")
+	<-outputSent
 	close(release)
 	must(t, <-waited)
 	must(t, <-answered)
+	o := <-output
+	must(t, o.err)
+	if o.out.ExitStatus == nil || o.out.ExitStatus.ExitCode == nil || *o.out.ExitStatus.ExitCode != 3 {
+		t.Fatalf("terminal/output racing the wait: %+v, want the final output with exit 3", o.out)
+	}
 	_, err = s.agent.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: "sess-hooked", TerminalId: term.TerminalId, Meta: s.meta("release")})
 	must(t, err)
 	if r := s.receipt(t, "kill"); r.Outcome != opstore.NeedsReview || r.Note != noteGoneAtWait {

@@ -271,10 +271,17 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 		return outputResponse(f), nil
 	}
 	var res wire.ExecOutputResult
+	idle, waiting := t.releasingWaitIdle()
 	err = cl.readOnly(ctx, wire.OpExecOutput, &wire.TerminalArgs{TerminalID: p.TerminalId}, &res, func(r *audit.Record) {
 		r.Sizes = map[string]int64{"output": int64(len(res.Output))}
 		r.Digests = map[string]string{"output": sha256Hex([]byte(res.Output))}
 	})
+	if err != nil && waiting {
+		if f := cl.finalAfterWait(ctx, t, idle, err); f != nil {
+			cl.answeredFromFinal(len(f.Output))
+			return outputResponse(f), nil
+		}
+	}
 	if err != nil {
 		return acp.TerminalOutputResponse{}, err
 	}
@@ -284,6 +291,23 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 		cl.recordOutputExit(ctx, t, p.TerminalId, &res)
 	}
 	return outputResponse(&res), nil
+}
+
+// finalAfterWait returns t's final output when err is the receiver's
+// not_found for a terminal whose releasing wait was in flight (idle
+// closes when it ends): that wait made the receiver forget the terminal,
+// and its answer carries the final output. It waits for that answer,
+// bounded by ctx; nil otherwise.
+func (cl *call) finalAfterWait(ctx context.Context, t *terminal, idle <-chan struct{}, err error) *wire.ExecOutputResult {
+	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound {
+		return nil
+	}
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		return nil
+	}
+	return t.finalOutput()
 }
 
 // outputResponse is terminal/output's answer from the receiver's.
