@@ -117,6 +117,8 @@ func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Bin
 		return resp, cerr
 	}
 	cn.auditBind(bnd)
+	// Only the claim waits out an unavailable op store: session/new is
+	// not repeated (the agent would make another session).
 	if err := cn.c.claim(ctx, bnd); err != nil {
 		return resp, fmt.Errorf("%w: session %s: %w", ErrBind, bnd.sessionID, err)
 	}
@@ -147,14 +149,21 @@ func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b B
 	}
 	req.Meta = meta
 	// A load of a session already bound may extend its lease: the keys it
-	// dispatched are kept for the lease as extended, recorded first.
-	if err := cn.c.keepForLease(ctx, b.Tuple.SHA256(), b.LeaseNotAfter); err != nil {
+	// dispatched are kept for the lease as extended, recorded first. The
+	// record only ever lengthens the recorded lease (a compare-and-swap),
+	// so it is safe to repeat while the op store is unavailable.
+	digest := b.Tuple.SHA256()
+	if err := cn.c.waitStore(ctx, cn.c.opts.StoreWait, "record the lease of tuple "+digest, func(ctx context.Context) error {
+		return cn.c.keepForLease(ctx, digest, b.LeaseNotAfter)
+	}); err != nil {
 		return acp.LoadSessionResponse{}, err
 	}
 	bnd, created, err := cn.table.addLoad(string(req.SessionId), b)
 	if err != nil {
 		return acp.LoadSessionResponse{}, err
 	}
+	// The claim (and its waiting) comes before session/load reaches the
+	// agent, which is sent once.
 	if err := cn.c.claim(ctx, bnd); err != nil { // a session another custodian owns is not loaded
 		if created {
 			cn.table.remove(string(req.SessionId), bnd)

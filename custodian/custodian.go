@@ -78,6 +78,14 @@ type Options struct {
 	// StateDir. The caller opens it (OpenFleet) and closes it after
 	// Close; closing it revokes the ownership lease.
 	Fleet *opstore.EtcdStore
+	// StoreWait bounds how long a bind (NewSession, LoadSession) and a
+	// claim of the session in the fleet's op store (also the agent's
+	// attach) wait out an op store answering unavailable (an etcd member
+	// restarting, a leader election, quorum lost for a while) before
+	// they give up: only their op-store steps are repeated, each safe to
+	// repeat (storewait.go). Each retry is logged at Warn. Zero means no
+	// waiting: the first unavailable answer fails.
+	StoreWait time.Duration
 	// Witness, if set, sends each checkpoint the audit log signs to
 	// these witnesses in the background (audit.Submitter, the exchange
 	// of `tether-custodian audit witness`), keeping the cosignatures in

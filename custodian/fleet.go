@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -46,6 +47,11 @@ type OpStoreConfig struct {
 	// custodian that dies, freezes or is cut off loses its sessions this
 	// long after its last renewal, and a standby may then take them over.
 	LeaseTTLS int64 `json:"lease_ttl_s,omitempty"`
+	// UnavailableWaitS bounds, in seconds, how long `run` (and `run
+	// --standby`) waits out etcd answering unavailable while it binds
+	// the session (a member restarting, a leader election, quorum lost
+	// for a while) before it gives up (default 60; Options.StoreWait).
+	UnavailableWaitS int64 `json:"unavailable_wait_s,omitempty"`
 	// CACert pins the CA of the etcd servers (required with https);
 	// CertFile and KeyFile are the client certificate, both or neither.
 	CACert   string `json:"ca_cert,omitempty"`
@@ -71,7 +77,7 @@ func (o *OpStoreConfig) validate() error {
 	}
 	switch o.Kind {
 	case OpStoreBbolt:
-		if len(o.Endpoints) > 0 || o.Prefix != "" || o.Name != "" || o.LeaseTTLS != 0 || o.CACert != "" || o.CertFile != "" || o.KeyFile != "" {
+		if len(o.Endpoints) > 0 || o.Prefix != "" || o.Name != "" || o.LeaseTTLS != 0 || o.UnavailableWaitS != 0 || o.CACert != "" || o.CertFile != "" || o.KeyFile != "" {
 			return bad("bbolt takes no other field")
 		}
 		return nil
@@ -86,6 +92,8 @@ func (o *OpStoreConfig) validate() error {
 		return bad("etcd needs name (this custodian's, in the owner keys)")
 	case o.LeaseTTLS < 0 || o.LeaseTTLS == 1:
 		return bad("lease_ttl_s %d: want 2 or more seconds (0: 10)", o.LeaseTTLS)
+	case o.UnavailableWaitS < 0:
+		return bad("unavailable_wait_s %d: want 1 or more seconds (0: 60)", o.UnavailableWaitS)
 	case (o.CertFile == "") != (o.KeyFile == ""):
 		return bad("cert_file and key_file go together")
 	case o.CertFile != "" && o.CACert == "":
@@ -126,6 +134,22 @@ func (o *OpStoreConfig) leaseTTL() time.Duration {
 		return 10 * time.Second
 	}
 	return time.Duration(o.LeaseTTLS) * time.Second
+}
+
+// DefaultUnavailableWait is op_store.unavailable_wait_s when it is 0.
+const DefaultUnavailableWait = 60 * time.Second
+
+// UnavailableWait is how long a bind waits out etcd answering
+// unavailable (Options.StoreWait): unavailable_wait_s, or
+// DefaultUnavailableWait. It is 0 for a config without an etcd store.
+func (o *OpStoreConfig) UnavailableWait() time.Duration {
+	switch {
+	case !o.Etcd():
+		return 0
+	case o.UnavailableWaitS == 0:
+		return DefaultUnavailableWait
+	}
+	return time.Duration(o.UnavailableWaitS) * time.Second
 }
 
 // Fleet is an open etcd op store and the client it uses. Close closes
@@ -238,6 +262,18 @@ func (c *Custodian) TakeOver(ctx context.Context, sessionID string) (opstore.Cla
 // owner names the same tuple, the binding recorded for the next owner,
 // then the token every request of the session carries. A session
 // another live custodian owns is refused fenced.
+//
+// While the op store answers unavailable, the whole claim is tried again
+// for up to Options.StoreWait: the bind claims here, and so does the
+// agent's attach (a tether agent attaches while it answers session/new,
+// before the custodian's own claim). Every step is safe to repeat after
+// a try whose outcome is unknown: Claim of a session this store owns
+// returns its token again (and an owner key etcd created for this
+// store's lease, whose answer was lost, is recognised as its own), a
+// takeover that did not finish is run again from the start and only
+// interrupts keys still open, and the binding record is a plain put
+// fenced by the token. What TakeOver claimed is kept until a try
+// succeeds, so the claim is audited once.
 func (c *Custodian) claim(ctx context.Context, b *binding) error {
 	if c.fleet == nil {
 		return nil
@@ -247,19 +283,22 @@ func (c *Custodian) claim(ctx context.Context, b *binding) error {
 	if b.token.Load() != 0 {
 		return nil
 	}
-	cl, fresh, err := c.claimSession(ctx, b.sessionID)
+	var cl opstore.Claimed
+	var fresh bool
+	err := c.waitStore(ctx, c.opts.StoreWait, "claim session "+b.sessionID+" in the fleet's op store", func(ctx context.Context) error {
+		got, f, err := c.claimRecord(ctx, b)
+		cl, fresh = mergeClaims(cl, got), fresh || f
+		return err
+	})
+	if _, coded := acpmeta.CodeOf(err); err != nil && !coded {
+		return claimRefusal(b.sessionID, err)
+	}
 	if err != nil {
-		return claimRefusal(b.sessionID, err)
+		return err
 	}
-	if cl.Binding != nil && !cl.Binding.Tuple.Equal(b.Tuple) {
-		return acpmeta.NewError(errcode.CodeTupleMismatch, "session %s is recorded in the fleet store bound to tuple %s, not %s",
-			b.sessionID, cl.Binding.TupleSHA256, b.digest)
-	}
-	rec := opstore.BindingRecord{SessionID: b.sessionID, Tuple: b.Tuple, TupleSHA256: b.digest,
-		LeaseNotAfter: b.lease().UTC(), Principal: b.Principal}
-	if err := c.fleet.PutBinding(ctx, rec); err != nil {
-		return claimRefusal(b.sessionID, err)
-	}
+	c.takenMu.Lock()
+	delete(c.taken, b.sessionID)
+	c.takenMu.Unlock()
 	b.token.Store(cl.Token)
 	if fresh {
 		c.auditClaim(b.sessionID, b.digest, b.Principal, cl)
@@ -267,12 +306,47 @@ func (c *Custodian) claim(ctx context.Context, b *binding) error {
 	return nil
 }
 
+// mergeClaims keeps what an earlier try of a claim learnt under the same
+// token: a try that claimed and interrupted keys, then met an unavailable
+// op store, is answered on the next try from the store's own claim (the
+// token alone), and the keys it interrupted belong in the audit record.
+func mergeClaims(prev, next opstore.Claimed) opstore.Claimed {
+	if prev.Token == 0 || prev.Token != next.Token {
+		return next
+	}
+	for _, k := range prev.Interrupted {
+		if !slices.Contains(next.Interrupted, k) {
+			next.Interrupted = append(next.Interrupted, k)
+		}
+	}
+	if next.Binding == nil {
+		next.Binding = prev.Binding
+	}
+	return next
+}
+
+// claimRecord is one try of a claim: claim (or reuse what TakeOver
+// claimed), check the recorded binding's tuple, record b's binding.
+func (c *Custodian) claimRecord(ctx context.Context, b *binding) (opstore.Claimed, bool, error) {
+	cl, fresh, err := c.claimSession(ctx, b.sessionID)
+	if err != nil {
+		return cl, fresh, err
+	}
+	if cl.Binding != nil && !cl.Binding.Tuple.Equal(b.Tuple) {
+		return cl, fresh, acpmeta.NewError(errcode.CodeTupleMismatch, "session %s is recorded in the fleet store bound to tuple %s, not %s",
+			b.sessionID, cl.Binding.TupleSHA256, b.digest)
+	}
+	rec := opstore.BindingRecord{SessionID: b.sessionID, Tuple: b.Tuple, TupleSHA256: b.digest,
+		LeaseNotAfter: b.lease().UTC(), Principal: b.Principal}
+	return cl, fresh, c.fleet.PutBinding(ctx, rec)
+}
+
 // claimSession returns what TakeOver claimed for sid, if this store
-// still holds it under that token, or claims sid now (fresh).
+// still holds it under that token, or claims sid now (fresh). What
+// TakeOver claimed stays until the claim succeeded (claimWithin).
 func (c *Custodian) claimSession(ctx context.Context, sid string) (cl opstore.Claimed, fresh bool, err error) {
 	c.takenMu.Lock()
 	taken, ok := c.taken[sid]
-	delete(c.taken, sid)
 	c.takenMu.Unlock()
 	if ok {
 		if tok, err := c.fleet.Token(sid); err == nil && tok == taken.Token {

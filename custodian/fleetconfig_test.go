@@ -9,7 +9,8 @@ import (
 // TestConfigOpStore: the op_store section is decoded strictly; etcd needs
 // endpoints and a name, takes https only with a pinned CA (plain http only
 // to a loopback host), a lease of 2 s or more, and a client certificate
-// only as a pair; bbolt takes nothing else. Relative certificate paths are
+// only as a pair, an unavailable wait of 0 (60 s) or more seconds; bbolt
+// takes nothing else. Relative certificate paths are
 // taken relative to the config's directory.
 func TestConfigOpStore(t *testing.T) {
 	base := `{"tuple":{"owner":"alice","allocation":"a1","session":"s1","workspace":"w1","sandbox":"sb1","generation":1,"executor":"e1","site":"local","root":"/srv/w1"},
@@ -21,6 +22,13 @@ func TestConfigOpStore(t *testing.T) {
 	}
 	if o := c.OpStore; !o.Etcd() || o.CACert != "/etc/tether/ca.pem" || o.CertFile != "/etc/tether/c.pem" || o.KeyFile != "/etc/tether/c.key" || o.leaseTTL() != 10*time.Second {
 		t.Errorf("op_store section: %+v", o)
+	}
+	if w := c.OpStore.UnavailableWait(); w != DefaultUnavailableWait {
+		t.Errorf("unavailable wait %s by default, want %s", w, DefaultUnavailableWait)
+	}
+	w, err := ParseConfig([]byte(sprintf(base, `{"kind":"etcd","endpoints":["http://127.0.0.1:2379"],"name":"c-a","unavailable_wait_s":7}`)), "/etc/tether")
+	if err != nil || w.OpStore.UnavailableWait() != 7*time.Second {
+		t.Errorf("unavailable_wait_s 7: %v", err)
 	}
 	for _, ok := range []string{
 		`{"kind":"bbolt"}`,
@@ -42,6 +50,8 @@ func TestConfigOpStore(t *testing.T) {
 		"endpoint with a path":      `{"kind":"etcd","endpoints":["http://127.0.0.1:2379/x"],"name":"c-a"}`,
 		"lease of 1 s":              `{"kind":"etcd","endpoints":["http://127.0.0.1:2379"],"name":"c-a","lease_ttl_s":1}`,
 		"negative lease":            `{"kind":"etcd","endpoints":["http://127.0.0.1:2379"],"name":"c-a","lease_ttl_s":-5}`,
+		"negative unavailable wait": `{"kind":"etcd","endpoints":["http://127.0.0.1:2379"],"name":"c-a","unavailable_wait_s":-1}`,
+		"bbolt with a wait":         `{"kind":"bbolt","unavailable_wait_s":5}`,
 		"cert without key":          `{"kind":"etcd","endpoints":["https://etcd-1:2379"],"name":"c-a","ca_cert":"ca.pem","cert_file":"c.pem"}`,
 		"client cert without ca":    `{"kind":"etcd","endpoints":["http://127.0.0.1:2379"],"name":"c-a","cert_file":"c.pem","key_file":"c.key"}`,
 		"unknown field":             `{"kind":"etcd","endpoints":["http://127.0.0.1:2379"],"name":"c-a","password":"x"}`,

@@ -200,8 +200,10 @@ func (s *EtcdStore) takeover(ctx context.Context, sid string, tok uint64) ([]str
 func (s *EtcdStore) interruptOne(ctx context.Context, sid string, tok uint64, key string) error {
 	r, rev, err := s.read(ctx, key)
 	if isNotFound(err) {
-		_, err = s.cli.Txn(ctx).If(s.ownedBy(sid, tok)).Then(clientv3.OpDelete(s.openPrefix(sid) + key)).Commit()
-		return err
+		if _, err := s.cli.Txn(ctx).If(s.ownedBy(sid, tok)).Then(clientv3.OpDelete(s.openPrefix(sid) + key)).Commit(); err != nil {
+			return unavailable("close op key "+key+" left in flight", err)
+		}
+		return nil
 	}
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,13 @@ import (
 // state directory and audit key in dir.
 func fleetRunConfig(t *testing.T, rr *realrecv.Receiver, c *etcdtest.Cluster, dir, name, prefix string) string {
 	t.Helper()
+	return fleetRunConfigWith(t, rr, c, dir, name, prefix, map[string]any{"lease_ttl_s": 2})
+}
+
+// fleetRunConfigWith is fleetRunConfig with op_store settings of its own
+// (lease_ttl_s, unavailable_wait_s).
+func fleetRunConfigWith(t *testing.T, rr *realrecv.Receiver, c *etcdtest.Cluster, dir, name, prefix string, opStore map[string]any) string {
+	t.Helper()
 	var out, errb bytes.Buffer
 	key := filepath.Join(dir, name)
 	if code := run(context.Background(), []string{"audit", "keygen", "--name", "tether.test/" + name, "--out", key}, nil, &out, &errb); code != 0 {
@@ -34,8 +42,9 @@ func fleetRunConfig(t *testing.T, rr *realrecv.Receiver, c *etcdtest.Cluster, di
 		"tuple": rr.Tuple, "lease_not_after": time.Now().Add(time.Hour).UTC(), "principal": rr.Tuple.Owner,
 		"receiver":  map[string]any{"kind": "unix", "path": rr.Sock, "host_only": true},
 		"state_dir": "state-" + name, "audit_key_file": name + ".key",
-		"op_store": map[string]any{"kind": "etcd", "endpoints": c.Endpoints(), "prefix": prefix, "name": name, "lease_ttl_s": 2},
+		"op_store": map[string]any{"kind": "etcd", "endpoints": c.Endpoints(), "prefix": prefix, "name": name},
 	}
+	maps.Copy(cfg["op_store"].(map[string]any), opStore)
 	data, err := json.Marshal(cfg)
 	realrecv.Must(t, err)
 	path := filepath.Join(dir, name+".json")

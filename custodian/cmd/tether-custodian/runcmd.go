@@ -202,7 +202,7 @@ func (r *runner) run(ctx context.Context) int {
 		Retention: time.Duration(r.cfg.Retention), CommandBudget: time.Duration(r.cfg.CommandBudget),
 		RefusalBudget: r.cfg.RefusalBudget, Witness: witnesses}
 	if fleet != nil {
-		opts.Fleet = fleet.Store
+		opts.Fleet, opts.StoreWait = fleet.Store, r.cfg.OpStore.UnavailableWait()
 	}
 	c, err := custodian.New(opts)
 	if err != nil {

@@ -97,10 +97,37 @@ func serve(w io.Writer, r io.Reader, sessionID string, plain bool) *Agent {
 	return a
 }
 
-// Initialize answers with session loading supported.
-func (a *Agent) Initialize(context.Context, acp.InitializeRequest) (acp.InitializeResponse, error) {
+// Initialize answers with session loading supported. With
+// $TEST_AGENT_HOLD_INIT naming a file, it first prints "test-agent:
+// initialize held" on stderr and answers only once that file exists (a
+// test's hook to act between the custodian's start and its bind), or
+// fails after holdInitMax.
+func (a *Agent) Initialize(ctx context.Context, _ acp.InitializeRequest) (acp.InitializeResponse, error) {
+	if gate := os.Getenv("TEST_AGENT_HOLD_INIT"); gate != "" {
+		if err := holdUntil(ctx, gate); err != nil {
+			return acp.InitializeResponse{}, err
+		}
+	}
 	return acp.InitializeResponse{ProtocolVersion: acp.ProtocolVersionNumber,
 		AgentCapabilities: acp.AgentCapabilities{LoadSession: true}}, nil
+}
+
+// holdInitMax bounds how long Initialize holds for its gate file.
+const holdInitMax = 2 * time.Minute
+
+// holdUntil waits until path exists, polling every 10 ms.
+func holdUntil(ctx context.Context, path string) error {
+	fmt.Fprintf(os.Stderr, "test-agent: initialize held until %s exists\n", path)
+	deadline := time.Now().Add(holdInitMax)
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("test-agent: %s did not appear within %s", path, holdInitMax)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // NewSession binds if asked and attaches, like the plugin does.

@@ -1,0 +1,75 @@
+package custodian
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tetherdev/tether/custodian/opstore"
+)
+
+// The backoff between two tries of a bind step the op store answered
+// unavailable: the first wait, doubled after each try up to the cap, and
+// never past the bound (Options.StoreWait).
+const (
+	storeRetryFirst = 100 * time.Millisecond
+	storeRetryCap   = 2 * time.Second
+	// storeTryMax bounds one try: etcd without quorum does not answer a
+	// linearizable read or a write at all, it holds the request, so an
+	// unbounded try would wait the whole bound without a word.
+	storeTryMax = 5 * time.Second
+)
+
+// waitStore runs step, and again while it fails because the op store
+// answered unavailable (opstore.ErrUnavailable: etcd did not answer, or
+// answered that it could not, so the step's outcome is unknown), for at
+// most bound in total. what names the step in the log and in the error.
+// Only steps that are safe to repeat whatever their earlier try left
+// behind are passed here: the caller says why in a comment.
+//
+// step gets a context that ends after storeTryMax, or at the bound if
+// that comes first, so a try that hangs on a cluster without quorum ends
+// and is tried again (and logged). When ctx ends (SIGINT, SIGTERM, a
+// lost ownership lease) the wait ends at once with the last error. A
+// zero bound runs step once.
+func (c *Custodian) waitStore(ctx context.Context, bound time.Duration, what string, step func(context.Context) error) error {
+	if bound <= 0 {
+		return step(ctx)
+	}
+	start := time.Now()
+	wctx, cancel := context.WithDeadline(ctx, start.Add(bound))
+	defer cancel()
+	backoff := storeRetryFirst
+	var cause error // the last answer that was not the bound cutting a try short
+	for try := 1; ; try++ {
+		tctx, endTry := context.WithTimeout(wctx, storeTryMax)
+		err := step(tctx)
+		cut := tctx.Err() != nil
+		endTry()
+		if err == nil || !errors.Is(err, opstore.ErrUnavailable) {
+			return err
+		}
+		if cut && wctx.Err() == nil {
+			err = fmt.Errorf("no answer within %s: %w", storeTryMax, err)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s: interrupted while the op store was unavailable (%w): %w", what, context.Cause(ctx), err)
+		}
+		if wctx.Err() == nil || cause == nil {
+			cause = err
+		}
+		waited := time.Since(start)
+		pause := min(backoff, bound-waited)
+		if pause <= 0 || wctx.Err() != nil {
+			return fmt.Errorf("%s: the op store answered unavailable for %s, giving up at the bound (op_store unavailable_wait_s, %s): %w",
+				what, waited.Round(time.Millisecond), bound, cause)
+		}
+		c.log.Warn("op store unavailable, retrying", "step", what, "try", try, "waited", waited.Round(time.Millisecond),
+			"next_in", pause, "bound", bound, "err", err)
+		if !sleepCtx(wctx, pause) && ctx.Err() != nil {
+			return fmt.Errorf("%s: interrupted while the op store was unavailable (%w): %w", what, context.Cause(ctx), err)
+		}
+		backoff = min(2*backoff, storeRetryCap)
+	}
+}
