@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,11 +198,15 @@ func (rr *Receiver) publish(t testing.TB, dir string, key signing.PrivateKey) {
 	Must(t, err)
 }
 
+// waitUp waits until the receiver accepts a connection: the socket file
+// exists from bind, a moment before listen, so its presence alone is not
+// enough (a dial in between is refused).
 func (rr *Receiver) waitUp(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if _, err := os.Stat(rr.Sock); err == nil {
+		if c, err := net.DialTimeout("unix", rr.Sock, time.Second); err == nil {
+			c.Close()
 			return
 		}
 		select {
