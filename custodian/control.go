@@ -2,7 +2,6 @@ package custodian
 
 import (
 	"context"
-	"errors"
 	"sort"
 	"time"
 
@@ -148,18 +147,26 @@ func (cl *call) control(t *terminal, op wire.Op, id string, resp any, kind audit
 // if the wait released the terminal, reports gone with no error.
 func (cl *call) sendRacingWait(ctx context.Context, conn ReceiverConn, t *terminal, idle <-chan struct{}, op wire.Op, args *wire.TerminalArgs) (gone bool, err error) {
 	err = conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, &wire.Empty{})
-	if !errors.Is(err, &errcode.Error{Code: errcode.CodeNotFound}) {
-		return false, err
+	if goneAtWait(ctx, idle, err) && t.releasedRemotely() {
+		return true, nil
+	}
+	return false, err
+}
+
+// goneAtWait reports whether err is the receiver's not_found for a
+// terminal whose releasing wait was in flight (idle closes when it ends),
+// once that wait has ended (bounded by ctx): the caller then checks what
+// the wait's answer kept.
+func goneAtWait(ctx context.Context, idle <-chan struct{}, err error) bool {
+	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound {
+		return false
 	}
 	select {
 	case <-idle:
+		return true
 	case <-ctx.Done():
-		return false, err
+		return false
 	}
-	if !t.releasedRemotely() {
-		return false, err
-	}
-	return true, nil
 }
 
 // kill signals a child's group because the agent cancelled; it is not

@@ -299,12 +299,7 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 // and its answer carries the final output. It waits for that answer,
 // bounded by ctx; nil otherwise.
 func (cl *call) finalAfterWait(ctx context.Context, t *terminal, idle <-chan struct{}, err error) *wire.ExecOutputResult {
-	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound {
-		return nil
-	}
-	select {
-	case <-idle:
-	case <-ctx.Done():
+	if !goneAtWait(ctx, idle, err) {
 		return nil
 	}
 	return t.finalOutput()
