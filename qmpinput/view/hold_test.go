@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/tetherdev/tether/qmpinput"
+	"github.com/tetherdev/tether/qmpinput/auditlog"
 	"github.com/tetherdev/tether/qmpinput/token"
 )
 
@@ -154,6 +155,14 @@ func TestRestorePause(t *testing.T) {
 	if _, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["paused"] == true }); err != nil {
 		t.Fatal(err)
 	}
+	// The page is told of the pause once the agent is fenced, which is
+	// before QEMU has stopped and the pause is recorded (a state message
+	// already on its way shows it too). What a restarted view reads is
+	// the audit log, so wait for the record itself.
+	waitFor(t, ctx, "the pause to be recorded", func() bool {
+		recs, err := auditlog.Read(e.dir) // not there yet before the first record
+		return err == nil && len(recs) > 0 && recs[len(recs)-1].Kind == auditlog.KindPause
+	})
 	// A second adapter on the same VM stands for the restarted view.
 	e.srv.Close()
 	e.adapter.Close()
