@@ -3,7 +3,6 @@ package qmpinput
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/fixtures/guest"
+	"github.com/tetherdev/tether/fixtures/ports"
 	"github.com/tetherdev/tether/fixtures/testenv"
 )
 
@@ -86,7 +86,7 @@ done`,
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := ports.Pick() // below the ephemeral range: QEMU binds it next
 	if err != nil {
 		return nil, err
 	}
@@ -120,15 +120,6 @@ done`,
 		delete(want, open.FindStringSubmatch(line)[1])
 	}
 	return tv, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // evEvent is one line evdump printed.

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +26,7 @@ import (
 	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/fixtures/pki"
+	"github.com/tetherdev/tether/fixtures/ports"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/fixtures/testids"
 	"github.com/tetherdev/tether/receiver/caps"
@@ -677,14 +677,11 @@ func tlsDialer(t *testing.T, ca *pki.CA, addr string) func(context.Context) (io.
 	return tr.Dial
 }
 
+// freeAddr is a loopback address for the receiver to listen on, with a
+// port below the kernel's ephemeral range (package ports).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", ports.Quiet(t))
 }
 
 // TestPrebuiltHookRefuses: the variable that replaces the build must name
