@@ -32,6 +32,7 @@ type Options struct {
 	VMRuns   int           // runs of ci/vm-receipts after the rounds
 	VMArgs   []string      // arguments for ci/vm-receipts (e.g. --suite native-client --accel tcg)
 	Inputs   []string      // go test -json files of earlier runs (e.g. make test's .cache/test.json) to count too
+	Ledger   string        // if set, a directory inside Dir where the report is filed (ledger.go)
 	Log      io.Writer     // progress; nil discards it
 }
 
@@ -77,11 +78,18 @@ func (o *Options) goTestArgs() []string {
 
 // Run runs the hunt: Rounds invocations of go test, then VMRuns runs of
 // ci/vm-receipts, and writes the report (also after a round that could
-// not run at all, so the evidence so far is kept). The returned error is
-// about the hunt itself; failed tests are in the report (Clean).
+// not run at all, so the evidence so far is kept). With Ledger set, a
+// hunt that ran whole (no error, not interrupted) is then filed in the
+// ledger, failures or not. The returned error is about the hunt itself;
+// failed tests are in the report (Clean).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.check(); err != nil {
 		return nil, err
+	}
+	if o.Ledger != "" {
+		if err := CheckFileable(ctx, o.Dir, o.Ledger); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, err
@@ -105,7 +113,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.Ended = time.Now().UTC()
 	r.build(ty)
 	errs = append(errs, ctx.Err(), r.Write(o.Out))
-	return r, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil || o.Ledger == "" {
+		return r, err
+	}
+	path, err := File(ctx, o.Dir, o.Ledger, r)
+	if err == nil {
+		fmt.Fprintf(o.Log, "flakes: filed in the ledger as %s (commit it)\n", path)
+	}
+	return r, err
 }
 
 // round runs go test once, keeping its raw output in round-N.json. A

@@ -22,10 +22,12 @@ type Report struct {
 	Config   Config         `json:"config"`
 	Started  time.Time      `json:"started"`
 	Ended    time.Time      `json:"ended"`
-	Failed   []TestTally    `json:"failed_tests"`    // every test that failed at least once
-	PkgFails []PackageTally `json:"failed_packages"` // every package with a failure outside a test
+	Spent    time.Duration  `json:"spent_ns,omitempty"` // a ledger sum: the entries' hunts added up
+	Failed   []TestTally    `json:"failed_tests"`       // every test that failed at least once
+	PkgFails []PackageTally `json:"failed_packages"`    // every package with a failure outside a test
 	VM       []VMRun        `json:"vm_runs,omitempty"`
-	Tests    []TestTally    `json:"tests"` // every test, failures or not
+	Packages []PackageTally `json:"packages"` // every package's runs, failures or not
+	Tests    []TestTally    `json:"tests"`    // every test, failures or not
 }
 
 // Config says how the hunt ran.
@@ -43,7 +45,8 @@ type Config struct {
 	NumCPU   int      `json:"num_cpu"`
 	LoadAvg  string   `json:"load_avg_at_start"`
 	Packages []string `json:"packages"`
-	Inputs   []string `json:"inputs,omitempty"` // earlier go test -json files counted too
+	Inputs   []string `json:"inputs,omitempty"`         // earlier go test -json files counted too
+	Entries  int      `json:"ledger_entries,omitempty"` // a ledger sum: the entries added up
 }
 
 // Totals count the hunt's results.
@@ -62,7 +65,7 @@ type Totals struct {
 // build fills the report from the tally.
 func (r *Report) build(ty *Tally) {
 	r.Tests = ty.Tests()
-	r.Failed, r.PkgFails = nil, nil
+	r.Packages, r.Failed, r.PkgFails = ty.Packages(), nil, nil
 	r.Totals = Totals{Tests: len(r.Tests), VMRuns: len(r.VM)}
 	for _, t := range r.Tests {
 		r.Totals.TestRuns += t.Runs
@@ -75,7 +78,7 @@ func (r *Report) build(ty *Tally) {
 			r.Totals.FlakyTests++
 		}
 	}
-	for _, p := range ty.Packages() {
+	for _, p := range r.Packages {
 		r.Totals.PackageRuns += p.Runs
 		if p.Failures > 0 {
 			r.PkgFails = append(r.PkgFails, p)
@@ -109,12 +112,15 @@ func (r *Report) summarize() []string {
 	if c.Rounds == 0 {
 		how = "no go test rounds"
 	}
+	if c.Entries > 0 {
+		how = fmt.Sprintf("%d ledger entries added up", c.Entries)
+	}
 	if len(c.Inputs) > 0 {
 		how += fmt.Sprintf(", plus %d earlier go test -json files", len(c.Inputs))
 	}
 	out := []string{fmt.Sprintf("flakes: %s: %d tests, %d runs (%s, uid %d), %d failures in %d tests (%d flaky); %d package failures in %d package runs; %s",
 		verdict, tt.Tests, tt.TestRuns, how, c.UID, tt.Failures, tt.FailedTests, tt.FlakyTests,
-		tt.PackageFailures, tt.PackageRuns, r.Ended.Sub(r.Started).Round(time.Second))}
+		tt.PackageFailures, tt.PackageRuns, r.duration().Round(time.Second))}
 	for _, t := range r.Failed {
 		out = append(out, fmt.Sprintf("  FAIL %d/%d %s %s", t.Failures, t.Runs, t.Package, t.Name))
 	}

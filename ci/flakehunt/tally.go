@@ -155,6 +155,39 @@ func (ty *Tally) test(pkg, name string) *TestTally {
 	return t
 }
 
+// merge adds a test's tally from an earlier report (a ledger entry).
+func (ty *Tally) merge(in TestTally) {
+	t := ty.test(in.Package, in.Name)
+	t.Runs += in.Runs
+	t.Passes += in.Passes
+	t.Failures += in.Failures
+	t.Skips += in.Skips
+	t.Outputs = keep(t.Outputs, in.Outputs)
+}
+
+// mergePackage adds a package's tally from an earlier report.
+func (ty *Tally) mergePackage(in PackageTally) {
+	p := ty.pkgs[in.Package]
+	if p == nil {
+		p = &PackageTally{Package: in.Package}
+		ty.pkgs[in.Package] = p
+	}
+	p.Runs += in.Runs
+	p.Failures += in.Failures
+	p.Outputs = keep(p.Outputs, in.Outputs)
+}
+
+// keep appends failure outputs up to keepFailures.
+func keep(have, more []string) []string {
+	for _, o := range more {
+		if len(have) == keepFailures {
+			break
+		}
+		have = append(have, o)
+	}
+	return have
+}
+
 // addPackage counts a package's own events. A package that ends while
 // tests are still running (a panic, the -timeout) fails those tests too:
 // they never reached a result of their own.

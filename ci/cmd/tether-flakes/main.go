@@ -36,7 +36,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parse(args, stderr)
+	o, sum, goal, err := parse(args, stderr)
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(stderr, "tether-flakes: %v\n", err)
@@ -44,6 +44,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	o.Log = stderr
+	if sum != "" {
+		return sumLedger(ctx, o.Dir, sum, goal, stdout, stderr)
+	}
 	r, err := flakehunt.Run(ctx, o)
 	if r != nil {
 		r.Print(stdout)
@@ -59,11 +62,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitClean
 }
 
-func parse(args []string, stderr io.Writer) (flakehunt.Options, error) {
+// sumLedger prints the ledger's sum and exits clean only if it meets the goal.
+func sumLedger(ctx context.Context, dir, ledger string, goal int, stdout, stderr io.Writer) int {
+	l, err := flakehunt.Sum(ctx, dir, ledger, goal)
+	if err != nil {
+		fmt.Fprintf(stderr, "tether-flakes: %v\n", err)
+		return exitUsage
+	}
+	l.Print(stdout)
+	if !l.Met() {
+		return exitFailures
+	}
+	return exitClean
+}
+
+// parse reads the flags: the hunt's options, or a ledger to sum (-sum)
+// with its goal.
+func parse(args []string, stderr io.Writer) (o flakehunt.Options, sum string, goal int, err error) {
 	fs := flag.NewFlagSet("tether-flakes", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var o flakehunt.Options
 	var vmArgs, inputs string
+	fs.StringVar(&o.Ledger, "ledger", "", "file the report in this ledger directory (inside the module, committed; docs/ci.md)")
+	fs.StringVar(&sum, "sum", "", "add up this ledger's entries made on HEAD's tree and check them against -goal; runs nothing")
+	fs.IntVar(&goal, "goal", 20, "with -sum: runs every test, and runs of the VM suites, must reach")
 	fs.IntVar(&o.Count, "count", 20, "runs of every test per round (go test -count)")
 	fs.IntVar(&o.Rounds, "rounds", 1, "separate go test invocations (fresh test processes); 0 runs only the VM suites")
 	fs.BoolVar(&o.Race, "race", true, "build with the race detector")
@@ -80,16 +101,15 @@ func parse(args []string, stderr io.Writer) (flakehunt.Options, error) {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return o, "", 0, err
 	}
 	o.Packages, o.VMArgs = fs.Args(), strings.Fields(vmArgs)
 	if inputs != "" {
 		o.Inputs = strings.Split(inputs, ",")
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return o, err
+	if sum != "" && goal < 1 {
+		return o, "", 0, fmt.Errorf("-goal %d must be at least 1", goal)
 	}
-	o.Dir = dir
-	return o, nil
+	o.Dir, err = os.Getwd()
+	return o, sum, goal, err
 }

@@ -11,14 +11,14 @@ import (
 // bad values are refused with the usage exit code.
 func TestFlags(t *testing.T) {
 	var stderr bytes.Buffer
-	o, err := parse(nil, &stderr)
+	o, _, _, err := parse(nil, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Count != 20 || o.Rounds != 1 || !o.Race || o.Out != ".cache/flakes" || len(o.Packages) != 0 || o.VMRuns != 0 {
 		t.Fatalf("defaults %+v", o)
 	}
-	o, err = parse([]string{"-count", "3", "-race=false", "-vm", "2", "-vm-args", "--suite native-client --accel tcg", "./receiver/..."}, &stderr)
+	o, _, _, err = parse([]string{"-count", "3", "-race=false", "-vm", "2", "-vm-args", "--suite native-client --accel tcg", "./receiver/..."}, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestFlags(t *testing.T) {
 		strings.Join(o.Packages, " ") != "./receiver/..." {
 		t.Fatalf("parsed %+v", o)
 	}
-	for _, bad := range [][]string{{"-count", "0"}, {"-rounds", "-1"}, {"-vm", "-2"}, {"-rounds", "0"}, {"-nosuch"}, {"-timeout", "-1s"}} {
+	for _, bad := range [][]string{{"-count", "0"}, {"-rounds", "-1"}, {"-vm", "-2"}, {"-rounds", "0"}, {"-nosuch"}, {"-timeout", "-1s"}, {"-sum", "x", "-goal", "0"}} {
 		var out bytes.Buffer
 		if code := run(context.Background(), bad, &out, &out); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d\n%s", bad, code, exitUsage, out.String())
