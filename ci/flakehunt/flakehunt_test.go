@@ -33,8 +33,9 @@ func find(t *testing.T, ty *Tally, pkg, name string) TestTally {
 }
 
 // TestTallyCounts: every run's result is counted per test, a failure
-// keeps only its last 30 lines (and only 3 failures are kept), and a test
-// still running when its package's binary ends is a failure.
+// keeps only its last 30 lines (and only 3 failures are kept), a test
+// still running when its package's binary ends is a failure, and a
+// benchmark still open when its package passed is a pass.
 func TestTallyCounts(t *testing.T) {
 	ty := NewTally()
 	for i := range 4 {
@@ -56,6 +57,10 @@ func TestTallyCounts(t *testing.T) {
 		`{"Action":"fail","Package":"p"}`,
 		`{"Action":"run","Package":"r","Test":"TestR"}`, `{"Action":"fail","Package":"r","Test":"TestR"}`,
 		`{"Action":"fail","Package":"r"}`,
+		`{"Action":"run","Package":"b","Test":"BenchmarkQuiet"}`,
+		`{"Action":"output","Package":"b","Test":"BenchmarkQuiet","Output":"BenchmarkQuiet-2 \t1\t100 ns/op\n"}`,
+		`{"Action":"run","Package":"b","Test":"BenchmarkLogs"}`, `{"Action":"bench","Package":"b","Test":"BenchmarkLogs"}`,
+		`{"Action":"pass","Package":"b"}`,
 		`{"Action":"build-output","ImportPath":"q","Output":"q/x.go:1: syntax error\n"}`,
 		`{"Action":"build-fail","ImportPath":"q"}`,
 		`not json at all`)
@@ -72,12 +77,19 @@ func TestTallyCounts(t *testing.T) {
 	if h := find(t, ty, "p", "TestHang"); h.Failures != 1 || !strings.Contains(h.Outputs[0], "waiting") {
 		t.Errorf("a test cut off by its package's end: %+v", h)
 	}
+	// A benchmark that passed quietly has no result event of its own: its
+	// package's pass settles it; one that logged ends with "bench".
+	for _, n := range []string{"BenchmarkQuiet", "BenchmarkLogs"} {
+		if b := find(t, ty, "b", n); b.Runs != 1 || b.Passes != 1 || b.Failures != 0 {
+			t.Errorf("%s: %+v", n, b)
+		}
+	}
 	// p timed out (a package failure), q did not build (one too), r
 	// failed only because TestR failed (no package failure).
 	pk := ty.Packages()
-	if len(pk) != 3 || pk[0].Package != "p" || pk[0].Failures != 1 || !strings.Contains(pk[0].Outputs[0], "timed out") ||
-		pk[1].Package != "q" || pk[1].Failures != 1 || !strings.Contains(pk[1].Outputs[0], "syntax error") ||
-		pk[2].Package != "r" || pk[2].Runs != 1 || pk[2].Failures != 0 {
+	if len(pk) != 4 || pk[1].Package != "p" || pk[1].Failures != 1 || !strings.Contains(pk[1].Outputs[0], "timed out") ||
+		pk[2].Package != "q" || pk[2].Failures != 1 || !strings.Contains(pk[2].Outputs[0], "syntax error") ||
+		pk[3].Package != "r" || pk[3].Runs != 1 || pk[3].Failures != 0 || pk[0].Package != "b" || pk[0].Failures != 0 {
 		t.Errorf("packages: %+v", pk)
 	}
 }

@@ -104,7 +104,7 @@ func (ty *Tally) Add(e event) {
 		if b := ty.out[key]; b != nil {
 			b.WriteString(e.Output)
 		}
-	case "pass", "fail", "skip":
+	case "pass", "fail", "skip", "bench":
 		delete(ty.opened(e.Package), e.Test)
 		if e.Action == "fail" {
 			ty.fails[e.Package]++
@@ -133,7 +133,7 @@ func (ty *Tally) result(pkg, name, action, output string) {
 	t := ty.test(pkg, name)
 	t.Runs++
 	switch action {
-	case "pass":
+	case "pass", "bench": // "bench": a benchmark that logged (--- BENCH:) and passed
 		t.Passes++
 	case "skip":
 		t.Skips++
@@ -215,17 +215,25 @@ func (ty *Tally) addPackage(e event) {
 				p.Outputs = append(p.Outputs, lastLines(ty.text(key), tailLines))
 			}
 		}
-		ty.closeOpen(e.Package)
+		ty.closeOpen(e.Package, e.Action == "pass")
 		delete(ty.out, key)
 		delete(ty.fails, e.Package)
 	}
 }
 
-// closeOpen fails every test of pkg still running when its binary ended.
-func (ty *Tally) closeOpen(pkg string) {
+// closeOpen settles every test of pkg still running when its binary
+// ended. A benchmark that passes quietly has no result event of its own
+// (test2json gives one only for --- FAIL, --- SKIP and --- BENCH), so a
+// benchmark still open when its package passed passed; anything else
+// still open failed (a panic or the -timeout cut it off).
+func (ty *Tally) closeOpen(pkg string, passed bool) {
 	for name := range ty.open[pkg] {
 		key := pkg + " " + name
-		ty.result(pkg, name, "fail", ty.text(key)+"(the test binary ended before this test did: a panic or the -timeout)\n")
+		if passed && strings.HasPrefix(name, "Benchmark") {
+			ty.result(pkg, name, "pass", "")
+		} else {
+			ty.result(pkg, name, "fail", ty.text(key)+"(the test binary ended before this test did: a panic or the -timeout)\n")
+		}
 		delete(ty.out, key)
 	}
 	delete(ty.open, pkg)
