@@ -101,7 +101,7 @@ func TestPathEscapes(t *testing.T) {
 	cases := []struct{ op, path string }{
 		{"read", "../outside/secret"},
 		{"read", "a/../../outside/secret"},
-		{"read", filepath.Join(outside, "secret")},
+		{"read", "OUTSIDE/secret"}, // the absolute path of the outside tree
 		{"read", "abs/passwd"},
 		{"read", "abs-inside"},
 		{"read", "rel-out/secret"},
@@ -130,9 +130,12 @@ func TestPathEscapes(t *testing.T) {
 		{"stage", "a/b/../../../outside/secret"},
 	}
 	for _, c := range cases {
+		// The subtest's name stays the same from run to run (the flake
+		// hunt counts runs by name), so the temporary path is put in here.
 		t.Run(c.op+":"+c.path, func(t *testing.T) {
-			if err := ops[c.op](c.path); !errors.Is(err, ErrEscape) {
-				t.Fatalf("%s %q = %v, want ErrEscape", c.op, c.path, err)
+			p := strings.Replace(c.path, "OUTSIDE", outside, 1)
+			if err := ops[c.op](p); !errors.Is(err, ErrEscape) {
+				t.Fatalf("%s %q = %v, want ErrEscape", c.op, p, err)
 			}
 		})
 	}
