@@ -94,7 +94,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return nil, err
 	}
-	r := &Report{Started: time.Now().UTC(), Config: o.config()}
+	r := &Report{Started: time.Now().UTC(), Config: o.config(ctx)}
 	ty := NewTally()
 	var errs []error
 	for _, in := range o.Inputs {
@@ -160,24 +160,17 @@ func readFile(path string, ty *Tally) error {
 	return ty.Read(f, nil)
 }
 
-func (o *Options) config() Config {
+// config records what the hunt runs and on which commit; a git that fails
+// leaves GitHead empty, which -ledger then refuses.
+func (o *Options) config(ctx context.Context) Config {
 	c := Config{GoTest: append([]string{"go"}, o.goTestArgs()...), Count: o.Count, Rounds: o.Rounds, Race: o.Race,
 		UID: os.Geteuid(), Require: os.Getenv("TETHER_TEST_REQUIRE"), VMRuns: o.VMRuns, VMArgs: o.VMArgs,
 		NumCPU: runtime.NumCPU(), Packages: o.Packages, Inputs: o.Inputs}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		c.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
-	c.GitHead = gitOut(o.Dir, "rev-parse", "HEAD")
-	c.Dirty = gitOut(o.Dir, "status", "--porcelain", "--untracked-files=no") != ""
+	c.GitHead, _ = git(ctx, o.Dir, "rev-parse", "HEAD")
+	status, _ := git(ctx, o.Dir, "status", "--porcelain", "--untracked-files=no")
+	c.Dirty = status != ""
 	return c
-}
-
-func gitOut(dir string, args ...string) string {
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	out, err := cmd.Output()
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(out))
 }

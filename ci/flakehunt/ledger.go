@@ -70,10 +70,7 @@ func File(ctx context.Context, dir, ledger string, r *Report) (string, error) {
 		return "", err
 	}
 	name := filepath.Join(ledger, r.Started.UTC().Format("20060102T150405Z")+"-"+short(head)+".json")
-	if err := os.WriteFile(name+".tmp", append(data, '\n'), 0o644); err != nil {
-		return "", err
-	}
-	return name, os.Rename(name+".tmp", name)
+	return name, writeFile(name, data)
 }
 
 // Ledger is the sum of a ledger's entries made on HEAD's tree.
@@ -118,7 +115,7 @@ func Sum(ctx context.Context, dir, ledger string, goal int) (*Ledger, error) {
 		l.add(f, r, ty)
 	}
 	l.Report.build(ty)
-	l.Report.Config = Config{GitHead: head, Packages: []string{"(ledger sum)"}, Entries: len(l.Entries), UID: -1}
+	l.Report.Config = Config{GitHead: head, Packages: []string{"(ledger sum)"}, Entries: len(l.Entries), UID: -1} // -1: entries may differ, so the sum names no uid
 	l.Report.Summary = l.Report.summarize()
 	l.below()
 	return l, nil

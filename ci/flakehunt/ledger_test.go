@@ -104,7 +104,7 @@ func TestLedgerAddsUpSlicesOfOneTree(t *testing.T) {
 	}
 	var out bytes.Buffer
 	l.Print(&out)
-	if !strings.Contains(out.String(), "(2 ledger entries added up, uid -1), 0 failures") || !strings.Contains(out.String(), "goal MET: every test at least 20 runs: 0 of 2 tests are below; VM runs 20 of 20") {
+	if !strings.Contains(out.String(), "(2 ledger entries added up), 0 failures") || !strings.Contains(out.String(), "goal MET: every test at least 20 runs: 0 of 2 tests are below; VM runs 20 of 20") {
 		t.Errorf("print:\n%s", out.String())
 	}
 	if l := sum(t, dir, ledger, 21); l.Met() || len(l.Below) != 2 || l.Below[0].Runs != 20 {

@@ -118,8 +118,11 @@ func (r *Report) summarize() []string {
 	if len(c.Inputs) > 0 {
 		how += fmt.Sprintf(", plus %d earlier go test -json files", len(c.Inputs))
 	}
-	out := []string{fmt.Sprintf("flakes: %s: %d tests, %d runs (%s, uid %d), %d failures in %d tests (%d flaky); %d package failures in %d package runs; %s",
-		verdict, tt.Tests, tt.TestRuns, how, c.UID, tt.Failures, tt.FailedTests, tt.FlakyTests,
+	if c.UID >= 0 {
+		how += fmt.Sprintf(", uid %d", c.UID)
+	}
+	out := []string{fmt.Sprintf("flakes: %s: %d tests, %d runs (%s), %d failures in %d tests (%d flaky); %d package failures in %d package runs; %s",
+		verdict, tt.Tests, tt.TestRuns, how, tt.Failures, tt.FailedTests, tt.FlakyTests,
 		tt.PackageFailures, tt.PackageRuns, r.duration().Round(time.Second))}
 	for _, t := range r.Failed {
 		out = append(out, fmt.Sprintf("  FAIL %d/%d %s %s", t.Failures, t.Runs, t.Package, t.Name))
@@ -153,11 +156,16 @@ func (r *Report) Write(dir string) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, ReportName+".tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+	return writeFile(filepath.Join(dir, ReportName), data)
+}
+
+// writeFile writes data and a newline to name through a temporary file
+// and a rename, so a reader never sees half a report.
+func writeFile(name string, data []byte) error {
+	if err := os.WriteFile(name+".tmp", append(data, '\n'), 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, ReportName))
+	return os.Rename(name+".tmp", name)
 }
 
 // Print writes the summary lines to w.
