@@ -30,7 +30,7 @@ func TestTokenAndAuditCLI(t *testing.T) {
 		t.Fatal("the token file holds the secret")
 	}
 	code, out, _ = runCLI(t, "", "token", "list", "--state", state)
-	if code != exitOK || !strings.Contains(out, m.ID) || strings.Contains(out, `"secret_sha256":"`+"0") || strings.Count(out, "\n") != 1 {
+	if code != exitOK || !strings.Contains(out, m.ID) || strings.Count(out, "\n") != 1 {
 		t.Fatalf("list: %d %s", code, out)
 	}
 	if strings.Contains(out, "secret_sha256\":\"") && !strings.Contains(out, "secret_sha256\":\"\"") {
