@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -127,6 +129,34 @@ func tail(console []string) string {
 		console = console[len(console)-consoleTail:]
 	}
 	return "\n--- console tail ---\n" + strings.Join(console, "\n")
+}
+
+// KeepConsole copies the guest console log src into the receipts
+// directory out as <suite>.console.log when keep is set (the boot fell
+// short, and the quoted tail may miss what went wrong first, such as the
+// head of a kernel oops), and returns that file's name. Without keep it
+// removes a console an earlier run left there, so a kept console always
+// belongs to the receipt beside it.
+func KeepConsole(src, out, suite string, keep bool) (string, error) {
+	name := suite + ".console.log"
+	dst := filepath.Join(out, name)
+	if !keep {
+		if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("remove the stale console: %w", err)
+		}
+		return "", nil
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("keep the console: %w", err)
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return "", fmt.Errorf("keep the console: %w", err)
+	}
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		return "", fmt.Errorf("keep the console: %w", err)
+	}
+	return name, nil
 }
 
 // progress copies every console line to all and the init's progress lines

@@ -281,6 +281,13 @@ func (s *isolation) boot(ctx context.Context, img string) error {
 		Report: filepath.Join(s.work, "report.jsonl"), Timeout: IsolationTimeout, Append: s.h.Opts.Append,
 		ConsoleLog: progress{console, s.h.Opts.Log}}, len(s.bins))
 	s.r.Problems = append(s.r.Problems, b.Problems...)
+	kept, err := KeepConsole(console.Name(), s.h.Opts.Out, s.r.Suite, len(b.Problems) > 0)
+	if err != nil {
+		return err
+	}
+	if kept != "" {
+		s.problem("the whole guest console is kept beside this receipt as %s", kept)
+	}
 	s.r.Kernel.Release = b.Transcript.Release
 	for i, step := range b.Transcript.Steps {
 		if !step.Started {

@@ -311,3 +311,35 @@ func TestNativeSubtestsMatchThePipeline(t *testing.T) {
 		t.Fatalf("RunPipeline runs %q\nsuite (b) declares %q", cases, nativeSubtests)
 	}
 }
+
+// TestKeepConsole: a boot that fell short leaves the whole console beside
+// its receipt; a clean boot removes one an earlier run left.
+func TestKeepConsole(t *testing.T) {
+	work, out := t.TempDir(), t.TempDir()
+	src := filepath.Join(work, "console.log")
+	whole := "[    1.0] BUG: unable to handle page fault\n" + strings.Repeat("line\n", 2*consoleTail) + "Kernel panic\n"
+	if err := os.WriteFile(src, []byte(whole), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name, err := KeepConsole(src, filepath.Join(out, "receipts"), "receiver-isolation", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name != "receiver-isolation.console.log" {
+		t.Fatalf("kept as %q", name)
+	}
+	kept := filepath.Join(out, "receipts", name)
+	got, err := os.ReadFile(kept)
+	if err != nil || string(got) != whole {
+		t.Fatalf("kept console is not the whole console (err %v, %d of %d bytes)", err, len(got), len(whole))
+	}
+	if name, err := KeepConsole(src, filepath.Join(out, "receipts"), "receiver-isolation", false); err != nil || name != "" {
+		t.Fatalf("clean boot: name %q, err %v", name, err)
+	}
+	if _, err := os.Stat(kept); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a clean boot left the earlier console beside its receipt: %v", err)
+	}
+	if _, err := KeepConsole(filepath.Join(work, "missing.log"), out, "s", true); err == nil {
+		t.Fatal("a missing console was kept without an error")
+	}
+}
