@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,7 +51,9 @@ func CheckFileable(ctx context.Context, dir, ledger string) error {
 
 // File writes r into the ledger as STARTED-HEAD.json and returns its
 // path. The report must name a clean HEAD (CheckFileable's check, made
-// again here in case the tree changed during the hunt).
+// again here in case the tree changed during the hunt). It never replaces
+// an entry: two slices started in the same second at one commit (a -read
+// filed just before a hunt) are both kept, the later as STARTED-HEAD-2.json.
 func File(ctx context.Context, dir, ledger string, r *Report) (string, error) {
 	if err := CheckFileable(ctx, dir, ledger); err != nil {
 		return "", err
@@ -69,9 +72,39 @@ func File(ctx context.Context, dir, ledger string, r *Report) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := filepath.Join(ledger, r.Started.UTC().Format("20060102T150405Z")+"-"+short(head)+".json")
-	return name, writeFile(name, data)
+	base := filepath.Join(ledger, r.Started.UTC().Format("20060102T150405Z")+"-"+short(head))
+	return writeNew(base, data)
 }
+
+// writeNew writes data and a newline to the first of base.json,
+// base-2.json, … that does not exist yet and returns its name. The entry
+// is written whole under a temporary name first and then linked: link
+// refuses an existing name, so an entry is never replaced, even by a
+// hunt filing at the same moment.
+func writeNew(base string, data []byte) (string, error) {
+	tmp := base + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp)
+	for n := 1; n <= maxSameName; n++ {
+		name := base + ".json"
+		if n > 1 {
+			name = fmt.Sprintf("%s-%d.json", base, n)
+		}
+		err := os.Link(tmp, name)
+		if err == nil {
+			return name, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("%w: file the entry: %w", ErrLedger, err)
+		}
+	}
+	return "", fmt.Errorf("%w: %d entries already named %s*.json; not filed", ErrLedger, maxSameName, base)
+}
+
+// maxSameName bounds the entries filed under one second and commit.
+const maxSameName = 100
 
 // Ledger is the sum of a ledger's entries made on HEAD's tree.
 type Ledger struct {

@@ -219,3 +219,34 @@ func TestRunFilesIntoTheLedger(t *testing.T) {
 		t.Fatalf("filed hunt: %v %+v", l.Entries, l.Report.Totals)
 	}
 }
+
+// TestFileNeverReplacesAnEntry: two slices started in the same second at
+// one commit (a -read filed just before a hunt) are both kept and both
+// counted; neither replaces the other.
+func TestFileNeverReplacesAnEntry(t *testing.T) {
+	ctx := context.Background()
+	dir := repo(t)
+	ledger := filepath.Join(dir, "ci", "ledger")
+	head := gitRun(t, dir, "rev-parse", "HEAD")
+	t0 := time.Date(2026, 12, 3, 15, 51, 6, 0, time.UTC)
+	var paths []string
+	for _, runs := range []int{1, 4, 2} {
+		path, err := File(ctx, dir, ledger, entry(head, t0, runs, 0, 0, "TestA"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, filepath.Base(path))
+	}
+	stem := "20261203T155106Z-" + head[:12]
+	want := []string{stem + ".json", stem + "-2.json", stem + "-3.json"}
+	if strings.Join(paths, " ") != strings.Join(want, " ") {
+		t.Fatalf("filed as %v, want %v", paths, want)
+	}
+	if left, _ := filepath.Glob(filepath.Join(ledger, "*.tmp")); len(left) > 0 {
+		t.Fatalf("temporary files left in the ledger: %v", left)
+	}
+	l := sum(t, dir, ledger, 7)
+	if len(l.Entries) != 3 || l.Report.Tests[0].Runs != 7 {
+		t.Fatalf("sum counted %d entries and %d runs, want 3 and 7: %+v", len(l.Entries), l.Report.Tests[0].Runs, l)
+	}
+}
