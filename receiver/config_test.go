@@ -58,6 +58,8 @@ func TestDecodeConfigRefuses(t *testing.T) {
 		"child_env loader":            {`"spawn": "thread"`, `"spawn": "thread", "child_env": {"LD_PRELOAD": "/x.so"}`},
 		"child_env bad name":          {`"spawn": "thread"`, `"spawn": "thread", "child_env": {"A=B": "x"}`},
 		"child_env not a map":         {`"spawn": "thread"`, `"spawn": "thread", "child_env": ["PATH=/bin"]`},
+		"landlock writable relative":  {`"mode": "required"`, `"mode": "required", "writable": ["tmp"]`},
+		"landlock writable root":      {`"mode": "required"`, `"mode": "required", "writable": ["/"]`},
 		"landlock tcp unknown":        {`"mode": "required"`, `"mode": "required", "tcp": "some"`},
 		"landlock any tcp with ports": {`"mode": "required"`, `"mode": "required", "tcp": "any", "tcp_bind": [8080]}`},
 		"relative fence":              {`"spawn": "thread"`, `"spawn": "thread", "fence_state": "fence.json"`},
@@ -89,6 +91,11 @@ func FuzzDecodeConfig(f *testing.F) {
 		}
 		if c.Landlock.Mode != LandlockOff && c.Landlock.Mode != LandlockRequired {
 			t.Fatalf("accepted landlock mode %q", c.Landlock.Mode)
+		}
+		for _, w := range c.Landlock.Writable {
+			if !absClean(w) || w == "/" {
+				t.Fatalf("accepted landlock writable %q", w)
+			}
 		}
 		if l := c.Landlock; (l.TCP != "" && l.TCP != TCPPorts && l.TCP != TCPAny) || (l.TCP == TCPAny && len(l.TCPBind)+len(l.TCPConnect) > 0) {
 			t.Fatalf("accepted landlock tcp %q with ports %v %v", l.TCP, l.TCPBind, l.TCPConnect)

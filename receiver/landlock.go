@@ -58,8 +58,14 @@ const (
 	TCPAny = "any"
 )
 
-// validate checks the TCP policy against the port lists.
+// validate checks that every writable directory is an absolute clean
+// path and the TCP policy against the port lists.
 func (c LandlockConfig) validate() error {
+	for _, w := range c.Writable {
+		if !absClean(w) || w == "/" {
+			return fmt.Errorf("writable %q is not an absolute clean path below /", w)
+		}
+	}
 	switch c.TCP {
 	case "", TCPPorts:
 	case TCPAny:
