@@ -107,6 +107,9 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("%w: landlock.mode must be %q or %q, not %q", ErrConfig, LandlockOff, LandlockRequired, c.Landlock.Mode)
 	}
+	if err := c.Landlock.validate(); err != nil {
+		return fmt.Errorf("%w: landlock: %w", ErrConfig, err)
+	}
 	if err := c.Cgroup.validate(); err != nil {
 		return fmt.Errorf("%w: cgroup: %w", ErrConfig, err)
 	}

@@ -276,6 +276,35 @@ func TestLandlockRequired(t *testing.T) {
 	}
 }
 
+// TestLandlockWritable: a directory in landlock.writable gets every right
+// beneath (a child makes, writes and removes files and directories there,
+// as mktemp does in a computer's /tmp); without it (the positive
+// control) the same child is refused.
+func TestLandlockWritable(t *testing.T) {
+	testenv.Require(t, "root")
+	if spawn.LandlockABI() < spawn.MinLandlockABI {
+		t.Fatalf("kernel Landlock ABI %d < %d", spawn.LandlockABI(), spawn.MinLandlockABI)
+	}
+	tmp := t.TempDir()
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o777|os.ModeSticky); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := fmt.Sprintf(`d=$(mktemp -d -p %s) && echo x > "$d/f" && mkdir "$d/sub" && rm -r "$d" && echo WROTE`, tmp)
+	for _, c := range []struct {
+		writable []string
+		want     bool
+	}{{[]string{tmp}, true}, {nil, false}} {
+		f := newFixture(t, Options{Landlock: LandlockConfig{Mode: LandlockRequired, Writable: c.writable}})
+		id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"/bin/sh", "-c", script}})
+		f.wait(f.grant, id)
+		if out := f.output(f.grant, id).Output; strings.Contains(out, "WROTE") != c.want {
+			t.Fatalf("writable %v: output %q, want WROTE %v", c.writable, out, c.want)
+		}
+	}
+}
+
 // TestNoLeakAfterSpawns: after 100 commands, every thread of this process
 // still has its original privileges and no NoNewPrivs.
 func TestNoLeakAfterSpawns(t *testing.T) {

@@ -32,11 +32,50 @@ type LandlockConfig struct {
 	// and write beneath, besides their grant root; nil means
 	// DefaultLandlockReadWrite. Missing paths are skipped.
 	ReadWrite []string `json:"read_write,omitempty"`
+	// Writable lists directories children get every right beneath, as
+	// they have beneath their grant root: a computer's private /tmp,
+	// /var/tmp, /dev/shm and home. None by default; missing paths are
+	// skipped.
+	Writable []string `json:"writable,omitempty"`
+	// TCP is TCPPorts ("" too) or TCPAny.
+	TCP string `json:"tcp,omitempty"`
 	// TCPBind and TCPConnect list the TCP ports children may bind and
 	// connect to (any address). Every other TCP bind and connect is
-	// refused: none by default.
+	// refused: none by default. Only with TCPPorts.
 	TCPBind    []uint16 `json:"tcp_bind,omitempty"`
 	TCPConnect []uint16 `json:"tcp_connect,omitempty"`
+}
+
+// TCP policies of LandlockConfig.
+const (
+	// TCPPorts confines TCP bind and connect to the listed ports: the
+	// default.
+	TCPPorts = "ports"
+	// TCPAny leaves TCP to the network namespace: Landlock does not
+	// handle TCP bind and connect. Meant only for a receiver whose
+	// network namespace has nothing but its own loopback (a namespaced
+	// computer), where the port rules would protect nothing.
+	TCPAny = "any"
+)
+
+// validate checks that every writable directory is an absolute clean
+// path and the TCP policy against the port lists.
+func (c LandlockConfig) validate() error {
+	for _, w := range c.Writable {
+		if !absClean(w) || w == "/" {
+			return fmt.Errorf("writable %q is not an absolute clean path below /", w)
+		}
+	}
+	switch c.TCP {
+	case "", TCPPorts:
+	case TCPAny:
+		if len(c.TCPBind)+len(c.TCPConnect) > 0 {
+			return fmt.Errorf("tcp %q allows every port; tcp_bind and tcp_connect must be empty", TCPAny)
+		}
+	default:
+		return fmt.Errorf("tcp must be %q or %q, not %q", TCPPorts, TCPAny, c.TCP)
+	}
+	return nil
 }
 
 // Defaults of LandlockConfig.
@@ -46,10 +85,11 @@ var (
 )
 
 // landlockRules holds the system paths opened once and the allowed TCP
-// ports; nil means off.
+// ports (or that TCP is not handled); nil means off.
 type landlockRules struct {
-	rules []spawn.Rule
-	ports []spawn.PortRule
+	rules  []spawn.Rule
+	ports  []spawn.PortRule
+	anyTCP bool
 }
 
 func newLandlockRules(c LandlockConfig) (*landlockRules, error) {
@@ -63,6 +103,9 @@ func newLandlockRules(c LandlockConfig) (*landlockRules, error) {
 	if abi := spawn.LandlockABI(); abi < spawn.MinLandlockABI {
 		return nil, fmt.Errorf("%w: landlock required but the kernel's ABI is %d (need %d)", spawn.ErrLandlock, abi, spawn.MinLandlockABI)
 	}
+	if err := c.validate(); err != nil {
+		return nil, fmt.Errorf("%w: landlock: %w", ErrOptions, err)
+	}
 	ro, rw := c.ReadExec, c.ReadWrite
 	if ro == nil {
 		ro = DefaultLandlockReadExec
@@ -70,11 +113,11 @@ func newLandlockRules(c LandlockConfig) (*landlockRules, error) {
 	if rw == nil {
 		rw = DefaultLandlockReadWrite
 	}
-	lr := &landlockRules{ports: portRules(c.TCPBind, c.TCPConnect)}
+	lr := &landlockRules{ports: portRules(c.TCPBind, c.TCPConnect), anyTCP: c.TCP == TCPAny}
 	for _, set := range []struct {
 		paths  []string
 		access spawn.Access
-	}{{ro, spawn.AccessReadExec}, {rw, spawn.AccessReadWriteFile | spawn.AccessReadExec}} {
+	}{{ro, spawn.AccessReadExec}, {rw, spawn.AccessReadWriteFile | spawn.AccessReadExec}, {c.Writable, spawn.AccessAll}} {
 		if err := lr.open(set.paths, set.access); err != nil {
 			lr.close()
 			return nil, err
@@ -130,7 +173,11 @@ func (lr *landlockRules) rulesetFor(root *fsops.Root) (*spawn.Ruleset, error) {
 		return nil, err
 	}
 	defer dir.Close()
-	return spawn.NewRuleset(append(lr.rules[:len(lr.rules):len(lr.rules)], spawn.Rule{File: dir, Access: spawn.AccessAll}), lr.ports...)
+	rules := append(lr.rules[:len(lr.rules):len(lr.rules)], spawn.Rule{File: dir, Access: spawn.AccessAll})
+	if lr.anyTCP {
+		return spawn.NewRulesetAnyTCP(rules)
+	}
+	return spawn.NewRuleset(rules, lr.ports...)
 }
 
 func (lr *landlockRules) close() {

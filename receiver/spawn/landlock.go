@@ -114,10 +114,22 @@ func LandlockABI() int {
 // connect and both scopes, and allows exactly rules and ports. It fails,
 // never downgrades, when the kernel's ABI is below MinLandlockABI.
 func NewRuleset(rules []Rule, ports ...PortRule) (*Ruleset, error) {
+	return newRuleset(rules, netRights, ports)
+}
+
+// NewRulesetAnyTCP is NewRuleset without the TCP rights: the ruleset does
+// not handle TCP bind and connect, so a child may bind and connect any
+// port. It is meant for a child whose network namespace has nothing but
+// its own loopback, where the port rules would protect nothing.
+func NewRulesetAnyTCP(rules []Rule) (*Ruleset, error) {
+	return newRuleset(rules, 0, nil)
+}
+
+func newRuleset(rules []Rule, handledNet NetAccess, ports []PortRule) (*Ruleset, error) {
 	if abi := LandlockABI(); abi < MinLandlockABI {
 		return nil, fmt.Errorf("%w: kernel ABI %d, need %d", ErrLandlock, abi, MinLandlockABI)
 	}
-	attr := rulesetAttr{handledFS: uint64(AccessAll), handledNet: uint64(netRights), scoped: scopes}
+	attr := rulesetAttr{handledFS: uint64(AccessAll), handledNet: uint64(handledNet), scoped: scopes}
 	fd, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
 	if e != 0 {
 		return nil, fmt.Errorf("%w: create ruleset: %w", ErrLandlock, e)

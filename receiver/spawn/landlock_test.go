@@ -20,6 +20,13 @@ import (
 // and the TCP ports of ports; it returns the ruleset and the root.
 func testRuleset(t testing.TB, ports ...PortRule) (*Ruleset, string) {
 	t.Helper()
+	return testRulesetBy(t, func(rules []Rule) (*Ruleset, error) { return NewRuleset(rules, ports...) })
+}
+
+// testRulesetBy is testRuleset with the ruleset made by build from the
+// rules.
+func testRulesetBy(t testing.TB, build func([]Rule) (*Ruleset, error)) (*Ruleset, string) {
+	t.Helper()
 	_, root := workDir(t)
 	var rules []Rule
 	add := func(p string, a Access) {
@@ -38,7 +45,7 @@ func testRuleset(t testing.TB, ports ...PortRule) (*Ruleset, string) {
 	}
 	add("/dev/null", AccessReadWriteFile)
 	add(root, AccessAll)
-	rs, err := NewRuleset(rules, ports...)
+	rs, err := build(rules)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +132,8 @@ func TestLandlockScopesSignals(t *testing.T) {
 
 // TestLandlockDeniesTCP: a confined child can neither connect to a TCP
 // service on the host's 127.0.0.1 nor bind a TCP port, unless a port rule
-// allows that port; the receiver's own threads still connect.
+// allows that port or the ruleset does not handle TCP (NewRulesetAnyTCP,
+// the positive control); the receiver's own threads still connect.
 func TestLandlockDeniesTCP(t *testing.T) {
 	testenv.Require(t, "root")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -166,6 +174,11 @@ exit 0`, port, free)
 			if out, _ := run(t, mode, allowed, "/bin/bash", "-c", script); !strings.Contains(out, "secret\nCONNECTED\n") ||
 				!strings.Contains(out, "BOUND") {
 				t.Fatalf("child with port rules could not use them:\n%s", out)
+			}
+			anyTCP, _ := testRulesetBy(t, NewRulesetAnyTCP)
+			if out, _ := run(t, mode, anyTCP, "/bin/bash", "-c", script); !strings.Contains(out, "secret\nCONNECTED\n") ||
+				!strings.Contains(out, "BOUND") {
+				t.Fatalf("child of a ruleset that does not handle TCP could not use it:\n%s", out)
 			}
 		})
 	}
