@@ -24,7 +24,8 @@ type Process struct {
 	Stdin  io.WriteCloser
 	Stdout io.ReadCloser
 
-	spec    *Spec
+	spec    *Spec // the caller's spec with the leased uid and gid
+	lease   *uidLease
 	cmd     *exec.Cmd
 	scratch string
 	child   []*os.File // the child's ends and data descriptors, closed after start
@@ -33,22 +34,34 @@ type Process struct {
 	cleanup error
 }
 
-// Start checks the machine (Check) and starts spec's agent in a jail.
+// Start checks the machine (Check), leases the jail's own uid, sweeps
+// what jails of killed custodians left, and starts spec's agent in a jail.
 // stderr receives the jail's start-up lines, its refusals and the agent's
 // own stderr. Nothing is started when an error is returned.
 func Start(spec *Spec, stderr io.Writer) (*Process, error) {
 	if err := Check(spec); err != nil {
 		return nil, err
 	}
-	p := &Process{spec: spec, done: make(chan struct{})}
-	scratch, err := os.MkdirTemp(spec.ScratchParent, "tether-jail-")
+	lease, err := acquireUID(spec)
 	if err != nil {
+		return nil, err
+	}
+	s := *spec
+	s.UID, s.GID = lease.uid, lease.gid
+	p := &Process{spec: &s, lease: lease, done: make(chan struct{})}
+	if err := sweepScratch(s.ScratchParent, s.LockDir, lease.uid); err != nil {
+		fmt.Fprintf(stderr, "tether jail: sweep: %v\n", err)
+	}
+	scratch, err := os.MkdirTemp(s.ScratchParent, scratchPattern(lease.uid))
+	if err != nil {
+		lease.release()
 		return nil, fmt.Errorf("%w: make the scratch directory: %w", ErrStart, err)
 	}
 	p.scratch = scratch
 	if err := p.command(stderr); err != nil {
 		p.closeChild()
 		os.Remove(scratch)
+		lease.release()
 		return nil, err
 	}
 	started := make(chan error, 1)
@@ -147,6 +160,7 @@ func (p *Process) run(started chan<- error) {
 	p.closeChild()
 	if err != nil {
 		p.cleanup = p.empty()
+		p.lease.release()
 		close(p.done)
 		started <- errors.Join(err, p.cleanup)
 		return
@@ -154,6 +168,7 @@ func (p *Process) run(started chan<- error) {
 	started <- nil
 	p.waitErr = p.cmd.Wait()
 	p.cleanup = p.empty()
+	p.lease.release()
 	close(p.done)
 }
 
