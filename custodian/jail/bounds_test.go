@@ -26,6 +26,8 @@ const DefaultID = 59999
 const (
 	envHold      = "TETHER_JAIL_TEST_HOLD"      // an agent that holds until stdin closes
 	envCustodian = "TETHER_JAIL_TEST_CUSTODIAN" // JSON custodianPlan: start a jail, print its scratch directory, wait
+	envHog       = "TETHER_JAIL_TEST_HOG"       // MiB to allocate and touch, then say so and hold
+	envForks     = "TETHER_JAIL_TEST_FORKS"     // children to fork (each exits at once), then report and hold
 )
 
 // custodianPlan is what a helper custodian (a child the test SIGKILLs)
@@ -36,6 +38,12 @@ type custodianPlan struct {
 
 // boundsMain runs the test binary's roles added for the jail's bounds.
 func boundsMain() (int, bool) {
+	if n, err := strconv.Atoi(os.Getenv(envHog)); err == nil {
+		return hogMain(n), true
+	}
+	if n, err := strconv.Atoi(os.Getenv(envForks)); err == nil {
+		return forksMain(n), true
+	}
 	if os.Getenv(envHold) == "1" {
 		fmt.Println("holding")
 		io.Copy(io.Discard, os.Stdin)
@@ -70,19 +78,161 @@ func custodianMain(planJSON string) int {
 		fmt.Fprintf(os.Stderr, "custodian: the agent said %q, %v\n", line, err)
 		return 2
 	}
-	fmt.Println(proc.scratch)
+	fmt.Println(strings.Join(append([]string{proc.scratch}, cgroupDirs(proc)...), " "))
 	select {}
 }
 
-// holdEnv is the environment of an agent that holds.
-func holdEnv() []string {
+// hogMain allocates and touches mib MiB, says so, and holds.
+func hogMain(mib int) int {
+	var keep [][]byte
+	for range mib {
+		b := make([]byte, 1<<20)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		keep = append(keep, b)
+	}
+	fmt.Printf("allocated %d MiB\n", len(keep))
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// forkReport is what forksMain saw.
+type forkReport struct {
+	Forked int    `json:"forked"`
+	Err    string `json:"err"`
+}
+
+// forksMain forks n children that exit at once (and stay unreaped, so
+// each keeps its pid), reports how many it got, and holds.
+func forksMain(n int) int {
+	r := forkReport{Err: "ok"}
+	for r.Forked < n {
+		pid, _, errno := syscall.RawSyscall6(syscall.SYS_CLONE, uintptr(syscall.SIGCHLD), 0, 0, 0, 0, 0)
+		if errno != 0 {
+			r.Err = errName(errno)
+			break
+		}
+		if pid == 0 {
+			syscall.RawSyscall(syscall.SYS_EXIT_GROUP, 0, 0, 0) // the child touches nothing of the runtime
+		}
+		r.Forked++
+	}
+	json.NewEncoder(os.Stdout).Encode(r)
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// holdEnv is the environment of an agent that holds, or plays role
+// (envHog or envForks) with value.
+func holdEnv(role ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, envCustodian+"=") && !strings.HasPrefix(kv, envAttack+"=") {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != envCustodian && name != envAttack && name != envHog && name != envForks {
 			env = append(env, kv)
 		}
 	}
+	if len(role) == 2 {
+		return append(env, role[0]+"="+role[1])
+	}
 	return append(env, envHold+"=1")
+}
+
+// cgroupDirs are the directories of the jail's cgroup.
+func cgroupDirs(p *Process) []string {
+	switch {
+	case p.cg == nil:
+		return nil
+	case p.cg.v2 != "":
+		return []string{p.cg.v2}
+	}
+	return p.cg.v1
+}
+
+// startRole starts a jail whose agent plays role (envHog, envForks).
+func startRole(t *testing.T, s *scene, cfg Config, role, value string) (*Process, *syncBuffer, *bufio.Reader) {
+	t.Helper()
+	spec, err := Build(Options{Config: cfg, Argv: []string{s.exe, "jail-" + role}, Root: s.root, Env: holdEnv(role, value), Helper: s.exe})
+	mustDo(t, err)
+	stderr := &syncBuffer{}
+	proc, err := Start(spec, stderr)
+	if err != nil {
+		t.Fatalf("start: %v\nstderr:\n%s", err, stderr)
+	}
+	t.Cleanup(func() { proc.Kill(); proc.Stdin.Close(); proc.Stdout.Close(); proc.Wait() })
+	return proc, stderr, bufio.NewReader(proc.Stdout)
+}
+
+// TestIntegrationJailMemoryLimit: an agent that allocates 512 MiB in a
+// jail limited to 128 MiB is killed before it gets them. Positive
+// control: with jail.cgroup off the same agent allocates all 512 MiB.
+func TestIntegrationJailMemoryLimit(t *testing.T) {
+	testenv.Require(t, "root", "bwrap", "cgroup-limits")
+	s := newScene(t)
+	limit := int64(128 << 20)
+	proc, stderr, out := startRole(t, s, Config{MaxMemoryBytes: &limit}, envHog, "512")
+	if line, err := out.ReadString('\n'); err == nil {
+		t.Errorf("limited to 128 MiB, the agent said %q; want it killed before it allocates 512 MiB", line)
+	}
+	var ee *exec.ExitError
+	if err := proc.Wait(); !errors.As(err, &ee) {
+		t.Errorf("limited to 128 MiB: wait %v, want the agent's failure", err)
+	}
+	if !strings.Contains(stderr.String(), ": memory 134217728 bytes, no swap; pids 512; RLIMIT_NPROC 512") {
+		t.Errorf("the start-up line does not state the cgroup and its limits:\n%s", stderr)
+	}
+	proc, stderr, out = startRole(t, s, Config{Cgroup: CgroupOff, MaxMemoryBytes: &limit}, envHog, "512")
+	if line, err := out.ReadString('\n'); line != "allocated 512 MiB\n" {
+		t.Errorf("positive control (jail.cgroup off): the agent said %q, %v; want all 512 MiB\nstderr:\n%s", line, err, stderr)
+	}
+	if !strings.Contains(stderr.String(), "no cgroup (jail.cgroup \"off\", the operator's opt-out): memory unbounded") {
+		t.Errorf("the start-up line does not state the opt-out:\n%s", stderr)
+	}
+	proc.Stdin.Close()
+	mustDo(t, proc.Wait())
+}
+
+// TestIntegrationJailPidsLimit: a fork loop of 200 in a jail with
+// max_pids 64 stops with EAGAIN below 64, and the host sees at most 64
+// tasks in the jail's cgroup; with the cgroup off RLIMIT_NPROC of the
+// jail's own uid still stops it. Positive control: cgroup off and
+// max_pids 4096, all 200 forks succeed.
+func TestIntegrationJailPidsLimit(t *testing.T) {
+	testenv.Require(t, "root", "bwrap", "cgroup-limits")
+	s := newScene(t)
+	small, large := int64(64), int64(4096)
+	for _, c := range []struct {
+		name   string
+		cfg    Config
+		capped bool
+	}{
+		{"cgroup pids.max 64", Config{MaxPids: &small}, true},
+		{"cgroup off, RLIMIT_NPROC 64", Config{MaxPids: &small, Cgroup: CgroupOff}, true},
+		{"positive control: cgroup off, max_pids 4096", Config{MaxPids: &large, Cgroup: CgroupOff}, false},
+	} {
+		proc, stderr, out := startRole(t, s, c.cfg, envForks, "200")
+		var r forkReport
+		if err := json.NewDecoder(out).Decode(&r); err != nil {
+			t.Fatalf("%s: the fork loop's report: %v\nstderr:\n%s", c.name, err, stderr)
+		}
+		t.Logf("%s: forked %d, then %s", c.name, r.Forked, r.Err)
+		if c.capped && (r.Forked >= int(small) || r.Err != "EAGAIN") {
+			t.Errorf("%s: forked %d, %s; want fewer than %d, then EAGAIN", c.name, r.Forked, r.Err, small)
+		}
+		if !c.capped && (r.Forked != 200 || r.Err != "ok") {
+			t.Errorf("%s: forked %d, %s; want all 200", c.name, r.Forked, r.Err)
+		}
+		for _, d := range cgroupDirs(proc) {
+			if data, err := os.ReadFile(filepath.Join(d, "pids.current")); err == nil {
+				if n, _ := strconv.Atoi(strings.TrimSpace(string(data))); n > int(small) || n <= r.Forked {
+					t.Errorf("%s: the jail's cgroup holds %d tasks; want more than the %d children, at most %d", c.name, n, r.Forked, small)
+				}
+			}
+		}
+		proc.Stdin.Close()
+		mustDo(t, proc.Wait())
+	}
 }
 
 // startHolder starts a jail whose agent holds until its stdin closes,
@@ -173,11 +323,11 @@ func TestIntegrationJailOwnUID(t *testing.T) {
 }
 
 // TestIntegrationJailSweep: a custodian SIGKILLed while its jail runs
-// leaves the jail's (empty, root's) scratch directory behind; the next
-// start removes it. Positive control: with the sweep off, a start leaves
-// it in place.
+// leaves the jail's (empty, root's) scratch directory and its (empty)
+// cgroup behind; the next start removes both. Positive control: with the
+// sweep off, a start leaves them in place.
 func TestIntegrationJailSweep(t *testing.T) {
-	testenv.Require(t, "root", "bwrap")
+	testenv.Require(t, "root", "bwrap", "cgroup-limits")
 	s := newScene(t)
 	parent := filepath.Join(s.base, "scratch")
 	mustDo(t, os.Mkdir(parent, 0o755))
@@ -194,23 +344,45 @@ func TestIntegrationJailSweep(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the helper custodian printed no scratch directory: %v", err)
 	}
-	stale := strings.TrimSpace(line)
+	left := strings.Fields(line) // the scratch directory, then the cgroup's
+	if len(left) < 2 {
+		t.Fatalf("the helper custodian printed %q, want its scratch directory and cgroup", line)
+	}
 	mustDo(t, cmd.Process.Signal(syscall.SIGKILL))
 	cmd.Wait()
-	if _, err := os.Lstat(stale); err != nil {
-		t.Fatalf("the killed custodian's scratch directory %s: %v; want it left behind (the case the sweep is for)", stale, err)
+	for _, d := range left {
+		if _, err := os.Lstat(d); err != nil {
+			t.Fatalf("the killed custodian's %s: %v; want it left behind (the case the sweep is for)", d, err)
+		}
 	}
+	pin := uint32(DefaultUIDFirst - 2) // never the stale uid, whose own cgroup a start replaces
 	skipSweep = true
-	p, _ := startHolder(t, s, Options{ScratchParent: parent})
+	p, _ := startHolder(t, s, Options{Config: Config{UID: &pin}, ScratchParent: parent})
 	skipSweep = false
-	if _, err := os.Lstat(stale); err != nil {
-		t.Errorf("positive control: with the sweep off, %s: %v; want it still there", stale, err)
+	for _, d := range left {
+		if _, err := os.Lstat(d); err != nil {
+			t.Errorf("positive control: with the sweep off, %s: %v; want it still there", d, err)
+		}
 	}
 	p.Stdin.Close()
 	mustDo(t, p.Wait())
-	startHolder(t, s, Options{ScratchParent: parent})
-	if _, err := os.Lstat(stale); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("after the next start, %s: %v; want it swept", stale, err)
+	startHolder(t, s, Options{Config: Config{UID: &pin}, ScratchParent: parent})
+	for _, d := range left {
+		if _, err := os.Lstat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after the next start, %s: %v; want it swept", d, err)
+		}
+	}
+}
+
+func TestParseCgroupName(t *testing.T) {
+	if uid, ok := parseCgroupName(cgroupName(59123)); !ok || uid != 59123 {
+		t.Errorf("%s: %d, %v", cgroupName(59123), uid, ok)
+	}
+	for _, name := range []string{"tether-jail-", "tether-jail-0", "tether-jail-059123", "tether-jail-59123-1", "tether-jail-4294967296",
+		"tether-jail-+1", "tether-sandbox"} {
+		if uid, ok := parseCgroupName(name); ok {
+			t.Errorf("%s: parsed as uid %d, want refused", name, uid)
+		}
 	}
 }
 

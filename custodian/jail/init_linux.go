@@ -22,6 +22,9 @@ type initSpec struct {
 	Argv   []string `json:"argv"`
 	Exec   []string `json:"exec"`
 	Banner string   `json:"banner"`
+	// NProc is the agent's RLIMIT_NPROC (soft and hard): jail.max_pids,
+	// counted for the jail's own uid.
+	NProc int64 `json:"nproc"`
 }
 
 // maxInitSpec bounds the spec the init reads.
@@ -80,6 +83,10 @@ func initMain() int {
 		fmt.Fprintf(os.Stderr, "tether jail: init: mark descriptors close-on-exec: %v\n", err)
 		return 127
 	}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: uint64(spec.NProc), Max: uint64(spec.NProc)}); err != nil {
+		fmt.Fprintf(os.Stderr, "tether jail: init: set RLIMIT_NPROC %d: %v; the agent was not started\n", spec.NProc, err)
+		return 127
+	}
 	if err := restrictExec(spec.Exec); err != nil {
 		fmt.Fprintf(os.Stderr, "tether jail: init: %v; the agent was not started\n", err)
 		return 127
@@ -105,6 +112,9 @@ func readInitSpec() (*initSpec, error) {
 	}
 	if s.Path == "" || len(s.Argv) == 0 {
 		return nil, errors.New("spec names no program")
+	}
+	if s.NProc < MinPids {
+		return nil, fmt.Errorf("spec's nproc %d is below %d", s.NProc, MinPids)
 	}
 	return &s, nil
 }

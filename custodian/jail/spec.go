@@ -92,6 +92,8 @@ type Spec struct {
 	LockDir string
 	// TmpSize bounds HOME and /tmp together, in bytes.
 	TmpSize int64
+
+	bounds string // Start's line about the uid, cgroup and limits, for Banner
 }
 
 // Build resolves and checks everything a jail needs, touching nothing

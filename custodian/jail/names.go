@@ -5,7 +5,8 @@ import (
 	"strings"
 )
 
-// scratchPrefix begins every scratch directory's name.
+// scratchPrefix begins the name of every scratch directory and cgroup
+// of a jail.
 const scratchPrefix = "tether-jail-"
 
 // scratchPattern is os.MkdirTemp's pattern for uid's scratch directory:
@@ -43,4 +44,24 @@ func allDigits(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// cgroupName is the name of the cgroup of the jail whose uid is uid:
+// "tether-jail-<uid>".
+func cgroupName(uid uint32) string {
+	return scratchPrefix + strconv.FormatUint(uint64(uid), 10)
+}
+
+// parseCgroupName returns the uid in a jail cgroup's name (cgroupName,
+// the uid in canonical decimal, not 0).
+func parseCgroupName(name string) (uint32, bool) {
+	digits, ok := strings.CutPrefix(name, scratchPrefix)
+	if !ok || !allDigits(digits) {
+		return 0, false
+	}
+	uid, err := strconv.ParseUint(digits, 10, 32)
+	if err != nil || uid == 0 || strconv.FormatUint(uid, 10) != digits {
+		return 0, false
+	}
+	return uint32(uid), true
 }
