@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/fixtures/testenv"
 )
@@ -28,6 +33,7 @@ const (
 	envCustodian = "TETHER_JAIL_TEST_CUSTODIAN" // JSON custodianPlan: start a jail, print its scratch directory, wait
 	envHog       = "TETHER_JAIL_TEST_HOG"       // MiB to allocate and touch, then say so and hold
 	envForks     = "TETHER_JAIL_TEST_FORKS"     // children to fork (each exits at once), then report and hold
+	envServe     = "TETHER_JAIL_TEST_SERVE"     // a host TCP address: try to serve on the host, connect to it, report and hold
 )
 
 // custodianPlan is what a helper custodian (a child the test SIGKILLs)
@@ -43,6 +49,9 @@ func boundsMain() (int, bool) {
 	}
 	if n, err := strconv.Atoi(os.Getenv(envForks)); err == nil {
 		return forksMain(n), true
+	}
+	if addr := os.Getenv(envServe); addr != "" {
+		return serveMain(addr), true
 	}
 	if os.Getenv(envHold) == "1" {
 		fmt.Println("holding")
@@ -123,13 +132,123 @@ func forksMain(n int) int {
 	return 0
 }
 
+// serveReport is what serveMain saw: an errno name or "ok" for each way
+// to serve, the ports it listens on, and its connect to the host.
+type serveReport struct {
+	Bind    string `json:"bind"`    // bind 127.0.0.1:0, then listen
+	Listen  string `json:"listen"`  // listen without bind (the kernel binds a port)
+	MPTCP   string `json:"mptcp"`   // a Multipath TCP socket: bind, then listen
+	IOUring string `json:"iouring"` // io_uring_setup
+	Connect string `json:"connect"` // connect to the host's loopback listener
+	Ports   []int  `json:"ports"`
+}
+
+// serveMain tries every way to serve TCP on the host's loopback, keeps
+// what listens open, reports, and holds.
+func serveMain(hostAddr string) int {
+	var r serveReport
+	listen := func(proto int, bind bool) string {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM, proto)
+		if err != nil {
+			return errName(err)
+		}
+		if bind {
+			if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+				return errName(err)
+			}
+		}
+		if err := unix.Listen(fd, 8); err != nil {
+			return errName(err)
+		}
+		if sa, err := unix.Getsockname(fd); err == nil {
+			r.Ports = append(r.Ports, sa.(*unix.SockaddrInet4).Port)
+		}
+		return "ok" // fd stays open: it serves until the jail ends
+	}
+	r.Bind, r.Listen, r.MPTCP = listen(unix.IPPROTO_TCP, true), listen(unix.IPPROTO_TCP, false), listen(ipprotoMPTCP, true)
+	var params [120]byte // struct io_uring_params
+	fd, _, errno := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+	r.IOUring = errName(nil)
+	if errno != 0 {
+		r.IOUring = errName(errno)
+	} else {
+		unix.Close(int(fd))
+	}
+	c, err := net.DialTimeout("tcp", hostAddr, 5*time.Second)
+	if c != nil {
+		c.Close()
+	}
+	r.Connect = errName(err)
+	json.NewEncoder(os.Stdout).Encode(r)
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
+// TestIntegrationJailNoServe: under network host the agent cannot serve
+// TCP on the host: bind fails (Landlock, EACCES), and listen on an
+// unbound socket, a Multipath TCP socket and io_uring fail (seccomp,
+// EPERM), while its connect to the host's loopback still works. Positive
+// control: without the bind rule and the filter it listens three ways
+// and a host client connects to each.
+func TestIntegrationJailNoServe(t *testing.T) {
+	testenv.Require(t, "root", "bwrap")
+	s := newScene(t)
+	_, tcp := listeners(t, s.id)
+	proc, stderr, out := startRole(t, s, Config{}, envServe, tcp)
+	var r serveReport
+	if err := json.NewDecoder(out).Decode(&r); err != nil {
+		t.Fatalf("the agent's report: %v\nstderr:\n%s", err, stderr)
+	}
+	want := serveReport{Bind: "EACCES", Listen: "EPERM", MPTCP: "EPERM", IOUring: "EPERM", Connect: "ok"}
+	if r.Bind != want.Bind || r.Listen != want.Listen || r.MPTCP != want.MPTCP || r.IOUring != want.IOUring || r.Connect != want.Connect || len(r.Ports) != 0 {
+		t.Errorf("network host: %+v, want %+v", r, want)
+	}
+	proc.Stdin.Close()
+	mustDo(t, proc.Wait())
+
+	skipServeBounds = true
+	proc, stderr, out = startRole(t, s, Config{}, envServe, tcp)
+	skipServeBounds = false
+	r = serveReport{}
+	if err := json.NewDecoder(out).Decode(&r); err != nil {
+		t.Fatalf("positive control: the agent's report: %v\nstderr:\n%s", err, stderr)
+	}
+	want = serveReport{Bind: "ok", Listen: "ok", MPTCP: r.MPTCP, IOUring: r.IOUring, Connect: "ok"}
+	if hostHas("/proc/sys/net/mptcp/enabled", "1") {
+		want.MPTCP = "ok"
+	}
+	if hostHas("/proc/sys/kernel/io_uring_disabled", "0") {
+		want.IOUring = "ok"
+	}
+	if r.Bind != want.Bind || r.Listen != want.Listen || r.MPTCP != want.MPTCP || r.IOUring != want.IOUring || r.Connect != want.Connect {
+		t.Errorf("positive control (no bind rule, no filter): %+v, want %+v", r, want)
+	}
+	if len(r.Ports) < 2 {
+		t.Errorf("positive control: the agent listens on %v, want at least two ports", r.Ports)
+	}
+	for _, port := range r.Ports {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 5*time.Second)
+		if err != nil {
+			t.Errorf("positive control: a host client cannot connect to the agent's port %d: %v", port, err)
+			continue
+		}
+		c.Close()
+	}
+}
+
+// hostHas reports whether the file (a sysctl) holds value.
+func hostHas(path, value string) bool {
+	data, err := os.ReadFile(path)
+	return err == nil && strings.TrimSpace(string(data)) == value
+}
+
 // holdEnv is the environment of an agent that holds, or plays role
 // (envHog or envForks) with value.
 func holdEnv(role ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if name != envCustodian && name != envAttack && name != envHog && name != envForks {
+		if name != envCustodian && name != envAttack && name != envHog && name != envForks && name != envServe {
 			env = append(env, kv)
 		}
 	}

@@ -104,14 +104,27 @@ func (p *Process) bounds() string {
 	if s.Pinned {
 		uid = fmt.Sprintf("uid %d pinned by jail.uid (held while the jail runs)", s.UID)
 	}
-	return uid + "; " + p.cg.describe(s.MaxPids, s.MaxMemory)
+	serve := "; network none: the agent may serve only on the jail's own loopback"
+	switch {
+	case s.Network == NetworkHost && skipServeBounds:
+		serve = "; network host: serving on the host is NOT refused (a test's positive control)"
+	case s.Network == NetworkHost:
+		serve = fmt.Sprintf("; network host: TCP bind refused (Landlock ABI %d), listen, Multipath TCP and io_uring refused (seccomp), connect allowed", LandlockABI())
+	}
+	return uid + "; " + p.cg.describe(s.MaxPids, s.MaxMemory) + serve
 }
+
+// skipServeBounds, set only by tests, leaves out the TCP bind rule and
+// the seccomp filter under network host: the positive control that shows
+// the agent serves on the host without them.
+var skipServeBounds bool
 
 // command builds bwrap's exec.Cmd with the agent's pipes and the data
 // descriptors (the init's spec, /etc/passwd, /etc/group).
 func (p *Process) command(stderr io.Writer) error {
 	s := p.spec
-	spec, err := json.Marshal(initSpec{Path: s.Path, Argv: s.Argv, Exec: s.execAllowed(), Banner: s.Banner(), NProc: s.MaxPids})
+	spec, err := json.Marshal(initSpec{Path: s.Path, Argv: s.Argv, Exec: s.execAllowed(), Banner: s.Banner(), NProc: s.MaxPids,
+		DenyServe: s.Network == NetworkHost && !skipServeBounds})
 	if err != nil {
 		return fmt.Errorf("%w: encode the init's spec: %w", ErrStart, err)
 	}
