@@ -34,6 +34,7 @@ const (
 	envHog       = "TETHER_JAIL_TEST_HOG"       // MiB to allocate and touch, then say so and hold
 	envForks     = "TETHER_JAIL_TEST_FORKS"     // children to fork (each exits at once), then report and hold
 	envServe     = "TETHER_JAIL_TEST_SERVE"     // a host TCP address: try to serve on the host, connect to it, report and hold
+	envNoCgroup  = "TETHER_JAIL_TEST_NOCGROUP"  // in a mount namespace of its own: check the cgroup before and after unmounting every cgroup file system
 )
 
 // custodianPlan is what a helper custodian (a child the test SIGKILLs)
@@ -49,6 +50,9 @@ func boundsMain() (int, bool) {
 	}
 	if n, err := strconv.Atoi(os.Getenv(envForks)); err == nil {
 		return forksMain(n), true
+	}
+	if os.Getenv(envNoCgroup) == "1" {
+		return noCgroupMain(), true
 	}
 	if addr := os.Getenv(envServe); addr != "" {
 		return serveMain(addr), true
@@ -130,6 +134,50 @@ func forksMain(n int) int {
 	json.NewEncoder(os.Stdout).Encode(r)
 	io.Copy(io.Discard, os.Stdin)
 	return 0
+}
+
+// noCgroupMain runs in a mount namespace of its own: the jail's cgroup
+// check passes, then, with /sys/fs/cgroup detached (so mountinfo lists no
+// cgroup file system), it fails naming both checks and the opt-out, and
+// passes with jail.cgroup off. It prints "nocgroup: ok" only then.
+func noCgroupMain() int {
+	required, off := &Spec{Cgroup: CgroupRequired}, &Spec{Cgroup: CgroupOff}
+	if err := checkCgroup(required); err != nil {
+		fmt.Println("nocgroup: positive control: the check fails with the cgroups mounted:", err)
+		return 1
+	}
+	if err := unix.Unmount("/sys/fs/cgroup", unix.MNT_DETACH); err != nil {
+		fmt.Println("nocgroup: detach /sys/fs/cgroup:", err)
+		return 1
+	}
+	err := checkCgroup(required)
+	if !errors.Is(err, ErrCgroup) || !strings.Contains(err.Error(), "cgroup2 (") || !strings.Contains(err.Error(), "cgroup v1 (") ||
+		!strings.Contains(err.Error(), "--jail-cgroup off") {
+		fmt.Println("nocgroup: without cgroups:", err, "; want ErrCgroup naming both checks and the opt-out")
+		return 1
+	}
+	if err := checkCgroup(off); err != nil {
+		fmt.Println("nocgroup: with jail.cgroup off:", err)
+		return 1
+	}
+	fmt.Println("nocgroup: ok")
+	return 0
+}
+
+// TestIntegrationJailRefusesWithoutCgroup: on a machine with no cgroup
+// that can hold the limits (a mount namespace with /sys/fs/cgroup
+// detached) the jail's check fails (ErrCgroup) naming the cgroup2 and v1
+// checks and the opt-out, and passes with jail.cgroup off. Positive
+// control: in the same process, before the detach, it passes.
+func TestIntegrationJailRefusesWithoutCgroup(t *testing.T) {
+	testenv.Require(t, "root", "cgroup-limits")
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), envNoCgroup+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS} // mounts made private by os/exec
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "nocgroup: ok") {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
 }
 
 // serveReport is what serveMain saw: an errno name or "ok" for each way
