@@ -4,20 +4,25 @@
 // instead of reaching the host or the computer.
 //
 // The agent runs under bubblewrap (bwrap, unprivileged, in a new user,
-// mount, pid, ipc and uts namespace) as an unprivileged uid with no
-// capabilities and no_new_privs. Its mount view holds read-only system
-// libraries, certificates, its runtime and what the operator allows; a
-// private HOME and /tmp (noexec, on a tmpfs only the jail can see, emptied
-// when it ends); and, at the tuple root's path, an empty read-only
-// placeholder: the computer's files are never visible. A small init that
+// mount, pid, ipc and uts namespace) as an unprivileged uid of its own,
+// drawn per jail and held by a lock while it runs, with no capabilities
+// and no_new_privs, in a cgroup of its own that bounds its memory and
+// processes. Its mount view holds read-only system libraries,
+// certificates, its runtime and what the operator allows; a private HOME
+// and /tmp (noexec, on a tmpfs only the jail can see, emptied when it
+// ends); and, at the tuple root's path, an empty read-only placeholder:
+// the computer's files are never visible. A small init that
 // runs inside the view (this package's HelperMain) applies a Landlock
 // ruleset before it executes the agent, so exec is denied except for an
-// allowlist, and signals and abstract unix sockets cannot leave the jail.
+// allowlist, and signals and abstract unix sockets cannot leave the jail;
+// under NetworkHost it also refuses TCP bind, and a seccomp filter
+// refuses listen, so the agent serves nothing on the host.
 //
-// Use: Build a Spec from a Config and the agent's argv, Start it, and Wait
-// (which empties HOME and /tmp). A binary that starts jails must call
-// HelperMain first thing in main: the init and the shell stubs inside the
-// jail are that same binary.
+// Use: Build a Spec from a Config and the agent's argv, Start it, and
+// Wait (which empties HOME and /tmp, removes the cgroup and frees the
+// uid). A binary that starts jails must call HelperMain first thing in
+// main: the init and the shell stubs inside the jail are that same
+// binary.
 package jail
 
 import (
@@ -86,12 +91,14 @@ const (
 // Defaults.
 const (
 	// DefaultUIDFirst and DefaultUIDLast bound the ids each jail draws its
-	// own uid and gid from: the top 1000 of the range Debian's adduser
-	// hands out (up to 59999), below the ids disposable computers draw
-	// their grant ids from (60000 and up). An id a process uses, or that
+	// own uid and gid from: the top of the range Debian's adduser hands
+	// out (up to 59999), below the ids disposable computers draw their
+	// grant ids from (60000 and up). 59999, the uid every jail shared
+	// before each drew its own, is left out, so a config that pins it
+	// never collides with a drawn uid. An id a process uses, or that
 	// /etc/passwd or /etc/group names, is never drawn.
 	DefaultUIDFirst = 59000
-	DefaultUIDLast  = 59999
+	DefaultUIDLast  = 59998
 	// DefaultMaxMemory bounds a jail's memory: 4 GiB, above what a node
 	// agent needs (V8's default heap limit on 64-bit is about 2 to 4 GiB,
 	// and Claude Code or Gemini CLI run in a few hundred MiB), and far

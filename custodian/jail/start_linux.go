@@ -19,7 +19,8 @@ import (
 
 // Process is one jailed agent. Write ACP to Stdin and read it from Stdout;
 // close Stdin to ask the agent to end, read Stdout to EOF, then close it.
-// Wait must be called: it is what empties HOME and /tmp.
+// Wait must be called: it is what empties HOME and /tmp, kills and
+// removes the jail's cgroup and releases its uid.
 type Process struct {
 	// Stdin and Stdout are the agent's ACP stream; the caller closes both.
 	Stdin  io.WriteCloser
@@ -433,9 +434,11 @@ func parseStat(data []byte) (ppid, pgrp int, err error) {
 	return ppid, pgrp, nil
 }
 
-// Wait waits for the agent to end, then empties HOME and /tmp. It returns
-// the agent's exit (an *exec.ExitError for a non-zero status) joined with
-// any cleanup failure (ErrCleanup). It may be called more than once.
+// Wait waits for the agent to end, then empties HOME and /tmp, kills
+// what is left in the jail's cgroup and removes it, and releases the
+// jail's uid. It returns the agent's exit (an *exec.ExitError for a
+// non-zero status) joined with any cleanup failure (ErrCleanup). It may
+// be called more than once.
 func (p *Process) Wait() error {
 	<-p.done
 	return errors.Join(p.waitErr, p.cleanup)

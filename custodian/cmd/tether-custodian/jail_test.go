@@ -153,7 +153,7 @@ func TestIntegrationRunJailLimitFlags(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"run", "--config", cfg, "--jail-memory", "1073741824", "--jail-pids", "100",
 		"--prompt", "read ROOT/none", "--", agent}, nil, &stdout, &stderr)
-	if code != exitOK || !regexp.MustCompile(`(?m)^tether jail: bounds: own uid 59\d{3} \(drawn from jail.uid_range 59000-59999, held while the jail runs\); `+
+	if code != exitOK || !regexp.MustCompile(`(?m)^tether jail: bounds: own uid 59\d{3} \(drawn from jail.uid_range 59000-59998, held while the jail runs\); `+
 		`cgroup (v1|2) .*tether-jail-59\d{3}: memory 1073741824 bytes, no swap; pids 100; RLIMIT_NPROC 100; `+
 		`network host: TCP bind refused \(Landlock ABI \d+\), listen, Multipath TCP and io_uring refused \(seccomp\), connect allowed$`).MatchString(stderr.String()) {
 		t.Errorf("run --jail-memory --jail-pids: exit %d; want the bounds stated at start, stderr:\n%s", code, &stderr)
