@@ -553,6 +553,18 @@ func TestParseCgroupName(t *testing.T) {
 	}
 }
 
+// FuzzParseCgroupName: a name that parses is exactly cgroupName of its
+// uid.
+func FuzzParseCgroupName(f *testing.F) {
+	f.Add("tether-jail-59123")
+	f.Add("tether-jail-059123")
+	f.Fuzz(func(t *testing.T, name string) {
+		if uid, ok := parseCgroupName(name); ok && (uid == 0 || name != cgroupName(uid)) {
+			t.Fatalf("%q parsed as uid %d", name, uid)
+		}
+	})
+}
+
 func TestParseScratchName(t *testing.T) {
 	for name, want := range map[string]uint32{"tether-jail-59123-4021": 59123, "tether-jail-1-0": 1} {
 		if got, ok := parseScratchName(name); !ok || got != want {
