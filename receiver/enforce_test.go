@@ -13,8 +13,8 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/fixtures/cgroupv1"
 	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/receiver/cgroupv1"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 

@@ -29,11 +29,12 @@ var neededCaps = []struct {
 
 // Check reports what this machine or process lacks to start spec's jail:
 // the capabilities (ErrPrivilege), bubblewrap (ErrBwrap), Landlock
-// (ErrLandlock), user namespaces (ErrUserns). Every message says what to
+// (ErrLandlock), user namespaces (ErrUserns), a cgroup that can hold the
+// limits unless jail.cgroup is off (ErrCgroup). Every message says what to
 // do, including the opt-out: --no-jail, which runs the agent unconfined
 // and is recorded in the audit log.
 func Check(spec *Spec) error {
-	for _, check := range []func(*Spec) error{checkCaps, checkBwrap, checkLandlock, checkUserns} {
+	for _, check := range []func(*Spec) error{checkCaps, checkBwrap, checkLandlock, checkUserns, checkCgroup} {
 		if err := check(spec); err != nil {
 			return err
 		}
@@ -88,6 +89,15 @@ func checkLandlock(*Spec) error {
 	return nil
 }
 
+// checkCgroup finds where the jail's cgroup would go (cgroupBases).
+func checkCgroup(s *Spec) error {
+	if s.Cgroup == CgroupOff {
+		return nil
+	}
+	_, _, err := cgroupBases()
+	return err
+}
+
 // checkUserns reads user.max_user_namespaces (and Debian's older
 // kernel.unprivileged_userns_clone where it exists).
 func checkUserns(*Spec) error {
@@ -116,6 +126,9 @@ func (s *Spec) Banner() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "tether jail: the agent runs confined: uid %d gid %d, no capabilities, no_new_privs, network %s, own pid/ipc/uts namespaces\n",
 		s.UID, s.GID, s.Network)
+	if s.bounds != "" {
+		fmt.Fprintf(&b, "tether jail: bounds: %s\n", s.bounds)
+	}
 	fmt.Fprintf(&b, "tether jail: visible read-only: %s\n", strings.Join(read, " "))
 	fmt.Fprintf(&b, "tether jail: writable: %s (HOME) and %s, noexec, emptied when the agent ends\n", Home, Tmp)
 	fmt.Fprintf(&b, "tether jail: exec allowed: %s; anything else (a shell included) is refused\n", strings.Join(s.execAllowedNoStubs(), " "))

@@ -22,6 +22,12 @@ type initSpec struct {
 	Argv   []string `json:"argv"`
 	Exec   []string `json:"exec"`
 	Banner string   `json:"banner"`
+	// NProc is the agent's RLIMIT_NPROC (soft and hard): jail.max_pids,
+	// counted for the jail's own uid.
+	NProc int64 `json:"nproc"`
+	// DenyServe (network host) refuses TCP bind (Landlock) and listen,
+	// Multipath TCP and io_uring (seccomp, serve_linux.go).
+	DenyServe bool `json:"deny_serve"`
 }
 
 // maxInitSpec bounds the spec the init reads.
@@ -80,7 +86,11 @@ func initMain() int {
 		fmt.Fprintf(os.Stderr, "tether jail: init: mark descriptors close-on-exec: %v\n", err)
 		return 127
 	}
-	if err := restrictExec(spec.Exec); err != nil {
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: uint64(spec.NProc), Max: uint64(spec.NProc)}); err != nil {
+		fmt.Fprintf(os.Stderr, "tether jail: init: set RLIMIT_NPROC %d: %v; the agent was not started\n", spec.NProc, err)
+		return 127
+	}
+	if err := restrictExec(spec.Exec, spec.DenyServe); err != nil {
 		fmt.Fprintf(os.Stderr, "tether jail: init: %v; the agent was not started\n", err)
 		return 127
 	}
@@ -106,6 +116,9 @@ func readInitSpec() (*initSpec, error) {
 	if s.Path == "" || len(s.Argv) == 0 {
 		return nil, errors.New("spec names no program")
 	}
+	if s.NProc < MinPids {
+		return nil, fmt.Errorf("spec's nproc %d is below %d", s.NProc, MinPids)
+	}
 	return &s, nil
 }
 
@@ -113,11 +126,13 @@ func readInitSpec() (*initSpec, error) {
 // Landlock ruleset that handles every file system right of ABI 6 and both
 // of its scopes: everything the view shows is readable, HOME and /tmp are
 // writable, a few devices are usable, and only exec is executable.
-// Signals and abstract unix sockets cannot reach outside the jail.
-func restrictExec(exec []string) error {
-	cfg, err := landlock.NewConfig(landlock.V6.HandledAccessFS, landlock.V6.Scoped)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrLandlock, err)
+// Signals and abstract unix sockets cannot reach outside the jail. With
+// denyServe it also handles TCP bind (ABI 4) with no port allowed, and
+// installs the seccomp filter against serving on the host (installNoServe).
+func restrictExec(exec []string, denyServe bool) error {
+	cfg := landlock.Config{HandledAccessFS: landlock.V6.HandledAccessFS, Scoped: landlock.V6.Scoped}
+	if denyServe {
+		cfg.HandledAccessNet = landlock.AccessNetSet(ll.AccessNetBindTCP)
 	}
 	fd, _, err := cfg.NewRulesetFD(
 		landlock.PathAccess(rightsRead, "/"),
@@ -134,6 +149,9 @@ func restrictExec(exec []string) error {
 	}
 	if err := ll.LandlockRestrictSelf(fd, 0); err != nil {
 		return fmt.Errorf("%w: restrict: %w", ErrLandlock, err)
+	}
+	if denyServe {
+		return installNoServe()
 	}
 	return nil
 }

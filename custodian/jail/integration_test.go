@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if p := os.Getenv(envAttack); p != "" {
 		os.Exit(attackMain(p))
 	}
+	if code, ok := boundsMain(); ok {
+		os.Exit(code)
+	}
 	os.Exit(m.Run())
 }
 
@@ -149,9 +152,15 @@ func listeners(t *testing.T, id string) (abstract, tcp string) {
 	return abstract, tl.Addr().String()
 }
 
-// startAttacker builds and starts a jail whose agent is the attacker.
+// startAttacker builds and starts a jail whose agent is the attacker,
+// pinned to DefaultID unless cfg pins a uid (the attack tests run a host
+// process as the agent's uid).
 func startAttacker(t *testing.T, s *scene, cfg Config, p plan) (*Process, *syncBuffer) {
 	t.Helper()
+	if cfg.UID == nil {
+		id := uint32(DefaultID)
+		cfg.UID = &id
+	}
 	planJSON, err := json.Marshal(p)
 	mustDo(t, err)
 	spec, err := Build(Options{Config: cfg, Argv: []string{s.exe, "jail-attacker", p.Token}, Root: s.root,
@@ -482,7 +491,10 @@ console.log(JSON.stringify(o));`
 	if err := json.Unmarshal(out, &o); err != nil {
 		t.Fatalf("node's report %q: %v\nstderr:\n%s", out, err, stderr)
 	}
-	want := map[string]any{"uid": float64(DefaultID), "home": Home, "cwd": s.root, "/root": "ENOENT",
+	if uid, _ := o["uid"].(float64); uid != float64(proc.spec.UID) || uid < DefaultUIDFirst || uid > DefaultUIDLast {
+		t.Errorf("node: uid %v, want the jail's own %d, drawn from %d-%d", o["uid"], proc.spec.UID, DefaultUIDFirst, DefaultUIDLast)
+	}
+	want := map[string]any{"home": Home, "cwd": s.root, "/root": "ENOENT",
 		"/srv/" + filepath.Base(s.srvBase) + "/w2": "ENOENT", s.state: "ENOENT", "cwd_write": "EROFS",
 		"sh_status": float64(StubExit), "ls": "ENOENT"}
 	for k, v := range want {

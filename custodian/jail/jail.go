@@ -4,20 +4,25 @@
 // instead of reaching the host or the computer.
 //
 // The agent runs under bubblewrap (bwrap, unprivileged, in a new user,
-// mount, pid, ipc and uts namespace) as an unprivileged uid with no
-// capabilities and no_new_privs. Its mount view holds read-only system
-// libraries, certificates, its runtime and what the operator allows; a
-// private HOME and /tmp (noexec, on a tmpfs only the jail can see, emptied
-// when it ends); and, at the tuple root's path, an empty read-only
-// placeholder: the computer's files are never visible. A small init that
+// mount, pid, ipc and uts namespace) as an unprivileged uid of its own,
+// drawn per jail and held by a lock while it runs, with no capabilities
+// and no_new_privs, in a cgroup of its own that bounds its memory and
+// processes. Its mount view holds read-only system libraries,
+// certificates, its runtime and what the operator allows; a private HOME
+// and /tmp (noexec, on a tmpfs only the jail can see, emptied when it
+// ends); and, at the tuple root's path, an empty read-only placeholder:
+// the computer's files are never visible. A small init that
 // runs inside the view (this package's HelperMain) applies a Landlock
 // ruleset before it executes the agent, so exec is denied except for an
-// allowlist, and signals and abstract unix sockets cannot leave the jail.
+// allowlist, and signals and abstract unix sockets cannot leave the jail;
+// under NetworkHost it also refuses TCP bind, and a seccomp filter
+// refuses listen, so the agent serves nothing on the host.
 //
-// Use: Build a Spec from a Config and the agent's argv, Start it, and Wait
-// (which empties HOME and /tmp). A binary that starts jails must call
-// HelperMain first thing in main: the init and the shell stubs inside the
-// jail are that same binary.
+// Use: Build a Spec from a Config and the agent's argv, Start it, and
+// Wait (which empties HOME and /tmp, removes the cgroup and frees the
+// uid). A binary that starts jails must call HelperMain first thing in
+// main: the init and the shell stubs inside the jail are that same
+// binary.
 package jail
 
 import (
@@ -47,19 +52,65 @@ type Config struct {
 	Exec []string `json:"exec,omitempty"`
 	// Network is NetworkHost (default) or NetworkNone.
 	Network string `json:"network,omitempty"`
-	// UID and GID run the agent; default DefaultID. 0 is refused.
+	// UID pins the agent's uid (and GID its gid, default the uid) instead
+	// of a fresh one per jail; 0 is refused. Two jails pinned to the same
+	// uid do not run at once: the second is refused (ErrUID).
 	UID *uint32 `json:"uid,omitempty"`
 	GID *uint32 `json:"gid,omitempty"`
+	// UIDRange is where each jail's own uid (and gid, the same number) is
+	// drawn from when UID is unset; default DefaultUIDFirst..DefaultUIDLast.
+	UIDRange *IDRange `json:"uid_range,omitempty"`
+	// MaxMemoryBytes bounds the memory of everything in the jail (no swap);
+	// default DefaultMaxMemory.
+	MaxMemoryBytes *int64 `json:"max_memory_bytes,omitempty"`
+	// MaxPids bounds the processes and threads of everything in the jail
+	// (cgroup pids.max, and RLIMIT_NPROC of the agent's uid); default
+	// DefaultMaxPids.
+	MaxPids *int64 `json:"max_pids,omitempty"`
+	// Cgroup is CgroupRequired (default: the jail runs in a cgroup of its
+	// own that holds the limits, or does not start) or CgroupOff (the
+	// operator's explicit opt-out: no memory limit, and only RLIMIT_NPROC
+	// bounds processes).
+	Cgroup string `json:"cgroup,omitempty"`
 	// Bwrap is bubblewrap's path; default DefaultBwrap.
 	Bwrap string `json:"bwrap,omitempty"`
 }
 
+// IDRange is an inclusive range of ids.
+type IDRange struct {
+	First uint32 `json:"first"`
+	Last  uint32 `json:"last"`
+}
+
+// Cgroup modes of Config.Cgroup.
+const (
+	CgroupRequired = "required"
+	CgroupOff      = "off"
+)
+
 // Defaults.
 const (
-	// DefaultID is the agent's uid and gid unless configured: above the ids
-	// a distribution assigns and below the range disposable computers draw
-	// their grant ids from (60000 and up).
-	DefaultID = 59999
+	// DefaultUIDFirst and DefaultUIDLast bound the ids each jail draws its
+	// own uid and gid from: the top of the range Debian's adduser hands
+	// out (up to 59999), below the ids disposable computers draw their
+	// grant ids from (60000 and up). 59999, the uid every jail shared
+	// before each drew its own, is left out, so a config that pins it
+	// never collides with a drawn uid. An id a process uses, or that
+	// /etc/passwd or /etc/group names, is never drawn.
+	DefaultUIDFirst = 59000
+	DefaultUIDLast  = 59998
+	// DefaultMaxMemory bounds a jail's memory: 4 GiB, above what a node
+	// agent needs (V8's default heap limit on 64-bit is about 2 to 4 GiB,
+	// and Claude Code or Gemini CLI run in a few hundred MiB), and far
+	// below what it takes to push the host into swap or the OOM killer.
+	DefaultMaxMemory = 4 << 30
+	// DefaultMaxPids bounds a jail's processes and threads: 512. Node runs
+	// about a dozen threads (libuv's pool, V8's workers) and an agent a few
+	// helpers; a fork loop stops at 512.
+	DefaultMaxPids = 512
+	// DefaultLockDir holds one lock file per uid in use by a live jail
+	// (root's, 0700).
+	DefaultLockDir = "/run/tether-jail"
 	// DefaultBwrap is where Debian's bubblewrap package installs bwrap.
 	DefaultBwrap = "/usr/bin/bwrap"
 	// Home and Tmp are the agent's private writable directories.
@@ -117,8 +168,16 @@ var (
 	ErrStart = errors.New("jail: start")
 	// ErrSignal: the agent could not be asked to end (Terminate).
 	ErrSignal = errors.New("jail: signal")
-	// ErrCleanup: HOME or /tmp could not be emptied after the agent ended.
+	// ErrCleanup: HOME or /tmp could not be emptied after the agent ended,
+	// or its cgroup not removed.
 	ErrCleanup = errors.New("jail: cleanup")
+	// ErrUID: no uid for the agent: the range is used up, or the pinned uid
+	// is in use by another live jail.
+	ErrUID = errors.New("jail: uid")
+	// ErrCgroup: the machine cannot hold the jail's memory and pids limits
+	// (neither cgroup2 with the memory and pids controllers nor cgroup v1
+	// memory and pids hierarchies), or the jail's cgroup could not be made.
+	ErrCgroup = errors.New("jail: cgroup")
 	// ErrUnsupported: not on Linux.
 	ErrUnsupported = errors.New("jail: only Linux is supported")
 )
@@ -134,5 +193,29 @@ func (c Config) Validate() error {
 	if (c.UID != nil && *c.UID == 0) || (c.GID != nil && *c.GID == 0) {
 		return fmt.Errorf("%w: jail.uid and jail.gid must not be 0: the agent never runs as root", ErrConfig)
 	}
+	if c.GID != nil && c.UID == nil {
+		return fmt.Errorf("%w: jail.gid without jail.uid: a uid drawn per jail comes with the same gid", ErrConfig)
+	}
+	if r := c.UIDRange; r != nil && (r.First == 0 || r.Last < r.First || r.Last >= 1<<31) {
+		return fmt.Errorf("%w: jail.uid_range %d..%d: want 0 < first <= last < 2^31", ErrConfig, r.First, r.Last)
+	}
+	if c.MaxMemoryBytes != nil && *c.MaxMemoryBytes < MinMemory {
+		return fmt.Errorf("%w: jail.max_memory_bytes %d is below %d", ErrConfig, *c.MaxMemoryBytes, MinMemory)
+	}
+	if c.MaxPids != nil && (*c.MaxPids < MinPids || *c.MaxPids > 1<<22) {
+		return fmt.Errorf("%w: jail.max_pids %d: want %d to %d", ErrConfig, *c.MaxPids, MinPids, 1<<22)
+	}
+	switch c.Cgroup {
+	case "", CgroupRequired, CgroupOff:
+	default:
+		return fmt.Errorf("%w: jail.cgroup %q: want %q or %q", ErrConfig, c.Cgroup, CgroupRequired, CgroupOff)
+	}
 	return nil
 }
+
+// The smallest limits a jail accepts: below them not even the jail's own
+// init and bwrap start.
+const (
+	MinMemory = 16 << 20
+	MinPids   = 8
+)

@@ -40,6 +40,9 @@ type Options struct {
 	// made for the private tmpfs (mounted only in the jail's mount
 	// namespace); "" means os.TempDir().
 	ScratchParent string
+	// LockDir holds the per-uid lock files of live jails; "" means
+	// DefaultLockDir.
+	LockDir string
 }
 
 // View is one host path shown in the jail.
@@ -63,8 +66,15 @@ type Spec struct {
 	Env []string
 	// Root is the placeholder and the agent's cwd.
 	Root string
-	// UID and GID run the agent.
+	// UID and GID run the agent when Pinned; otherwise Start draws a uid
+	// (and the same gid) from UIDs for each jail, and they are 0 here.
 	UID, GID uint32
+	Pinned   bool
+	UIDs     IDRange
+	// MaxMemory and MaxPids are the jail's limits; Cgroup is
+	// CgroupRequired or CgroupOff.
+	MaxMemory, MaxPids int64
+	Cgroup             string
 	// Network is NetworkHost or NetworkNone.
 	Network string
 	// Bwrap is bubblewrap's path.
@@ -78,8 +88,12 @@ type Spec struct {
 	Helper string
 	// ScratchParent holds the per-jail directory of the private tmpfs.
 	ScratchParent string
+	// LockDir holds the per-uid lock files of live jails.
+	LockDir string
 	// TmpSize bounds HOME and /tmp together, in bytes.
 	TmpSize int64
+
+	bounds string // Start's line about the uid, cgroup and limits, for Banner
 }
 
 // Build resolves and checks everything a jail needs, touching nothing
@@ -87,7 +101,8 @@ type Spec struct {
 // ErrConfig or ErrHidden.
 func Build(o Options) (*Spec, error) {
 	s := &Spec{Argv: slices.Clone(o.Argv), Network: o.Config.Network, Bwrap: o.Config.Bwrap,
-		UID: DefaultID, GID: DefaultID, Helper: o.Helper, ScratchParent: o.ScratchParent, TmpSize: DefaultTmpSize}
+		UIDs: IDRange{DefaultUIDFirst, DefaultUIDLast}, MaxMemory: DefaultMaxMemory, MaxPids: DefaultMaxPids,
+		Cgroup: CgroupRequired, Helper: o.Helper, ScratchParent: o.ScratchParent, LockDir: o.LockDir, TmpSize: DefaultTmpSize}
 	if err := s.fillDefaults(o.Config); err != nil {
 		return nil, err
 	}
@@ -115,14 +130,26 @@ func (s *Spec) fillDefaults(c Config) error {
 	default:
 		return fmt.Errorf("%w: network %q: want %q or %q", ErrConfig, s.Network, NetworkHost, NetworkNone)
 	}
-	if c.UID != nil {
-		s.UID = *c.UID
+	if err := c.Validate(); err != nil {
+		return err
 	}
-	if c.GID != nil {
-		s.GID = *c.GID
+	if err := s.fillIDs(c); err != nil {
+		return err
 	}
-	if s.UID == 0 || s.GID == 0 {
-		return fmt.Errorf("%w: uid %d, gid %d: the agent never runs as root or group 0", ErrConfig, s.UID, s.GID)
+	if c.MaxMemoryBytes != nil {
+		s.MaxMemory = *c.MaxMemoryBytes
+	}
+	if c.MaxPids != nil {
+		s.MaxPids = *c.MaxPids
+	}
+	if c.Cgroup != "" {
+		s.Cgroup = c.Cgroup
+	}
+	if s.LockDir == "" {
+		s.LockDir = DefaultLockDir
+	}
+	if !filepath.IsAbs(s.LockDir) || filepath.Clean(s.LockDir) != s.LockDir {
+		return fmt.Errorf("%w: lock directory %q is not an absolute clean path", ErrConfig, s.LockDir)
 	}
 	if s.Bwrap == "" {
 		s.Bwrap = DefaultBwrap
@@ -134,6 +161,25 @@ func (s *Spec) fillDefaults(c Config) error {
 		s.ScratchParent = os.TempDir()
 	}
 	return checkScratch(s.ScratchParent)
+}
+
+// fillIDs pins the agent's ids (jail.uid, jail.gid, the gid defaulting
+// to the uid) or keeps the range each jail draws its own from.
+func (s *Spec) fillIDs(c Config) error {
+	if c.UIDRange != nil {
+		s.UIDs = *c.UIDRange
+	}
+	if c.UID == nil {
+		return nil
+	}
+	s.Pinned, s.UID, s.GID = true, *c.UID, *c.UID
+	if c.GID != nil {
+		s.GID = *c.GID
+	}
+	if s.UID == 0 || s.GID == 0 {
+		return fmt.Errorf("%w: uid %d, gid %d: the agent never runs as root or group 0", ErrConfig, s.UID, s.GID)
+	}
+	return nil
 }
 
 // checkScratch refuses a scratch parent the agent's uid could not reach:
@@ -341,9 +387,9 @@ func (b *builder) reachable(src, what string) error {
 		if err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrConfig, what, err)
 		}
-		if !searchable(fi, b.spec.UID, b.spec.GID) {
-			return fmt.Errorf("%w: %s is out of the agent's reach: %s is mode %v, not searchable by the jail's uid %d; "+
-				"install it where every user can traverse", ErrConfig, what, d, fi.Mode().Perm(), b.spec.UID)
+		if !searchable(fi, b.spec.UID, b.spec.GID, b.spec.Pinned) {
+			return fmt.Errorf("%w: %s is out of the agent's reach: %s is mode %v, not searchable by the jail's uid (%s); "+
+				"install it where every user can traverse", ErrConfig, what, d, fi.Mode().Perm(), b.spec.uidText())
 		}
 		if d == "/" {
 			return nil
@@ -351,11 +397,14 @@ func (b *builder) reachable(src, what string) error {
 	}
 }
 
-// searchable reports whether uid/gid may search directory fi.
-func searchable(fi fs.FileInfo, uid, gid uint32) bool {
+// searchable reports whether uid/gid may search directory fi; unpinned,
+// the uid is not known yet and owns nothing, so only "other" counts.
+func searchable(fi fs.FileInfo, uid, gid uint32, pinned bool) bool {
 	perm := fi.Mode().Perm()
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	switch {
+	case !pinned:
+		return perm&0o001 != 0
 	case ok && st.Uid == uid:
 		return perm&0o100 != 0
 	case ok && st.Gid == gid:
@@ -491,17 +540,30 @@ func within(dir, p string) bool {
 // other.
 func related(a, b string) bool { return within(a, b) || within(b, a) }
 
+// uidText names the agent's uid for messages: the pinned one, or the
+// range it will be drawn from.
+func (s *Spec) uidText() string {
+	if s.Pinned {
+		return fmt.Sprintf("%d", s.UID)
+	}
+	return fmt.Sprintf("one drawn from %d-%d", s.UIDs.First, s.UIDs.Last)
+}
+
 // Digest is the hex SHA-256 of what the jail shows and allows (program,
-// argv, root, ids, network, bwrap, views, stubs, init), for the audit
-// log. The environment is left out: it may hold the agent's credentials.
+// argv, root, ids or their range, limits, network, bwrap, views, stubs,
+// init), for the audit log. The environment is left out: it may hold the
+// agent's credentials.
 func (s *Spec) Digest() string {
 	data, _ := json.Marshal(struct {
-		Path, Root, Network, Bwrap, Helper string
-		Argv, Stubs                        []string
-		UID, GID                           uint32
-		Read, Exec                         []View
-		TmpSize                            int64
-	}{s.Path, s.Root, s.Network, s.Bwrap, s.Helper, s.Argv, s.Stubs, s.UID, s.GID, s.Read, s.Exec, s.TmpSize})
+		Path, Root, Network, Bwrap, Helper, Cgroup string
+		Argv, Stubs                                []string
+		UID, GID                                   uint32
+		Pinned                                     bool
+		UIDs                                       IDRange
+		Read, Exec                                 []View
+		TmpSize, MaxMemory, MaxPids                int64
+	}{s.Path, s.Root, s.Network, s.Bwrap, s.Helper, s.Cgroup, s.Argv, s.Stubs, s.UID, s.GID, s.Pinned, s.UIDs,
+		s.Read, s.Exec, s.TmpSize, s.MaxMemory, s.MaxPids})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
 }

@@ -74,6 +74,13 @@ func TestBuildRefuses(t *testing.T) {
 		{"agent not in PATH", func(o *Options) { o.Argv = []string{"tether-no-such-agent"} }, ErrConfig},
 		{"empty argv", func(o *Options) { o.Argv = nil }, ErrConfig},
 		{"uid 0", func(o *Options) { o.Config.UID = &uid0 }, ErrConfig},
+		{"gid without uid", func(o *Options) { g := uint32(5000); o.Config.GID = &g }, ErrConfig},
+		{"uid range reversed", func(o *Options) { o.Config.UIDRange = &IDRange{First: 59999, Last: 59000} }, ErrConfig},
+		{"uid range from 0", func(o *Options) { o.Config.UIDRange = &IDRange{First: 0, Last: 10} }, ErrConfig},
+		{"memory below the minimum", func(o *Options) { m := int64(MinMemory - 1); o.Config.MaxMemoryBytes = &m }, ErrConfig},
+		{"pids below the minimum", func(o *Options) { n := int64(MinPids - 1); o.Config.MaxPids = &n }, ErrConfig},
+		{"unknown cgroup mode", func(o *Options) { o.Config.Cgroup = "auto" }, ErrConfig},
+		{"relative lock directory", func(o *Options) { o.LockDir = "run/tether-jail" }, ErrConfig},
 		{"unknown network", func(o *Options) { o.Config.Network = "bridge" }, ErrConfig},
 		{"relative bwrap", func(o *Options) { o.Config.Bwrap = "bwrap" }, ErrConfig},
 		{"private scratch directory", func(o *Options) {
@@ -147,8 +154,10 @@ func TestBuildSpec(t *testing.T) {
 	if slices.Contains(spec.Env, "HOME=/root") || slices.Contains(spec.Env, "PATH=/usr/bin:/bin") {
 		t.Errorf("env %v keeps the host's HOME or PATH", spec.Env)
 	}
-	if spec.UID != DefaultID || spec.GID != DefaultID || spec.Bwrap != DefaultBwrap {
-		t.Errorf("defaults: uid %d gid %d bwrap %s", spec.UID, spec.GID, spec.Bwrap)
+	if spec.Pinned || spec.UID != 0 || spec.UIDs != (IDRange{DefaultUIDFirst, DefaultUIDLast}) || spec.Bwrap != DefaultBwrap ||
+		spec.MaxMemory != DefaultMaxMemory || spec.MaxPids != DefaultMaxPids || spec.Cgroup != CgroupRequired || spec.LockDir != DefaultLockDir {
+		t.Errorf("defaults: pinned %v uid %d range %v bwrap %s memory %d pids %d cgroup %q lock dir %s",
+			spec.Pinned, spec.UID, spec.UIDs, spec.Bwrap, spec.MaxMemory, spec.MaxPids, spec.Cgroup, spec.LockDir)
 	}
 }
 
@@ -160,6 +169,7 @@ func TestBwrapArgsOrder(t *testing.T) {
 	for _, network := range []string{NetworkHost, NetworkNone} {
 		spec, err := Build(f.options(Config{Read: []string{f.tools}, Network: network}))
 		mustDo(t, err)
+		spec.UID, spec.GID = 59999, 59999 // leased by Start
 		a := bwrapArgs(spec, "/scratch/home", "/scratch/tmp")
 		joined := strings.Join(a, " ")
 		for _, want := range []string{"--unshare-user --uid 59999 --gid 59999 --disable-userns --unshare-pid --unshare-ipc --unshare-uts",

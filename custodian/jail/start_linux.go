@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,13 +19,16 @@ import (
 
 // Process is one jailed agent. Write ACP to Stdin and read it from Stdout;
 // close Stdin to ask the agent to end, read Stdout to EOF, then close it.
-// Wait must be called: it is what empties HOME and /tmp.
+// Wait must be called: it is what empties HOME and /tmp, kills and
+// removes the jail's cgroup and releases its uid.
 type Process struct {
 	// Stdin and Stdout are the agent's ACP stream; the caller closes both.
 	Stdin  io.WriteCloser
 	Stdout io.ReadCloser
 
-	spec    *Spec
+	spec    *Spec // the caller's spec with the leased uid and gid
+	lease   *uidLease
+	cg      *agentCgroup // nil with jail.cgroup off
 	cmd     *exec.Cmd
 	scratch string
 	child   []*os.File // the child's ends and data descriptors, closed after start
@@ -33,22 +37,29 @@ type Process struct {
 	cleanup error
 }
 
-// Start checks the machine (Check) and starts spec's agent in a jail.
-// stderr receives the jail's start-up lines, its refusals and the agent's
-// own stderr. Nothing is started when an error is returned.
+// Start checks the machine (Check), leases the jail's own uid, sweeps
+// what jails of killed custodians left, makes the jail's cgroup and starts
+// spec's agent in the jail. stderr receives the jail's start-up lines,
+// its refusals and the agent's own stderr. Nothing is started (and
+// nothing is left) when an error is returned.
 func Start(spec *Spec, stderr io.Writer) (*Process, error) {
 	if err := Check(spec); err != nil {
 		return nil, err
 	}
-	p := &Process{spec: spec, done: make(chan struct{})}
-	scratch, err := os.MkdirTemp(spec.ScratchParent, "tether-jail-")
+	lease, err := acquireUID(spec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: make the scratch directory: %w", ErrStart, err)
+		return nil, err
 	}
-	p.scratch = scratch
-	if err := p.command(stderr); err != nil {
+	s := *spec
+	s.UID, s.GID = lease.uid, lease.gid
+	p := &Process{spec: &s, lease: lease, done: make(chan struct{})}
+	if err := p.prepare(stderr); err != nil {
 		p.closeChild()
-		os.Remove(scratch)
+		err = errors.Join(err, p.cg.remove(context.Background()))
+		if p.scratch != "" {
+			os.Remove(p.scratch)
+		}
+		lease.release()
 		return nil, err
 	}
 	started := make(chan error, 1)
@@ -61,11 +72,60 @@ func Start(spec *Spec, stderr io.Writer) (*Process, error) {
 	return p, nil
 }
 
+// prepare sweeps, makes the cgroup and the scratch directory, and builds
+// the command. What it made is recorded in p for Start to undo.
+func (p *Process) prepare(stderr io.Writer) error {
+	s := p.spec
+	if err := sweepScratch(s.ScratchParent, s.LockDir, s.UID); err != nil {
+		fmt.Fprintf(stderr, "tether jail: sweep: %v\n", err)
+	}
+	if s.Cgroup != CgroupOff {
+		if err := sweepCgroups(context.Background(), s.LockDir, s.UID); err != nil {
+			fmt.Fprintf(stderr, "tether jail: sweep: %v\n", err)
+		}
+		cg, err := makeCgroup(context.Background(), s.UID, s.MaxPids, s.MaxMemory)
+		if err != nil {
+			return err
+		}
+		p.cg = cg
+	}
+	s.bounds = p.bounds()
+	scratch, err := os.MkdirTemp(s.ScratchParent, scratchPattern(s.UID))
+	if err != nil {
+		return fmt.Errorf("%w: make the scratch directory: %w", ErrStart, err)
+	}
+	p.scratch = scratch
+	return p.command(stderr)
+}
+
+// bounds is the jail's start-up line about its uid, cgroup and limits.
+func (p *Process) bounds() string {
+	s := p.spec
+	uid := fmt.Sprintf("own uid %d (drawn from jail.uid_range %d-%d, held while the jail runs)", s.UID, s.UIDs.First, s.UIDs.Last)
+	if s.Pinned {
+		uid = fmt.Sprintf("uid %d pinned by jail.uid (held while the jail runs)", s.UID)
+	}
+	serve := "; network none: the agent may serve only on the jail's own loopback"
+	switch {
+	case s.Network == NetworkHost && skipServeBounds:
+		serve = "; network host: serving on the host is NOT refused (a test's positive control)"
+	case s.Network == NetworkHost:
+		serve = fmt.Sprintf("; network host: TCP bind refused (Landlock ABI %d), listen, Multipath TCP and io_uring refused (seccomp), connect allowed", LandlockABI())
+	}
+	return uid + "; " + p.cg.describe(s.MaxPids, s.MaxMemory) + serve
+}
+
+// skipServeBounds, set only by tests, leaves out the TCP bind rule and
+// the seccomp filter under network host: the positive control that shows
+// the agent serves on the host without them.
+var skipServeBounds bool
+
 // command builds bwrap's exec.Cmd with the agent's pipes and the data
 // descriptors (the init's spec, /etc/passwd, /etc/group).
 func (p *Process) command(stderr io.Writer) error {
 	s := p.spec
-	spec, err := json.Marshal(initSpec{Path: s.Path, Argv: s.Argv, Exec: s.execAllowed(), Banner: s.Banner()})
+	spec, err := json.Marshal(initSpec{Path: s.Path, Argv: s.Argv, Exec: s.execAllowed(), Banner: s.Banner(), NProc: s.MaxPids,
+		DenyServe: s.Network == NetworkHost && !skipServeBounds})
 	if err != nil {
 		return fmt.Errorf("%w: encode the init's spec: %w", ErrStart, err)
 	}
@@ -95,6 +155,9 @@ func (p *Process) command(stderr io.Writer) error {
 	cmd.ExtraFiles = data[:] // initSpecFD, passwdFD, groupFD
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL,
 		Credential: &syscall.Credential{Uid: s.UID, Gid: s.GID, Groups: []uint32{}}}
+	if p.cg != nil && p.cg.v2fd != nil { // clone3 with CLONE_INTO_CGROUP: bwrap never runs outside the jail's cgroup
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(p.cg.v2fd.Fd())
+	}
 	p.cmd = cmd
 	return nil
 }
@@ -140,20 +203,43 @@ func (p *Process) run(started chan<- error) {
 	runtime.LockOSThread()
 	err := p.prepareThread()
 	if err == nil {
-		if err = p.cmd.Start(); err != nil {
-			err = fmt.Errorf("%w: execute %s: %w", ErrStart, p.spec.Bwrap, err)
-		}
+		err = p.startInCgroup()
 	}
 	p.closeChild()
 	if err != nil {
-		p.cleanup = p.empty()
-		close(p.done)
+		p.end()
 		started <- errors.Join(err, p.cleanup)
 		return
 	}
 	started <- nil
 	p.waitErr = p.cmd.Wait()
+	p.end()
+}
+
+// startInCgroup starts bwrap in the jail's cgroup: cloned into it on
+// cgroup2 (SysProcAttr.CgroupFD), forked by this thread while it is in
+// the v1 cgroups.
+func (p *Process) startInCgroup() error {
+	if p.cg != nil {
+		if err := p.cg.joinV1(); err != nil {
+			return err
+		}
+		defer p.cg.backV1()
+	}
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("%w: execute %s: %w", ErrStart, p.spec.Bwrap, err)
+	}
+	return nil
+}
+
+// end empties HOME and /tmp, kills and removes the jail's cgroup, then
+// releases the uid, and marks the jail done.
+func (p *Process) end() {
 	p.cleanup = p.empty()
+	if err := p.cg.remove(context.Background()); err != nil {
+		p.cleanup = errors.Join(p.cleanup, fmt.Errorf("%w: %w", ErrCleanup, err))
+	}
+	p.lease.release()
 	close(p.done)
 }
 
@@ -348,9 +434,11 @@ func parseStat(data []byte) (ppid, pgrp int, err error) {
 	return ppid, pgrp, nil
 }
 
-// Wait waits for the agent to end, then empties HOME and /tmp. It returns
-// the agent's exit (an *exec.ExitError for a non-zero status) joined with
-// any cleanup failure (ErrCleanup). It may be called more than once.
+// Wait waits for the agent to end, then empties HOME and /tmp, kills
+// what is left in the jail's cgroup and removes it, and releases the
+// jail's uid. It returns the agent's exit (an *exec.ExitError for a
+// non-zero status) joined with any cleanup failure (ErrCleanup). It may
+// be called more than once.
 func (p *Process) Wait() error {
 	<-p.done
 	return errors.Join(p.waitErr, p.cleanup)

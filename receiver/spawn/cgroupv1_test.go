@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tetherdev/tether/fixtures/cgroupv1"
 	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/receiver/cgroupv1"
 )
 
 // v1Pair makes a fresh cgroup in this process's pids hierarchy with

@@ -20,17 +20,36 @@ import (
 
 // jailFlags are run's flags for the agent jail.
 type jailFlags struct {
-	off        bool
-	read, exec prompts // repeatable string flags
+	off          bool
+	read, exec   prompts // repeatable string flags
+	memory, pids int64
+	cgroup       string
 }
 
-// addJailFlags registers --no-jail, --jail-read and --jail-exec on fs.
+// addJailFlags registers --no-jail, --jail-read, --jail-exec,
+// --jail-memory, --jail-pids and --jail-cgroup on fs.
 func addJailFlags(fs *flag.FlagSet) *jailFlags {
 	j := &jailFlags{}
 	fs.BoolVar(&j.off, "no-jail", false, "start the agent unconfined (recorded in the audit log); by default it runs in the agent jail")
 	fs.Var(&j.read, "jail-read", "a path the jailed agent may read, e.g. its install tree (repeatable; extends config jail.read)")
 	fs.Var(&j.exec, "jail-exec", "an executable the jailed agent may run, e.g. node (repeatable; extends config jail.exec)")
+	fs.Int64Var(&j.memory, "jail-memory", 0, fmt.Sprintf("the jail's memory limit in bytes, no swap (overrides config jail.max_memory_bytes; default %d)", int64(jail.DefaultMaxMemory)))
+	fs.Int64Var(&j.pids, "jail-pids", 0, fmt.Sprintf("the jail's limit on processes and threads (overrides config jail.max_pids; default %d)", jail.DefaultMaxPids))
+	fs.StringVar(&j.cgroup, "jail-cgroup", "", `"off" runs the jail without its cgroup: no memory limit, processes bounded by RLIMIT_NPROC only (overrides config jail.cgroup; default required)`)
 	return j
+}
+
+// apply lays the limit flags over the config's jail section.
+func (j *jailFlags) apply(cfg *jail.Config) {
+	if j.memory != 0 {
+		cfg.MaxMemoryBytes = &j.memory
+	}
+	if j.pids != 0 {
+		cfg.MaxPids = &j.pids
+	}
+	if j.cgroup != "" {
+		cfg.Cgroup = j.cgroup
+	}
 }
 
 // jailHelper, set only by tests, is the binary shown inside the jail as
@@ -102,6 +121,7 @@ func (r *runner) jailSpec() (*jail.Spec, error) {
 	if cfg.Exec, err = appendAbs(cfg.Exec, r.jail.exec); err != nil {
 		return nil, err
 	}
+	r.jail.apply(&cfg)
 	rc := r.cfg.Receiver
 	configPath, err := filepath.Abs(r.configPath)
 	if err != nil {

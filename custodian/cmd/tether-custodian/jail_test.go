@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func TestIntegrationRunJailsByDefault(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("run: exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
 	}
-	if !strings.HasPrefix(stderr.String(), "tether jail: the agent runs confined: uid 59999") {
+	if !regexp.MustCompile(`^tether jail: the agent runs confined: uid 59\d{3} gid 59\d{3},`).MatchString(stderr.String()) {
 		t.Errorf("the jail's start-up line is not on stderr:\n%s", &stderr)
 	}
 	if data, err := os.ReadFile(rr.File("jailed.txt")); err != nil || string(data) != "from the jail\n" {
@@ -137,6 +138,36 @@ func TestIntegrationRunJailRefusesHiddenPaths(t *testing.T) {
 	}
 	if recs := agentRecords(t, filepath.Join(dir, "state")); len(recs) != 0 {
 		t.Errorf("an agent record %+v for an agent that never started", recs)
+	}
+}
+
+// TestIntegrationRunJailLimitFlags: --jail-memory, --jail-pids and
+// --jail-cgroup reach the jail, which states them at start; a limit below
+// the minimum is refused before anything starts.
+func TestIntegrationRunJailLimitFlags(t *testing.T) {
+	testenv.Require(t, "root", "bwrap", "cgroup-limits")
+	rr := realrecv.Start(t)
+	agent := jailAgent(t)
+	dir := t.TempDir()
+	cfg := runConfig(t, rr, dir)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"run", "--config", cfg, "--jail-memory", "1073741824", "--jail-pids", "100",
+		"--prompt", "read ROOT/none", "--", agent}, nil, &stdout, &stderr)
+	if code != exitOK || !regexp.MustCompile(`(?m)^tether jail: bounds: own uid 59\d{3} \(drawn from jail.uid_range 59000-59998, held while the jail runs\); `+
+		`cgroup (v1|2) .*tether-jail-59\d{3}: memory 1073741824 bytes, no swap; pids 100; RLIMIT_NPROC 100; `+
+		`network host: TCP bind refused \(Landlock ABI \d+\), listen, Multipath TCP and io_uring refused \(seccomp\), connect allowed$`).MatchString(stderr.String()) {
+		t.Errorf("run --jail-memory --jail-pids: exit %d; want the bounds stated at start, stderr:\n%s", code, &stderr)
+	}
+	stderr.Reset()
+	code = run(context.Background(), []string{"run", "--config", cfg, "--jail-cgroup", "off", "--prompt", "read ROOT/none", "--", agent},
+		nil, &stdout, &stderr)
+	if code != exitOK || !strings.Contains(stderr.String(), `no cgroup (jail.cgroup "off", the operator's opt-out): memory unbounded`) {
+		t.Errorf("run --jail-cgroup off: exit %d; want the opt-out stated at start, stderr:\n%s", code, &stderr)
+	}
+	stderr.Reset()
+	code = run(context.Background(), []string{"run", "--config", cfg, "--jail-pids", "2", "--prompt", "x", "--", agent}, nil, &stdout, &stderr)
+	if code != exitRuntime || !strings.Contains(stderr.String(), "jail.max_pids 2") {
+		t.Errorf("run --jail-pids 2: exit %d; want it refused naming jail.max_pids, stderr:\n%s", code, &stderr)
 	}
 }
 

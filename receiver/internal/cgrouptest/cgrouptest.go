@@ -7,7 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/tetherdev/tether/fixtures/cgroup2"
+	"github.com/tetherdev/tether/receiver/cgroup2"
 	"os"
 	"path/filepath"
 	"strings"
