@@ -63,14 +63,14 @@ func askedToEnd(err error) error {
 
 // startAgent records the agent's start in the audit log, then starts it:
 // in the jail, or unconfined with --no-jail. Nothing is started when the
-// record cannot be written.
-func (r *runner) startAgent(c *custodian.Custodian) (io.WriteCloser, io.ReadCloser, agentProc, error) {
+// record cannot be written. The agent's stderr goes to stderr.
+func (r *runner) startAgent(c *custodian.Custodian, stderr io.Writer) (io.WriteCloser, io.ReadCloser, agentProc, error) {
 	rec := custodian.AgentStart{TupleSHA256: r.cfg.Tuple.SHA256(), Principal: r.cfg.Principal, ArgvSHA256: argvDigest(r.argv)}
 	if r.jail == nil || r.jail.off {
 		if err := c.RecordAgentStart(rec); err != nil {
 			return nil, nil, nil, err
 		}
-		return startPlain(r.argv, r.stderr)
+		return startPlain(r.argv, stderr)
 	}
 	spec, err := r.jailSpec()
 	if err != nil {
@@ -83,7 +83,7 @@ func (r *runner) startAgent(c *custodian.Custodian) (io.WriteCloser, io.ReadClos
 	if err := c.RecordAgentStart(rec); err != nil {
 		return nil, nil, nil, err
 	}
-	p, err := jail.Start(spec, r.stderr)
+	p, err := jail.Start(spec, stderr)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -74,9 +74,17 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *standby && (*sessionID == "" || !cfg.OpStore.Etcd()) {
 		return fail(stderr, exitUsage, "run: --standby needs --session-id and an op_store of kind etcd")
 	}
-	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: &syncWriter{w: stderr}}
+	argv, err := resolveAgentArgv(fs.Args(), jf.exec)
+	if err != nil {
+		return fail(stderr, exitUsage, "run: %v", err)
+	}
+	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: argv, stdout: stdout, stderr: &syncWriter{w: stderr}}
 	r.jail, r.configPath = jf, *cfgPath
 	if len(ps) == 0 {
+		if stdin == nil {
+			return fail(stderr, exitUsage, "run: no prompt: give --prompt TEXT, or prompt lines on stdin")
+		}
+		r.fromStdin = true
 		lr := readLines(stdin)
 		defer lr.stop()
 		r.next = lr.next
@@ -173,6 +181,8 @@ type runner struct {
 	stderr    io.Writer
 	outMu     sync.Mutex
 	perms     refusals
+	fromStdin bool          // prompts are stdin's lines (no --prompt)
+	agent     *watchedAgent // set by withAgent once the agent started
 	// jail and configPath are set by cmdRun; jail.go starts the agent.
 	jail       *jailFlags
 	configPath string
@@ -274,10 +284,13 @@ func (r *runner) withAgent(ctx context.Context, c *custodian.Custodian, recv *cu
 			return code
 		}
 	}
-	toAgent, fromAgent, cmd, err := r.startAgent(c)
+	tail := &tailWriter{}
+	toAgent, fromAgent, proc, err := r.startAgent(c, io.MultiWriter(r.stderr, tail))
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: start agent: %v", err)
 	}
+	cmd := watchAgent(proc, tail)
+	r.agent = cmd
 	conn := c.Serve(toAgent, fromAgent, custodian.ConnOptions{OnUpdate: r.printUpdate, Permission: r.permission()})
 	code := r.session(ctx, conn, recv)
 	conn.Close()
@@ -291,13 +304,13 @@ func (r *runner) withAgent(ctx context.Context, c *custodian.Custodian, recv *cu
 // session initializes, binds and sends every prompt.
 func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custodian.Receiver) int {
 	if _, err := conn.Initialize(ctx); err != nil {
-		return fail(r.stderr, exitFailed, "run: initialize: %v", err)
+		return fail(r.stderr, exitFailed, "run: initialize: %v", r.agent.explain(err, agentExitWait))
 	}
 	b := custodian.Binding{Tuple: r.cfg.Tuple, LeaseNotAfter: r.cfg.LeaseNotAfter, Principal: r.cfg.Principal, Receiver: recv,
 		Plain: r.cfg.Agent == custodian.AgentPlain}
 	sid, err := r.bind(ctx, conn, b)
 	if err != nil {
-		return fail(r.stderr, exitFailed, "run: bind: %v", err)
+		return fail(r.stderr, exitFailed, "run: bind: %v", r.agent.explain(err, agentExitWait))
 	}
 	for i := 0; ; i++ {
 		text, ok, err := r.next(ctx)
@@ -308,12 +321,15 @@ func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custod
 			}
 			return fail(r.stderr, code, "run: read prompt %d from stdin: %v", i+1, err)
 		}
+		if !ok && i == 0 && r.fromStdin {
+			return fail(r.stderr, exitUsage, "run: no prompt: stdin ended before its first line and no --prompt was given; nothing was sent")
+		}
 		if !ok {
 			return exitOK
 		}
 		resp, err := r.prompt(ctx, conn, acp.PromptRequest{SessionId: sid, Prompt: []acp.ContentBlock{acp.TextBlock(text)}})
 		if err != nil {
-			return fail(r.stderr, exitFailed, "run: prompt %d: %v", i+1, err)
+			return fail(r.stderr, exitFailed, "run: prompt %d: %v", i+1, r.agent.explain(err, agentExitWaitPrompt))
 		}
 		if resp.StopReason == acp.StopReasonCancelled && ctx.Err() != nil {
 			return fail(r.stderr, exitFailed, "run: prompt %d cancelled on interrupt (session/cancel sent; the agent ended the turn)", i+1)
