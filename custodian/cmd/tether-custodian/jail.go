@@ -70,7 +70,7 @@ func (r *runner) startAgent(c *custodian.Custodian, stderr io.Writer) (io.WriteC
 		if err := c.RecordAgentStart(rec); err != nil {
 			return nil, nil, nil, err
 		}
-		return startPlain(r.argv, stderr)
+		return startPlain(r.argv, r.env, stderr)
 	}
 	spec, err := r.jailSpec()
 	if err != nil {
@@ -111,7 +111,7 @@ func (r *runner) jailSpec() (*jail.Spec, error) {
 	if rc.Path != "" {
 		hidden = append(hidden, rc.Path)
 	}
-	return jail.Build(jail.Options{Config: cfg, Argv: r.argv, Root: r.cfg.Tuple.Root, Env: os.Environ(),
+	return jail.Build(jail.Options{Config: cfg, Argv: r.argv, Root: r.cfg.Tuple.Root, Env: r.env,
 		Hidden: hidden, Helper: jailHelper})
 }
 
@@ -148,8 +148,9 @@ func (j jailedAgent) Wait() error {
 // plainAgent is an agent started without the jail (--no-jail).
 type plainAgent struct{ cmd *exec.Cmd }
 
-func startPlain(argv []string, stderr io.Writer) (io.WriteCloser, io.ReadCloser, agentProc, error) {
+func startPlain(argv, env []string, stderr io.Writer) (io.WriteCloser, io.ReadCloser, agentProc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Stderr = stderr
 	toAgent, err := cmd.StdinPipe()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/custodian"
+	"github.com/tetherdev/tether/custodian/agentprofile"
 	"github.com/tetherdev/tether/custodian/credfile"
 )
 
@@ -43,12 +45,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md; required)")
 	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
-	agent := fs.String("agent", "", "tether (the strict protocol, default) or plain (an agent that knows nothing of tether; overrides the config's agent)")
+	agent := fs.String("agent", "", "a profile: claude-code, gemini, plain (any agent that knows nothing of tether) or tether (the strict protocol, the default); overrides the config's agent; `tether-custodian agents` lists what each sets")
 	standby := fs.Bool("standby", false, "wait until no live custodian owns --session-id, take it over (its keys left in flight become interrupted), then run; needs an etcd op_store")
 	var ps prompts
 	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line, each sent as it arrives)")
 	jf := addJailFlags(fs)
-	usageFor(fs, "run --config FILE [--agent tether|plain] [--session-id ID [--standby]] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
+	usageFor(fs, "run --config FILE [--agent claude-code|gemini|plain|tether] [--session-id ID [--standby]] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
 		"Spawns the ACP agent over stdio, initializes with the fs and terminal capabilities,\n"+
 			"binds a session to the config's tuple (session/new, or session/load with --session-id),\n"+
 			"sends the prompts and writes every session update to stdout as one JSON line, in order.\n"+
@@ -61,14 +63,20 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fs.Usage()
 		return exitUsage
 	}
+	var profile *agentprofile.Profile
+	if *agent != "" {
+		var err error
+		if profile, err = agentprofile.Lookup(*agent); err != nil {
+			return fail(stderr, exitUsage, "run: --agent: %v", err)
+		}
+	}
 	cfg, err := custodian.LoadConfig(*cfgPath)
 	if err != nil {
 		return fail(stderr, exitUsage, "run: %v", err)
 	}
-	if *agent != "" {
-		cfg.Agent = *agent
-		if err := cfg.Validate(); err != nil {
-			return fail(stderr, exitUsage, "run: --agent: %v", err)
+	if profile != nil {
+		if err := profile.ApplyConfig(cfg); err != nil {
+			return fail(stderr, exitUsage, "run: --agent %s: %v", *agent, err)
 		}
 	}
 	if *standby && (*sessionID == "" || !cfg.OpStore.Etcd()) {
@@ -79,7 +87,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return fail(stderr, exitUsage, "run: %v", err)
 	}
 	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: argv, stdout: stdout, stderr: &syncWriter{w: stderr}}
-	r.jail, r.configPath = jf, *cfgPath
+	r.jail, r.configPath, r.env = jf, *cfgPath, os.Environ()
+	if profile != nil {
+		cleanup, err := r.applyProfile(profile)
+		defer cleanup()
+		if err != nil {
+			return fail(stderr, exitRuntime, "run: %v", err)
+		}
+	}
 	if len(ps) == 0 {
 		if stdin == nil {
 			return fail(stderr, exitUsage, "run: no prompt: give --prompt TEXT, or prompt lines on stdin")
@@ -177,6 +192,7 @@ type runner struct {
 	standby   bool // take sessionID over (fleet.go) before the agent starts
 	next      nextPrompt
 	argv      []string
+	env       []string // the agent's environment (before the jail's changes)
 	stdout    io.Writer
 	stderr    io.Writer
 	outMu     sync.Mutex
