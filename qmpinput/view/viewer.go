@@ -91,12 +91,28 @@ func (s *Server) addViewer(sess session) (*viewer, error) {
 // both of its WebSockets. Safe twice.
 func (s *Server) closeViewer(v *viewer, reason string) {
 	s.mu.Lock()
-	if s.viewers[v.id] == v {
+	open := s.viewers[v.id] == v
+	if open {
 		delete(s.viewers, v.id)
 	}
 	s.mu.Unlock()
 	s.ar.end(v, qmpinput.EndDisconnected)
 	v.cancel(errors.New(reason))
+	if open {
+		if err := s.ar.aud.viewerClosed(v, reason); err != nil {
+			s.ar.logf("view: audit: record viewer %s closed: %v", v.id, err)
+		}
+	}
+}
+
+// dropViewer forgets a viewer that never opened (nothing to record).
+func (s *Server) dropViewer(v *viewer) {
+	s.mu.Lock()
+	if s.viewers[v.id] == v {
+		delete(s.viewers, v.id)
+	}
+	s.mu.Unlock()
+	v.cancel(errors.New("not opened"))
 }
 
 func (s *Server) acceptOptions() *websocket.AcceptOptions {
@@ -118,6 +134,11 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 	v, err := s.addViewer(sess)
 	if err != nil {
 		refuse(w, http.StatusServiceUnavailable, "viewers", err)
+		return
+	}
+	if err := s.ar.aud.viewerOpened(v); err != nil {
+		s.dropViewer(v)
+		refuse(w, http.StatusServiceUnavailable, "audit", fmt.Errorf("the viewer's opening could not be recorded: %w", err))
 		return
 	}
 	defer s.closeViewer(v, "control closed")
