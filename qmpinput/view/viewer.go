@@ -83,9 +83,19 @@ func (s *Server) addViewer(sess session) (*viewer, error) {
 		cancel(nil)
 		return nil, fmt.Errorf("%d viewers open or server closing", len(s.viewers))
 	}
+	// Recorded under s.mu, before the viewer is in the map: its
+	// viewer_open precedes any viewer_close, and Close cannot miss it. A
+	// viewer whose opening cannot be recorded is refused.
+	if err := s.ar.aud.viewerOpened(v); err != nil {
+		cancel(nil)
+		return nil, fmt.Errorf("%w: the viewer's opening could not be recorded: %w", errAudit, err)
+	}
 	s.viewers[v.id] = v
 	return v, nil
 }
+
+// errAudit marks a viewer refused because the audit log failed.
+var errAudit = errors.New("audit")
 
 // closeViewer ends v's hold (its held keys are lifted first) and closes
 // both of its WebSockets. Safe twice.
@@ -94,6 +104,7 @@ func (s *Server) closeViewer(v *viewer, reason string) {
 	open := s.viewers[v.id] == v
 	if open {
 		delete(s.viewers, v.id)
+		s.records.Add(1) // under s.mu, so Close waits for this record
 	}
 	s.mu.Unlock()
 	s.ar.end(v, qmpinput.EndDisconnected)
@@ -102,17 +113,8 @@ func (s *Server) closeViewer(v *viewer, reason string) {
 		if err := s.ar.aud.viewerClosed(v, reason); err != nil {
 			s.ar.logf("view: audit: record viewer %s closed: %v", v.id, err)
 		}
+		s.records.Done()
 	}
-}
-
-// dropViewer forgets a viewer that never opened (nothing to record).
-func (s *Server) dropViewer(v *viewer) {
-	s.mu.Lock()
-	if s.viewers[v.id] == v {
-		delete(s.viewers, v.id)
-	}
-	s.mu.Unlock()
-	v.cancel(errors.New("not opened"))
 }
 
 func (s *Server) acceptOptions() *websocket.AcceptOptions {
@@ -132,13 +134,12 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := s.addViewer(sess)
-	if err != nil {
-		refuse(w, http.StatusServiceUnavailable, "viewers", err)
+	if errors.Is(err, errAudit) {
+		refuse(w, http.StatusServiceUnavailable, "audit", err)
 		return
 	}
-	if err := s.ar.aud.viewerOpened(v); err != nil {
-		s.dropViewer(v)
-		refuse(w, http.StatusServiceUnavailable, "audit", fmt.Errorf("the viewer's opening could not be recorded: %w", err))
+	if err != nil {
+		refuse(w, http.StatusServiceUnavailable, "viewers", err)
 		return
 	}
 	defer s.closeViewer(v, "control closed")
