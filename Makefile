@@ -4,7 +4,8 @@ GO ?= go
 BIN := $(CURDIR)/bin
 CMDS := ./admission/cmd/tether-admission ./receiver/cmd/tether-receiver \
 	./custodian/cmd/tether-custodian ./plugin/cmd/tether-plugin \
-	./qmpinput/cmd/tether-qmp ./fixtures/cmd/tether-hostagent ./fixtures/cmd/tether-demo
+	./qmpinput/cmd/tether-qmp ./fixtures/cmd/tether-hostagent ./fixtures/cmd/tether-demo \
+	./fixtures/cmd/tether-witness ./fixtures/cmd/tether-modelserver
 TEST_TIMEOUT ?= 30m
 
 .PHONY: all build demo test lint bench proto setup clean flakes

@@ -34,10 +34,14 @@ const (
 	KindResume        = "resume"
 	KindTokenMint     = "token_mint"
 	KindTokenRevoke   = "token_revoke"
+	// KindViewerOpen and KindViewerClose: a page opened the live view
+	// with a token (its control WebSocket), and that viewer closed.
+	KindViewerOpen  = "viewer_open"
+	KindViewerClose = "viewer_close"
 )
 
 var kinds = map[string]bool{KindHandoverBegin: true, KindHandoverEnd: true, KindPause: true,
-	KindResume: true, KindTokenMint: true, KindTokenRevoke: true}
+	KindResume: true, KindTokenMint: true, KindTokenRevoke: true, KindViewerOpen: true, KindViewerClose: true}
 
 // Bounds.
 const (

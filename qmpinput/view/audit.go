@@ -60,6 +60,29 @@ func (au *Auditor) Record(e qmpinput.AuditEvent) {
 	}
 }
 
+// viewerOpened records that v opened the view. A viewer whose opening
+// cannot be recorded is refused.
+func (au *Auditor) viewerOpened(v *viewer) error {
+	_, err := au.log.Append(auditlog.Record{Kind: auditlog.KindViewerOpen, Actor: v.actor, Role: string(v.role), Token: v.tokenID,
+		Scope: "viewer " + v.id})
+	return err
+}
+
+// viewerClosed records that v closed, and why.
+func (au *Auditor) viewerClosed(v *viewer, reason string) error {
+	_, err := au.log.Append(auditlog.Record{Kind: auditlog.KindViewerClose, Actor: v.actor, Role: string(v.role), Token: v.tokenID,
+		Scope: "viewer " + v.id, Reason: clipReason(reason)})
+	return err
+}
+
+// clipReason keeps a close reason within the log's field bound.
+func clipReason(s string) string {
+	if len(s) > 200 {
+		return s[:200]
+	}
+	return s
+}
+
 // takeErr returns and clears the first failed append.
 func (au *Auditor) takeErr() error {
 	au.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,36 @@ func TestHoldEndsByTTLAndByClose(t *testing.T) {
 	waitFor(t, ctx, "the agent to be unfenced", func() bool { return e.adapter.Key(ctx, "z") == nil })
 	if end := lastEnd(t, e); end != string(qmpinput.EndDisconnected) {
 		t.Fatalf("ended as %q, want disconnected", end)
+	}
+	checkViewerRecords(t, ctx, e)
+}
+
+// checkViewerRecords: each viewer's opening is in the log with its actor,
+// role and token, and bob's closed tab is too, after his hold's end.
+func checkViewerRecords(t *testing.T, ctx context.Context, e *env) {
+	t.Helper()
+	var opened []string
+	closed := -1
+	waitFor(t, ctx, "bob's viewer_close", func() bool {
+		opened, closed = nil, -1
+		for i, r := range e.records(t) {
+			switch r.Kind {
+			case "viewer_open":
+				opened = append(opened, r.Actor+":"+r.Role)
+				if r.Token == "" || !strings.HasPrefix(r.Scope, "viewer ") {
+					t.Fatalf("viewer_open %+v lacks its token or viewer", r)
+				}
+			case "viewer_close":
+				if strings.Contains(r.Actor, "bob") {
+					closed = i
+				}
+			}
+		}
+		return closed >= 0
+	})
+	if len(opened) != 2 || !strings.Contains(opened[0], "alice") || !strings.Contains(opened[1], "bob") ||
+		!strings.HasSuffix(opened[0], ":control") {
+		t.Fatalf("viewer_open records %v, want alice's and bob's control viewers", opened)
 	}
 }
 

@@ -71,6 +71,7 @@ type Server struct {
 
 	stop      chan struct{}
 	wg        sync.WaitGroup
+	records   sync.WaitGroup // viewer_close records being appended (closeViewer)
 	closeOnce sync.Once
 }
 
@@ -152,8 +153,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	return nil
 }
 
-// Close closes every viewer (ending any hold as disconnected) and stops
-// the token sweep. Safe twice.
+// Close closes every viewer (ending any hold as disconnected), stops
+// the token sweep and waits until every viewer_close is appended, so the
+// caller may close the audit log after it. Safe twice.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.stop)
@@ -165,6 +167,7 @@ func (s *Server) Close() {
 			s.closeViewer(v, "server closing")
 		}
 		s.wg.Wait()
+		s.records.Wait()
 	})
 }
 

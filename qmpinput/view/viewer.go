@@ -83,20 +83,38 @@ func (s *Server) addViewer(sess session) (*viewer, error) {
 		cancel(nil)
 		return nil, fmt.Errorf("%d viewers open or server closing", len(s.viewers))
 	}
+	// Recorded under s.mu, before the viewer is in the map: its
+	// viewer_open precedes any viewer_close, and Close cannot miss it. A
+	// viewer whose opening cannot be recorded is refused.
+	if err := s.ar.aud.viewerOpened(v); err != nil {
+		cancel(nil)
+		return nil, fmt.Errorf("%w: the viewer's opening could not be recorded: %w", errAudit, err)
+	}
 	s.viewers[v.id] = v
 	return v, nil
 }
+
+// errAudit marks a viewer refused because the audit log failed.
+var errAudit = errors.New("audit")
 
 // closeViewer ends v's hold (its held keys are lifted first) and closes
 // both of its WebSockets. Safe twice.
 func (s *Server) closeViewer(v *viewer, reason string) {
 	s.mu.Lock()
-	if s.viewers[v.id] == v {
+	open := s.viewers[v.id] == v
+	if open {
 		delete(s.viewers, v.id)
+		s.records.Add(1) // under s.mu, so Close waits for this record
 	}
 	s.mu.Unlock()
 	s.ar.end(v, qmpinput.EndDisconnected)
 	v.cancel(errors.New(reason))
+	if open {
+		if err := s.ar.aud.viewerClosed(v, reason); err != nil {
+			s.ar.logf("view: audit: record viewer %s closed: %v", v.id, err)
+		}
+		s.records.Done()
+	}
 }
 
 func (s *Server) acceptOptions() *websocket.AcceptOptions {
@@ -116,6 +134,10 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, err := s.addViewer(sess)
+	if errors.Is(err, errAudit) {
+		refuse(w, http.StatusServiceUnavailable, "audit", err)
+		return
+	}
 	if err != nil {
 		refuse(w, http.StatusServiceUnavailable, "viewers", err)
 		return

@@ -19,7 +19,8 @@ const (
 const usage = `tether-custodian: the ACP client side of tether.
 
 Usage:
-  tether-custodian run --config FILE [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]
+  tether-custodian run --config FILE [--agent PROFILE] [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]
+  tether-custodian agents
   tether-custodian receipts show --state DIR [--key K] [--wait D]
   tether-custodian audit verify --state DIR --pubkey FILE [--checkpoint FILE] [--witness KEY... [--witness-quorum K]]
   tether-custodian audit witness --state DIR --pubkey FILE --witness URL=KEY... [--quorum K]
@@ -41,6 +42,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return exitOK
 	case "run":
 		return cmdRun(ctx, rest, stdin, stdout, stderr)
+	case "agents":
+		return cmdAgents(rest, stdout, stderr)
 	case "receipts":
 		return sub(rest, stdout, stderr, "receipts", map[string]func([]string, io.Writer, io.Writer) int{"show": cmdReceiptsShow})
 	case "audit":

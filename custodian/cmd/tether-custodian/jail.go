@@ -82,14 +82,14 @@ func askedToEnd(err error) error {
 
 // startAgent records the agent's start in the audit log, then starts it:
 // in the jail, or unconfined with --no-jail. Nothing is started when the
-// record cannot be written.
-func (r *runner) startAgent(c *custodian.Custodian) (io.WriteCloser, io.ReadCloser, agentProc, error) {
+// record cannot be written. The agent's stderr goes to stderr.
+func (r *runner) startAgent(c *custodian.Custodian, stderr io.Writer) (io.WriteCloser, io.ReadCloser, agentProc, error) {
 	rec := custodian.AgentStart{TupleSHA256: r.cfg.Tuple.SHA256(), Principal: r.cfg.Principal, ArgvSHA256: argvDigest(r.argv)}
 	if r.jail == nil || r.jail.off {
 		if err := c.RecordAgentStart(rec); err != nil {
 			return nil, nil, nil, err
 		}
-		return startPlain(r.argv, r.stderr)
+		return startPlain(r.argv, r.env, stderr)
 	}
 	spec, err := r.jailSpec()
 	if err != nil {
@@ -102,7 +102,7 @@ func (r *runner) startAgent(c *custodian.Custodian) (io.WriteCloser, io.ReadClos
 	if err := c.RecordAgentStart(rec); err != nil {
 		return nil, nil, nil, err
 	}
-	p, err := jail.Start(spec, r.stderr)
+	p, err := jail.Start(spec, stderr)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -131,7 +131,7 @@ func (r *runner) jailSpec() (*jail.Spec, error) {
 	if rc.Path != "" {
 		hidden = append(hidden, rc.Path)
 	}
-	return jail.Build(jail.Options{Config: cfg, Argv: r.argv, Root: r.cfg.Tuple.Root, Env: os.Environ(),
+	return jail.Build(jail.Options{Config: cfg, Argv: r.argv, Root: r.cfg.Tuple.Root, Env: r.env,
 		Hidden: hidden, Helper: jailHelper})
 }
 
@@ -168,8 +168,9 @@ func (j jailedAgent) Wait() error {
 // plainAgent is an agent started without the jail (--no-jail).
 type plainAgent struct{ cmd *exec.Cmd }
 
-func startPlain(argv []string, stderr io.Writer) (io.WriteCloser, io.ReadCloser, agentProc, error) {
+func startPlain(argv, env []string, stderr io.Writer) (io.WriteCloser, io.ReadCloser, agentProc, error) {
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
 	cmd.Stderr = stderr
 	toAgent, err := cmd.StdinPipe()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/custodian"
+	"github.com/tetherdev/tether/custodian/agentprofile"
 	"github.com/tetherdev/tether/custodian/credfile"
 )
 
@@ -43,12 +45,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md; required)")
 	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
-	agent := fs.String("agent", "", "tether (the strict protocol, default) or plain (an agent that knows nothing of tether; overrides the config's agent)")
+	agent := fs.String("agent", "", "a profile: claude-code, gemini, plain (any agent that knows nothing of tether) or tether (the strict protocol, the default); overrides the config's agent; `tether-custodian agents` lists what each sets")
 	standby := fs.Bool("standby", false, "wait until no live custodian owns --session-id, take it over (its keys left in flight become interrupted), then run; needs an etcd op_store")
 	var ps prompts
 	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line, each sent as it arrives)")
 	jf := addJailFlags(fs)
-	usageFor(fs, "run --config FILE [--agent tether|plain] [--session-id ID [--standby]] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
+	usageFor(fs, "run --config FILE [--agent claude-code|gemini|plain|tether] [--session-id ID [--standby]] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
 		"Spawns the ACP agent over stdio, initializes with the fs and terminal capabilities,\n"+
 			"binds a session to the config's tuple (session/new, or session/load with --session-id),\n"+
 			"sends the prompts and writes every session update to stdout as one JSON line, in order.\n"+
@@ -61,22 +63,43 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fs.Usage()
 		return exitUsage
 	}
+	var profile *agentprofile.Profile
+	if *agent != "" {
+		var err error
+		if profile, err = agentprofile.Lookup(*agent); err != nil {
+			return fail(stderr, exitUsage, "run: --agent: %v", err)
+		}
+	}
 	cfg, err := custodian.LoadConfig(*cfgPath)
 	if err != nil {
 		return fail(stderr, exitUsage, "run: %v", err)
 	}
-	if *agent != "" {
-		cfg.Agent = *agent
-		if err := cfg.Validate(); err != nil {
-			return fail(stderr, exitUsage, "run: --agent: %v", err)
+	if profile != nil {
+		if err := profile.ApplyConfig(cfg); err != nil {
+			return fail(stderr, exitUsage, "run: --agent %s: %v", *agent, err)
 		}
 	}
 	if *standby && (*sessionID == "" || !cfg.OpStore.Etcd()) {
 		return fail(stderr, exitUsage, "run: --standby needs --session-id and an op_store of kind etcd")
 	}
-	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: fs.Args(), stdout: stdout, stderr: &syncWriter{w: stderr}}
-	r.jail, r.configPath = jf, *cfgPath
+	argv, err := resolveAgentArgv(fs.Args(), jf.exec)
+	if err != nil {
+		return fail(stderr, exitUsage, "run: %v", err)
+	}
+	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: argv, stdout: stdout, stderr: &syncWriter{w: stderr}}
+	r.jail, r.configPath, r.env = jf, *cfgPath, os.Environ()
+	if profile != nil {
+		cleanup, err := r.applyProfile(profile)
+		defer cleanup()
+		if err != nil {
+			return fail(stderr, exitRuntime, "run: %v", err)
+		}
+	}
 	if len(ps) == 0 {
+		if stdin == nil {
+			return fail(stderr, exitUsage, "run: no prompt: give --prompt TEXT, or prompt lines on stdin")
+		}
+		r.fromStdin = true
 		lr := readLines(stdin)
 		defer lr.stop()
 		r.next = lr.next
@@ -169,10 +192,13 @@ type runner struct {
 	standby   bool // take sessionID over (fleet.go) before the agent starts
 	next      nextPrompt
 	argv      []string
+	env       []string // the agent's environment (before the jail's changes)
 	stdout    io.Writer
 	stderr    io.Writer
 	outMu     sync.Mutex
 	perms     refusals
+	fromStdin bool          // prompts are stdin's lines (no --prompt)
+	agent     *watchedAgent // set by withAgent once the agent started
 	// jail and configPath are set by cmdRun; jail.go starts the agent.
 	jail       *jailFlags
 	configPath string
@@ -274,10 +300,13 @@ func (r *runner) withAgent(ctx context.Context, c *custodian.Custodian, recv *cu
 			return code
 		}
 	}
-	toAgent, fromAgent, cmd, err := r.startAgent(c)
+	tail := &tailWriter{}
+	toAgent, fromAgent, proc, err := r.startAgent(c, io.MultiWriter(r.stderr, tail))
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: start agent: %v", err)
 	}
+	cmd := watchAgent(proc, tail)
+	r.agent = cmd
 	conn := c.Serve(toAgent, fromAgent, custodian.ConnOptions{OnUpdate: r.printUpdate, Permission: r.permission()})
 	code := r.session(ctx, conn, recv)
 	conn.Close()
@@ -291,13 +320,13 @@ func (r *runner) withAgent(ctx context.Context, c *custodian.Custodian, recv *cu
 // session initializes, binds and sends every prompt.
 func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custodian.Receiver) int {
 	if _, err := conn.Initialize(ctx); err != nil {
-		return fail(r.stderr, exitFailed, "run: initialize: %v", err)
+		return fail(r.stderr, exitFailed, "run: initialize: %v", r.agent.explain(err, agentExitWait))
 	}
 	b := custodian.Binding{Tuple: r.cfg.Tuple, LeaseNotAfter: r.cfg.LeaseNotAfter, Principal: r.cfg.Principal, Receiver: recv,
 		Plain: r.cfg.Agent == custodian.AgentPlain}
 	sid, err := r.bind(ctx, conn, b)
 	if err != nil {
-		return fail(r.stderr, exitFailed, "run: bind: %v", err)
+		return fail(r.stderr, exitFailed, "run: bind: %v", r.agent.explain(err, agentExitWait))
 	}
 	for i := 0; ; i++ {
 		text, ok, err := r.next(ctx)
@@ -308,12 +337,15 @@ func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custod
 			}
 			return fail(r.stderr, code, "run: read prompt %d from stdin: %v", i+1, err)
 		}
+		if !ok && i == 0 && r.fromStdin {
+			return fail(r.stderr, exitUsage, "run: no prompt: stdin ended before its first line and no --prompt was given; nothing was sent")
+		}
 		if !ok {
 			return exitOK
 		}
 		resp, err := r.prompt(ctx, conn, acp.PromptRequest{SessionId: sid, Prompt: []acp.ContentBlock{acp.TextBlock(text)}})
 		if err != nil {
-			return fail(r.stderr, exitFailed, "run: prompt %d: %v", i+1, err)
+			return fail(r.stderr, exitFailed, "run: prompt %d: %v", i+1, r.agent.explain(err, agentExitWaitPrompt))
 		}
 		if resp.StopReason == acp.StopReasonCancelled && ctx.Err() != nil {
 			return fail(r.stderr, exitFailed, "run: prompt %d cancelled on interrupt (session/cancel sent; the agent ended the turn)", i+1)

@@ -38,6 +38,7 @@ import (
 	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -251,12 +252,40 @@ func (c call) run(ctx context.Context, cmd string, args []string) string {
 		return c.exec(ctx, []string{"/bin/sh", "-c", strings.Join(args, " ")})
 	case cmd == "ask" && len(args) >= 1:
 		return c.ask(ctx, strings.Join(args, " "))
+	case cmd == "env" && len(args) == 1:
+		v, ok := os.LookupEnv(args[0])
+		if !ok {
+			return "ok env " + args[0] + " unset"
+		}
+		return "ok env " + args[0] + "=" + v
+	case cmd == "flagfile" && len(args) == 1:
+		return flagFile(args[0])
 	case cmd == "meta" && len(args) == 0:
 		c.a.mu.Lock()
 		defer c.a.mu.Unlock()
 		return "ok meta " + c.a.extraMeta[string(c.sid)]
 	}
 	return fmt.Sprintf("error invalid unknown command %q", cmd)
+}
+
+// flagFile reports the file named after flag on the agent's command line:
+// its path, mode and first line (what an agent profile wrote for it).
+func flagFile(flag string) string {
+	i := slices.Index(os.Args, flag)
+	if i < 0 || i+1 >= len(os.Args) {
+		return "error invalid no " + flag + " on the command line"
+	}
+	path := os.Args[i+1]
+	fi, err := os.Stat(path)
+	if err != nil {
+		return result(err, "")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return result(err, "")
+	}
+	first, _, _ := strings.Cut(string(data), "\n")
+	return fmt.Sprintf("ok flagfile %s mode=%#o first=%s", path, fi.Mode().Perm(), first)
 }
 
 // ask requests permission for a tool call titled title.
