@@ -74,6 +74,15 @@ type Spec struct {
 	// Landlock, when non-nil, is enforced on the child (and only on the
 	// spawning thread of the receiver).
 	Landlock *Ruleset
+	// Seccomp, when non-nil, is the filter the child runs under. In
+	// ModeThread it is installed on the spawning thread alone, last, right
+	// before the fork; the filter answers ENOSYS to clone3, so ModeThread
+	// refuses a Seccomp with a Cgroup (the fork itself is a clone3 with
+	// CLONE_INTO_CGROUP): use ModeHelper, whose helper is forked into the
+	// cgroup unfiltered and installs the filter on itself, with TSYNC, after
+	// dropping to the grant's user and right before it executes the
+	// command (docs/decisions.md).
+	Seccomp *Filter
 	// Cgroup, when non-nil, is an open cgroup v2 directory (O_PATH is
 	// enough) the child is forked straight into (clone3 with
 	// CLONE_INTO_CGROUP: the child never runs outside it; in ModeHelper the
@@ -131,6 +140,10 @@ var (
 	// ErrNotFound is wrapped when a bare Path is in none of the Search
 	// directories as the child's user sees them. Nothing was started.
 	ErrNotFound = errors.New("command not found")
+	// ErrSeccompThreadCgroup is wrapped when a Spec asks ModeThread for
+	// both a seccomp filter and a cgroup v2: the filtered spawning thread
+	// could not fork with clone3 into the cgroup. ModeHelper does both.
+	ErrSeccompThreadCgroup = errors.New("a seccomp filter and a cgroup v2 need ModeHelper")
 )
 
 // validate checks the spec before any thread is touched.
@@ -146,6 +159,8 @@ func (s *Spec) validate() error {
 		return fmt.Errorf("%w: uid %d gid %d: a child never runs with id 0", ErrSpec, s.UID, s.GID)
 	case s.Mode != ModeThread && s.Mode != ModeHelper:
 		return fmt.Errorf("%w: unknown mode %d", ErrSpec, s.Mode)
+	case s.Mode == ModeThread && s.Seccomp != nil && s.Cgroup != nil:
+		return fmt.Errorf("%w: %w", ErrSpec, ErrSeccompThreadCgroup)
 	}
 	for _, g := range s.Groups {
 		if g == 0 {
