@@ -20,8 +20,9 @@ var ErrSeccomp = errors.New("seccomp")
 // Filter is the compiled seccomp program every command runs under:
 // Docker's default profile (github.com/moby/profiles/seccomp) for a
 // process without capabilities on this architecture, tightened by
-// Tightenings, compiled with github.com/elastic/go-seccomp-bpf. A Filter
-// is immutable and may be used by many concurrent Starts.
+// the computer's own rules (tightenings), with system call tables from
+// github.com/elastic/go-seccomp-bpf. A Filter is immutable and may be
+// used by many concurrent Starts.
 type Filter struct {
 	prog []unix.SockFilter
 }
@@ -29,9 +30,9 @@ type Filter struct {
 // Len returns the number of BPF instructions of the program.
 func (f *Filter) Len() int { return len(f.prog) }
 
-// Tightening is one rule the computer adds in front of Docker's default:
+// tightening is one rule the computer adds in front of Docker's default:
 // every call it matches fails with Errno, whatever Docker's profile says.
-type Tightening struct {
+type tightening struct {
 	// Names are the system calls the rule applies to.
 	Names []string
 	// Args are ANDed conditions on the arguments; none means every call.
@@ -46,11 +47,11 @@ type Tightening struct {
 const nsFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
 	unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWTIME
 
-// Tightenings are the computer's rules, checked in order before Docker's
+// tightenings are the computer's rules, checked in order before Docker's
 // allow list; SECURITY.md lists each with its reason. The socket rules
 // compare whole 64-bit arguments: a domain with stray high bits matches
 // no allow rule of Docker's either and falls to the default EPERM.
-var Tightenings = []Tightening{
+var tightenings = []tightening{
 	// Kernel surfaces a command never needs: "not implemented", so callers
 	// (libuv, liburing, keyutils) take their fallback path.
 	{Names: []string{"clone3", "io_uring_setup", "io_uring_enter", "io_uring_register", "bpf",
@@ -80,9 +81,11 @@ var Tightenings = []Tightening{
 }
 
 // NewFilter compiles the computer's filter for this architecture (amd64
-// or arm64) and running kernel: Tightenings first, then Docker's errno
-// rules, then Docker's allow rules, then EPERM (Docker's default). The
-// first rule that matches decides. System call numbers and the audit
+// or arm64) and running kernel: the tightenings first, then Docker's
+// errno rules, then Docker's allow rules, then ENOSYS for a number beyond
+// the table (a system call newer than it: glibc then falls back, as
+// under runc) and EPERM for the rest (Docker's default). The first rule
+// that matches decides. System call numbers and the audit
 // architecture come from go-seccomp-bpf's tables; the program is emitted
 // by compile (see there for why not by go-seccomp-bpf's assembler).
 func NewFilter() (*Filter, error) {
@@ -106,10 +109,10 @@ func NewFilter() (*Filter, error) {
 	return &Filter{prog: prog}, nil
 }
 
-// tighteningGroups turns Tightenings into groups, one per rule, in order.
+// tighteningGroups turns tightenings into groups, one per rule, in order.
 func tighteningGroups() []bpfseccomp.SyscallGroup {
 	var groups []bpfseccomp.SyscallGroup
-	for _, t := range Tightenings {
+	for _, t := range tightenings {
 		g := bpfseccomp.SyscallGroup{Action: bpfseccomp.ActionErrno | bpfseccomp.Action(t.Errno)}
 		if len(t.Args) == 0 {
 			g.Names = slices.Clone(t.Names)
@@ -123,10 +126,10 @@ func tighteningGroups() []bpfseccomp.SyscallGroup {
 	return groups
 }
 
-// tightened reports whether a Tightening denies name without condition,
+// tightened reports whether a tightening denies name without condition,
 // so Docker's rule for it is left out.
 func tightened(name string) bool {
-	for _, t := range Tightenings {
+	for _, t := range tightenings {
 		if len(t.Args) == 0 && slices.Contains(t.Names, name) {
 			return true
 		}

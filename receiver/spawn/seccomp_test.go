@@ -574,7 +574,8 @@ func TestFilterDecisions(t *testing.T) {
 		{"ptrace", id, unix.SYS_PTRACE, nil, eperm},
 		{"mount", id, unix.SYS_MOUNT, nil, eperm},
 		{"seccomp (nested filters)", id, unix.SYS_SECCOMP, nil, allow},
-		{"unknown number", id, 4000, nil, eperm},
+		{"number beyond the table", id, maxNumber(info) + 1, nil, errno(unix.ENOSYS)},
+		{"known, in no allow rule", id, unix.SYS_ACCT, nil, eperm},
 		{"other architecture", 0x40000003, unix.SYS_READ, nil, eperm},
 	}
 	if info.ID == arch.X86_64.ID {
@@ -589,6 +590,28 @@ func TestFilterDecisions(t *testing.T) {
 	for _, c := range cases {
 		if got := evalFilter(t, f, c.arch, c.nr, c.args...); got != c.want {
 			t.Errorf("%s: action %#x, want %#x", c.name, got, c.want)
+		}
+	}
+}
+
+// TestSecurityMDListsEveryRule: SECURITY.md's seccomp section names every
+// system call a tightening matches, so the table cannot fall behind the
+// filter.
+func TestSecurityMDListsEveryRule(t *testing.T) {
+	b, err := os.ReadFile("../../SECURITY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(b), "### Receiver: seccomp filter\n")
+	if !ok {
+		t.Fatal("SECURITY.md has no section \"Receiver: seccomp filter\"")
+	}
+	section, _, _ = strings.Cut(section, "\n### ")
+	for _, r := range tightenings {
+		for _, n := range r.Names {
+			if !strings.Contains(section, "`"+n+"`") && !strings.Contains(section, "`"+n+"(") {
+				t.Errorf("SECURITY.md's seccomp section does not name %s", n)
+			}
 		}
 	}
 }

@@ -90,7 +90,8 @@ func (a *asm) resolve(from, pass, fail int) error {
 
 // compile emits the program: wrong architecture and x32 denied, then one
 // rule per system call of each group in order, each "if nr matches and
-// every condition holds, return the group's action", then EPERM.
+// every condition holds, return the group's action", then ENOSYS for a
+// number beyond info's table and EPERM for the rest.
 //
 // go-seccomp-bpf's own assembler (Policy.Assemble, v1.6.0) is not used:
 // when an argument condition fails it goes on comparing the next system
@@ -135,6 +136,9 @@ func compile(info *arch.Info, groups []bpfseccomp.SyscallGroup) ([]unix.SockFilt
 			}
 		}
 	}
+	// A holds the number here: a conditional rule reloads it after itself.
+	a.skip(bpfJgt, maxNumber(info), 0, 1)
+	a.ret(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 	a.ret(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
 	if len(a.prog) > unix.BPF_MAXINSNS {
 		return nil, fmt.Errorf("%w: %d instructions, the kernel takes %d", ErrSeccomp, len(a.prog), unix.BPF_MAXINSNS)
@@ -218,4 +222,13 @@ func (a *asm) condition(c bpfseccomp.Condition) error {
 		return fmt.Errorf("%w: comparison %s", ErrSeccomp, c.Operation)
 	}
 	return nil
+}
+
+// maxNumber is the highest system call number in info's table.
+func maxNumber(info *arch.Info) uint32 {
+	var highest int
+	for nr := range info.SyscallNumbers {
+		highest = max(highest, nr)
+	}
+	return uint32(highest)
 }

@@ -1,9 +1,11 @@
 // Package spawn starts every child of the receiver. Start is the one
 // function that does it: on a fresh goroutine locked to its OS thread it
 // empties that thread's bounding, inheritable and ambient capability sets,
-// sets no_new_privs, optionally enforces a Landlock ruleset on that thread
-// alone, and forks the child with the grant's credentials in a new session
-// with SIGKILL as its parent-death signal. The thread stays locked until
+// sets no_new_privs, optionally enforces a Landlock ruleset and then a
+// seccomp filter on that thread alone, and forks the child with the
+// grant's credentials in a new session with SIGKILL as its parent-death
+// signal (with a filter and a cgroup v2 the helper does the restricting:
+// see Spec.Seccomp). The thread stays locked until
 // the child is reaped and is then destroyed, never reused.
 //
 // spawn owns every child of the process: one reaper goroutine waits for
@@ -105,9 +107,10 @@ type Spec struct {
 	// thread instead of a fresh goroutine's, which saves a hand-off between
 	// threads on every start. Start locks the calling goroutine to its
 	// thread and never unlocks it, and in ModeThread it restricts that
-	// thread (bounding set, no_new_privs, Landlock) for good. So the caller
-	// must own the goroutine: it must run nothing on it afterwards that
-	// needs privileges or files outside the grant root, must keep it until
+	// thread (bounding set, no_new_privs, Landlock, seccomp filter) for
+	// good. So the caller must own the goroutine: it must run nothing on
+	// it afterwards that needs privileges, files outside the grant root or
+	// a system call the filter denies, must keep it until
 	// the child is reaped (the thread's exit is the child's parent-death
 	// signal), and must then let it end, which destroys the thread.
 	// receiver uses it only on a goroutine the wire server started for the

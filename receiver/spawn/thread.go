@@ -51,11 +51,11 @@ func Start(spec Spec) (*Child, error) {
 	// WARNING: order- and thread-sensitive. The goroutine locks its OS
 	// thread and never unlocks it: prepareThread changes attributes of that
 	// thread only (fs context, bounding set, inheritable and ambient sets,
-	// no_new_privs, Landlock), the child inherits them, and the thread's
+	// no_new_privs, Landlock, seccomp filter), the child inherits them, and the thread's
 	// exit is what delivers the child's parent-death signal. When the
 	// goroutine returns while locked, the runtime destroys the thread, so
 	// no restriction leaks into the receiver. Tested as root by
-	//   go test -race -run 'TestChildMasks|TestNoLeak|TestPdeathsig' ./receiver/spawn/
+	//   go test -race -run 'TestChildMasks|TestNoLeak|TestPdeathsig|TestSeccomp' ./receiver/spawn/
 	go func() {
 		runtime.LockOSThread()
 		err := c.launch(&spec, devNull)
