@@ -66,11 +66,7 @@ var tightenings = []tightening{
 		{Argument: 0, Operation: bpfseccomp.BitsSet, Value: nsFlags}}, Errno: unix.EPERM},
 	// Socket families beyond unix, IPv4, IPv6 and netlink: as if the
 	// kernel had none of them.
-	{Names: []string{"socket"}, Args: []bpfseccomp.Condition{
-		{Argument: 0, Operation: bpfseccomp.NotEqual, Value: unix.AF_UNIX},
-		{Argument: 0, Operation: bpfseccomp.NotEqual, Value: unix.AF_INET},
-		{Argument: 0, Operation: bpfseccomp.NotEqual, Value: unix.AF_INET6},
-		{Argument: 0, Operation: bpfseccomp.NotEqual, Value: unix.AF_NETLINK}}, Errno: unix.EAFNOSUPPORT},
+	{Names: []string{"socket"}, Args: notAnyOf(0, socketDomains), Errno: unix.EAFNOSUPPORT},
 	{Names: []string{"socketpair"}, Args: []bpfseccomp.Condition{
 		{Argument: 0, Operation: bpfseccomp.NotEqual, Value: unix.AF_UNIX}}, Errno: unix.EAFNOSUPPORT},
 	// Netlink: NETLINK_ROUTE only (getaddrinfo, ip); NETLINK_NETFILTER,
@@ -78,6 +74,31 @@ var tightenings = []tightening{
 	{Names: []string{"socket"}, Args: []bpfseccomp.Condition{
 		{Argument: 0, Operation: bpfseccomp.Equal, Value: unix.AF_NETLINK},
 		{Argument: 2, Operation: bpfseccomp.NotEqual, Value: unix.NETLINK_ROUTE}}, Errno: unix.EPROTONOSUPPORT},
+}
+
+// socketDomains are the socket families a command may create.
+var socketDomains = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
+// notAnyOf is the conditions "argument arg equals none of values".
+func notAnyOf(arg uint32, values []uint64) []bpfseccomp.Condition {
+	out := make([]bpfseccomp.Condition, len(values))
+	for i, v := range values {
+		out[i] = bpfseccomp.Condition{Argument: arg, Operation: bpfseccomp.NotEqual, Value: v}
+	}
+	return out
+}
+
+// unreachable reports whether Docker's rule r can never decide a call
+// because a tightening decides it first: an allow of socket for one
+// domain the tightenings refuse. Leaving such rules out keeps the
+// program short (installing a filter costs the kernel time in
+// proportion to its length, on every spawn).
+func unreachable(r *dockerprofile.Syscall) bool {
+	if !slices.Equal(r.Names, []string{"socket"}) || len(r.Args) != 1 {
+		return false
+	}
+	a := r.Args[0]
+	return a.Index == 0 && a.Op == specs.OpEqualTo && !slices.Contains(socketDomains, a.Value)
 }
 
 // NewFilter compiles the computer's filter for this architecture (amd64
@@ -149,7 +170,7 @@ func dockerGroups(p *dockerprofile.Seccomp, info *arch.Info, kernel [2]uint64) (
 	allow := bpfseccomp.SyscallGroup{Action: bpfseccomp.ActionAllow}
 	var errnos []bpfseccomp.SyscallGroup
 	for _, r := range p.Syscalls {
-		if !appliesUnprivileged(r, kernel) {
+		if !appliesUnprivileged(r, kernel) || unreachable(r) {
 			continue
 		}
 		conds, err := dockerArgs(r.Args)

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	bpfseccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
+	dockerprofile "github.com/moby/profiles/seccomp"
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/fixtures/testenv"
@@ -505,6 +507,9 @@ func evalFilter(t *testing.T, f *Filter, auditArch, nr uint32, args ...uint64) u
 			continue
 		case bpfRet:
 			return in.K
+		case bpfJa:
+			pc += int(in.K)
+			continue
 		case bpfJeq:
 			cond = acc == in.K
 		case bpfJgt:
@@ -587,6 +592,7 @@ func TestFilterDecisions(t *testing.T) {
 			want uint32
 		}{"x32", id, uint32(arch.X32.SeccompMask) | unix.SYS_READ, nil, errno(unix.ENOSYS)})
 	}
+	t.Logf("%d instructions", f.Len())
 	for _, c := range cases {
 		if got := evalFilter(t, f, c.arch, c.nr, c.args...); got != c.want {
 			t.Errorf("%s: action %#x, want %#x", c.name, got, c.want)
@@ -614,4 +620,86 @@ func TestSecurityMDListsEveryRule(t *testing.T) {
 			}
 		}
 	}
+}
+
+// ruleDecision is the reference: groups read in order, the first rule
+// that matches nr and whose conditions all hold decides; else ENOSYS
+// beyond the table and EPERM within it.
+func ruleDecision(info *arch.Info, groups []bpfseccomp.SyscallGroup, nr uint32, args [6]uint64) uint32 {
+	for _, g := range groups {
+		for _, n := range g.Names {
+			if uint32(info.SyscallNames[n]) == nr {
+				return uint32(g.Action)
+			}
+		}
+		for _, nc := range g.NamesWithCondtions {
+			if uint32(info.SyscallNames[nc.Name]) == nr && holds(nc.Conditions, args) {
+				return uint32(g.Action)
+			}
+		}
+	}
+	if nr > maxNumber(info) {
+		return unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	}
+	return unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+}
+
+func holds(conds []bpfseccomp.Condition, args [6]uint64) bool {
+	for _, c := range conds {
+		v := args[c.Argument]
+		ok := map[bpfseccomp.Operation]bool{
+			bpfseccomp.Equal: v == c.Value, bpfseccomp.NotEqual: v != c.Value,
+			bpfseccomp.LessThan: v < c.Value, bpfseccomp.LessOrEqual: v <= c.Value,
+			bpfseccomp.GreaterThan: v > c.Value, bpfseccomp.GreaterOrEqual: v >= c.Value,
+			bpfseccomp.BitsSet: v&c.Value != 0, bpfseccomp.BitsNotSet: v&c.Value == 0,
+		}[c.Operation]
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// TestFilterMatchesRules runs the emitted program for every system call
+// number up to past the table, with argument vectors that sit on each
+// side of every condition, and compares it with the rules read in order.
+func TestFilterMatchesRules(t *testing.T) {
+	info, err := arch.GetInfo("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kernel, err := kernelVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	docker, err := dockerGroups(dockerprofile.DefaultProfile(), info, kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := append(tighteningGroups(), docker...)
+	vectors := [][6]uint64{{}}
+	for _, g := range groups {
+		for _, nc := range g.NamesWithCondtions {
+			for _, c := range nc.Conditions {
+				for _, v := range []uint64{c.Value, c.Value - 1, c.Value + 1, c.Value | 1<<32, ^c.Value} {
+					var args [6]uint64
+					args[c.Argument] = v
+					vectors = append(vectors, args)
+				}
+			}
+		}
+	}
+	f := seccompFilter(t)
+	id := uint32(info.ID)
+	checked := 0
+	for nr := uint32(0); nr <= maxNumber(info)+2; nr++ {
+		for _, args := range vectors {
+			want := ruleDecision(info, groups, nr, args)
+			if got := evalFilter(t, f, id, nr, args[:]...); got != want {
+				t.Fatalf("nr %d args %x: program %#x, rules %#x", nr, args, got, want)
+			}
+			checked++
+		}
+	}
+	t.Logf("%d calls compared", checked)
 }

@@ -3,6 +3,7 @@ package spawn
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	bpfseccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
@@ -17,6 +18,7 @@ const (
 	bpfJge    = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
 	bpfJset   = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
 	bpfRet    = unix.BPF_RET | unix.BPF_K
+	bpfJa     = unix.BPF_JMP | unix.BPF_JA
 )
 
 // Offsets in struct seccomp_data.
@@ -31,6 +33,7 @@ const (
 	toNext = -1 // the next instruction
 	toPass = -2 // the condition holds: the next condition (or the action)
 	toFail = -3 // the condition fails: the next rule
+	toEnd  = -4 // not this rule's system call: past its rules
 )
 
 // asm is a program under construction with symbolic jump targets.
@@ -88,22 +91,98 @@ func (a *asm) resolve(from, pass, fail int) error {
 	return nil
 }
 
-// compile emits the program: wrong architecture and x32 denied, then one
-// rule per system call of each group in order, each "if nr matches and
-// every condition holds, return the group's action", then ENOSYS for a
-// number beyond info's table and EPERM for the rest.
+// callRules are the rules that can decide one system call, in order:
+// conditional rules, then the first unconditional one (later rules for
+// the call can never decide it).
+type callRules struct {
+	nr       uint32
+	conds    []condRule
+	final    uint32 // the first unconditional rule's action
+	hasFinal bool
+}
+
+// condRule returns action when every condition holds.
+type condRule struct {
+	conds  []bpfseccomp.Condition
+	action uint32
+}
+
+// rulesByCall gathers groups (first match decides) into one callRules
+// per system call.
+func rulesByCall(info *arch.Info, groups []bpfseccomp.SyscallGroup) (map[uint32]*callRules, error) {
+	calls := map[uint32]*callRules{}
+	get := func(name string) (*callRules, error) {
+		nr, ok := info.SyscallNames[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: %s has no number on %s", ErrSeccomp, name, info.Name)
+		}
+		if calls[uint32(nr)] == nil {
+			calls[uint32(nr)] = &callRules{nr: uint32(nr)}
+		}
+		return calls[uint32(nr)], nil
+	}
+	for _, g := range groups {
+		action := uint32(g.Action)
+		if action == unix.SECCOMP_RET_ERRNO { // errno 0 would be success
+			return nil, fmt.Errorf("%w: a rule of %v returns errno 0", ErrSeccomp, g.Names)
+		}
+		for _, n := range g.Names {
+			r, err := get(n)
+			if err != nil {
+				return nil, err
+			}
+			if !r.hasFinal {
+				r.final, r.hasFinal = action, true
+			}
+		}
+		for _, nc := range g.NamesWithCondtions {
+			r, err := get(nc.Name)
+			if err != nil {
+				return nil, err
+			}
+			if !r.hasFinal {
+				r.conds = append(r.conds, condRule{conds: nc.Conditions, action: action})
+			}
+		}
+	}
+	return calls, nil
+}
+
+// compile emits the program: a wrong architecture and x32 denied; then,
+// for each system call with argument conditions, its rules in order;
+// then a binary search on the number over the calls that no argument
+// decides, each returning its action; any other number gets ENOSYS
+// beyond info's table and EPERM within it.
 //
 // go-seccomp-bpf's own assembler (Policy.Assemble, v1.6.0) is not used:
 // when an argument condition fails it goes on comparing the next system
 // call numbers against the argument it last loaded, not the number, so a
 // call's fate could depend on a later rule for another call (clone with
-// CLONE_CHILD_SETTID was denied in our tests). Here every rule that
-// loads an argument is followed by a reload of the number, and
-// TestFilterDecisions evaluates the emitted program.
+// CLONE_CHILD_SETTID was denied in our tests). Its linear chain also
+// made installing the filter slow: the kernel runs the filter for every
+// system call number when it is installed (the allow cache), on every
+// spawn. Here a call's conditional rules all end in a return, so the
+// number is never compared with an argument, and TestFilterDecisions
+// compares the emitted program with the rules for every number.
 func compile(info *arch.Info, groups []bpfseccomp.SyscallGroup) ([]unix.SockFilter, error) {
 	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
 		return nil, fmt.Errorf("%w: only little-endian architectures are supported", ErrSeccomp)
 	}
+	calls, err := rulesByCall(info, groups)
+	if err != nil {
+		return nil, err
+	}
+	var conditional, flat []*callRules
+	for _, r := range calls {
+		if len(r.conds) > 0 {
+			conditional = append(conditional, r)
+		} else {
+			flat = append(flat, r)
+		}
+	}
+	byNr := func(x, y *callRules) int { return int(x.nr) - int(y.nr) }
+	slices.SortFunc(conditional, byNr)
+	slices.SortFunc(flat, byNr)
 	a := &asm{}
 	a.ld(offArch)
 	a.skip(bpfJeq, uint32(info.ID), 1, 0)
@@ -113,31 +192,17 @@ func compile(info *arch.Info, groups []bpfseccomp.SyscallGroup) ([]unix.SockFilt
 		a.skip(bpfJge, uint32(arch.X32.SeccompMask), 0, 1)
 		a.ret(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 	}
-	for _, g := range groups {
-		action := uint32(g.Action)
-		if action == unix.SECCOMP_RET_ERRNO { // errno 0 would be success
-			return nil, fmt.Errorf("%w: a rule of %v returns errno 0", ErrSeccomp, g.Names)
-		}
-		for _, n := range g.Names {
-			nr, ok := info.SyscallNames[n]
-			if !ok {
-				return nil, fmt.Errorf("%w: %s has no number on %s", ErrSeccomp, n, info.Name)
-			}
-			a.skip(bpfJeq, uint32(nr), 0, 1)
-			a.ret(action)
-		}
-		for _, nc := range g.NamesWithCondtions {
-			nr, ok := info.SyscallNames[nc.Name]
-			if !ok {
-				return nil, fmt.Errorf("%w: %s has no number on %s", ErrSeccomp, nc.Name, info.Name)
-			}
-			if err := a.conditional(uint32(nr), nc.Conditions, action); err != nil {
-				return nil, err
-			}
+	for _, r := range conditional {
+		if err := a.chain(r); err != nil {
+			return nil, err
 		}
 	}
-	// A holds the number here: a conditional rule reloads it after itself.
-	a.skip(bpfJgt, maxNumber(info), 0, 1)
+	var toTail []int
+	a.tree(flat, &toTail)
+	for _, j := range toTail {
+		a.prog[j].K = uint32(len(a.prog) - j - 1)
+	}
+	a.skip(bpfJgt, maxNumber(info), 0, 1) // A holds the number on every path here
 	a.ret(unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS))
 	a.ret(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
 	if len(a.prog) > unix.BPF_MAXINSNS {
@@ -146,25 +211,87 @@ func compile(info *arch.Info, groups []bpfseccomp.SyscallGroup) ([]unix.SockFilt
 	return a.prog, nil
 }
 
-// conditional emits one rule with argument conditions (all must hold)
-// and reloads the system call number after it, whichever way it went.
-func (a *asm) conditional(nr uint32, conds []bpfseccomp.Condition, action uint32) error {
+// leafSize is the most calls a leaf of the search compares one by one.
+const leafSize = 8
+
+// tree emits a binary search over rs (sorted by number): nr >= the
+// middle goes on to a long jump to the upper half, below it skips that
+// jump into the lower half. A leaf compares each number and returns its
+// action; a number in none jumps to the tail (appended to toTail for the
+// caller to patch). A is never changed.
+func (a *asm) tree(rs []*callRules, toTail *[]int) {
+	if len(rs) <= leafSize {
+		a.leaf(rs, toTail)
+		return
+	}
+	mid := len(rs) / 2
+	a.skip(bpfJge, rs[mid].nr, 0, 1)
+	ja := len(a.prog)
+	a.skip(bpfJa, 0, 0, 0)
+	a.tree(rs[:mid], toTail)
+	a.prog[ja].K = uint32(len(a.prog) - ja - 1)
+	a.tree(rs[mid:], toTail)
+}
+
+// leaf emits "if nr is one of rs, return its action, else go to the
+// tail": one comparison per call, then the jump to the tail, then one
+// return per distinct action.
+func (a *asm) leaf(rs []*callRules, toTail *[]int) {
+	var actions []uint32
+	for _, r := range rs {
+		if !slices.Contains(actions, r.final) {
+			actions = append(actions, r.final)
+		}
+	}
+	for i, r := range rs { // over the rest and the jump, to the action's return
+		a.skip(bpfJeq, r.nr, uint8(len(rs)-i+slices.Index(actions, r.final)), 0)
+	}
+	*toTail = append(*toTail, len(a.prog))
+	a.skip(bpfJa, 0, 0, 0)
+	for _, act := range actions {
+		a.ret(act)
+	}
+}
+
+// chain emits the rules of one call with argument conditions: if nr is
+// r's, each rule in order (all its conditions hold: return its action),
+// then r's unconditional action, or EPERM without one. Every path in it
+// ends in a return; a different nr jumps over it with A unchanged.
+func (a *asm) chain(r *callRules) error {
 	start := len(a.prog)
-	a.jmp(bpfJeq, nr, toNext, toFail)
-	for _, c := range conds {
-		from := len(a.prog)
-		if err := a.condition(c); err != nil {
-			return err
+	a.jmp(bpfJeq, r.nr, toNext, toEnd)
+	for _, cr := range r.conds {
+		ruleStart := len(a.prog)
+		for _, c := range cr.conds {
+			from := len(a.prog)
+			if err := a.condition(c); err != nil {
+				return err
+			}
+			if err := a.resolve(from, len(a.prog), -1); err != nil {
+				return err
+			}
 		}
-		if err := a.resolve(from, len(a.prog), -1); err != nil {
+		a.ret(cr.action)
+		if err := a.resolve(ruleStart, -1, len(a.prog)); err != nil { // a failed condition: the next rule
 			return err
 		}
 	}
-	a.ret(action)
-	if err := a.resolve(start, -1, len(a.prog)); err != nil {
-		return err
+	if r.hasFinal {
+		a.ret(r.final)
+	} else {
+		a.ret(unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM))
 	}
-	a.ld(offNr)
+	return a.resolveEnd(start, len(a.prog))
+}
+
+// resolveEnd sets the toEnd target of the instruction at index i.
+func (a *asm) resolveEnd(i, end int) error {
+	skip := end - i - 1
+	if skip > 255 {
+		return fmt.Errorf("%w: the rules of system call %d take %d instructions", ErrSeccomp, a.prog[i].K, skip)
+	}
+	a.prog[i].Jf = uint8(skip)
+	a.targets[i][1] = toNext
 	return nil
 }
 
