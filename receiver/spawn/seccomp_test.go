@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -702,4 +704,40 @@ func TestFilterMatchesRules(t *testing.T) {
 		}
 	}
 	t.Logf("%d calls compared", checked)
+}
+
+// TestSeccompPdeathsig: a filtered child still dies with its spawning
+// thread, in both modes (the helper re-arms the parent-death signal
+// before it installs the filter). TestPdeathsigSpawningThread is the
+// same without the filter.
+func TestSeccompPdeathsig(t *testing.T) {
+	testenv.Require(t, "root")
+	f := seccompFilter(t)
+	dir, _ := workDir(t)
+	devNull, _ := os.Open(os.DevNull)
+	defer devNull.Close()
+	_, w, _ := os.Pipe()
+	defer w.Close()
+	startReaper()
+	for name, mode := range modes {
+		c := &Child{done: make(chan struct{})}
+		errc := make(chan error)
+		go func() {
+			runtime.LockOSThread() // the thread ends with this goroutine
+			errc <- c.launch(&Spec{Mode: mode, Path: "/bin/sleep", Argv: []string{"sleep", "100"}, Env: []string{},
+				Dir: dir, Output: w, UID: uid, GID: gid, Seccomp: f}, devNull)
+		}()
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-c.Done():
+		case <-time.After(30 * time.Second):
+			c.Kill()
+			t.Fatalf("%s: filtered child survived the end of its spawning thread", name)
+		}
+		if st := c.Status(); st.Signal != syscall.SIGKILL {
+			t.Fatalf("%s: status %+v, want SIGKILL", name, st)
+		}
+	}
 }
