@@ -10,12 +10,15 @@ require (
 	github.com/coder/acp-go-sdk v0.13.0
 	github.com/coder/websocket v1.8.15
 	github.com/digitalocean/go-qemu v0.0.0-20250212194115-ee9b0668d242
+	github.com/elastic/go-seccomp-bpf v1.6.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/hashicorp/go-hclog v1.6.3
 	github.com/hashicorp/go-plugin v1.8.0
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/mdlayher/vsock v1.4.0
+	github.com/moby/profiles/seccomp v0.3.0
 	github.com/openbao/openbao/api/v2 v2.7.1
+	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/secure-systems-lab/go-securesystemslib v0.11.1
 	github.com/syndtr/gocapability v0.0.0-20200815063812-42c35b437635

@@ -27,7 +27,12 @@ type Config struct {
 	// Cgroup contains each command in its own cgroup ("off" when absent;
 	// docs/protocol.md recommends "required").
 	Cgroup CgroupConfig `json:"cgroup,omitempty"`
-	// Spawn is "thread" (default) or "helper".
+	// Seccomp runs every command under the seccomp filter ("off" when
+	// absent; docs/protocol.md recommends "required").
+	Seccomp SeccompConfig `json:"seccomp,omitempty"`
+	// Spawn is "thread" or "helper". Absent: "helper" when seccomp and
+	// cgroup are both required (a filtered spawning thread cannot fork
+	// into a cgroup v2), else "thread".
 	Spawn string `json:"spawn,omitempty"`
 	// ChildEnv is the default environment of every command (absent:
 	// DefaultChildEnv; {} none). A grant's env and a request's env are
@@ -113,6 +118,9 @@ func (c Config) Validate() error {
 	if err := c.Cgroup.validate(); err != nil {
 		return fmt.Errorf("%w: cgroup: %w", ErrConfig, err)
 	}
+	if err := c.Seccomp.validate(); err != nil {
+		return fmt.Errorf("%w: seccomp: %w", ErrConfig, err)
+	}
 	if _, err := c.spawnMode(); err != nil {
 		return err
 	}
@@ -132,8 +140,17 @@ func (c Config) Validate() error {
 }
 
 func (c Config) spawnMode() (spawn.Mode, error) {
+	filteredCgroup := c.Seccomp.Mode == SeccompRequired && c.Cgroup.Mode == CgroupRequired
 	switch c.Spawn {
-	case "", "thread":
+	case "":
+		if filteredCgroup {
+			return spawn.ModeHelper, nil
+		}
+		return spawn.ModeThread, nil
+	case "thread":
+		if filteredCgroup {
+			return 0, fmt.Errorf("%w: spawn \"thread\" with seccomp and cgroup required: %w", ErrConfig, spawn.ErrSeccompThreadCgroup)
+		}
 		return spawn.ModeThread, nil
 	case "helper":
 		return spawn.ModeHelper, nil

@@ -88,7 +88,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Daemon, error) {
 		d.serving.Add(1)
 		go d.serve(ctx, l)
 	}
-	log.Info("receiver: serving", "listen", d.addrs, "landlock", cfg.Landlock.Mode, "cgroup", cfg.Cgroup.Mode, "spawn", cfg.Spawn)
+	log.Info("receiver: serving", "listen", d.addrs, "landlock", cfg.Landlock.Mode, "cgroup", cfg.Cgroup.Mode, "seccomp", cfg.Seccomp.Mode, "spawn", cfg.Spawn)
 	return d, nil
 }
 
@@ -108,7 +108,7 @@ func (d *Daemon) build(ctx context.Context, cfg Config) error {
 	}
 	mode, _ := cfg.spawnMode()
 	if d.handler, err = NewHandler(Options{Grants: d.refresher, Limits: cfg.Limits, Landlock: cfg.Landlock, ChildEnv: cfg.ChildEnv,
-		Cgroup: cfg.Cgroup, SpawnMode: mode, FenceState: cfg.FenceState, Log: d.log}); err != nil {
+		Cgroup: cfg.Cgroup, Seccomp: cfg.Seccomp, SpawnMode: mode, FenceState: cfg.FenceState, Log: d.log}); err != nil {
 		return err
 	}
 	d.server, err = wire.NewServer(d.handler, wire.ServerConfig{MaxFrame: cfg.MaxFrame, Log: d.log})

@@ -233,7 +233,7 @@ func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admissi
 		return nil, nil, err
 	}
 	child, err := spawn.Start(spawn.Spec{Mode: h.mode, HelperPath: h.helper, Path: plan.path, Search: plan.search, Argv: plan.argv,
-		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs,
+		Env: plan.env, Dir: dir, UID: g.UID, GID: g.GID, Groups: g.Groups, Output: wr, Landlock: rs, Seccomp: h.seccomp,
 		Cgroup: tc.file(), CgroupsV1: v1, OnCallingThread: onThisThread})
 	wr.Close()
 	if err != nil {

@@ -35,6 +35,10 @@ type Options struct {
 	// (CgroupOff) does not. With CgroupRequired NewHandler checks and
 	// locks the parent, and fails naming the check that failed.
 	Cgroup CgroupConfig
+	// Seccomp runs every child under spawn's seccomp filter; the zero
+	// value (SeccompOff) does not. Required with a required cgroup needs
+	// SpawnMode spawn.ModeHelper.
+	Seccomp SeccompConfig
 	// SpawnMode selects how children are restricted (spawn.ModeThread by
 	// default). HelperPath is the binary ModeHelper re-executes.
 	SpawnMode  spawn.Mode
@@ -64,6 +68,7 @@ type Handler struct {
 	grants   admission.GrantSource
 	limits   Limits
 	landlock *landlockRules // nil when Landlock is off
+	seccomp  *spawn.Filter  // nil when seccomp is off
 	cgroups  *cgroups       // nil when cgroup containment is off
 	cgv1     *cgroupsV1     // nil without cgroup v1 hierarchies
 	enforced enforcement    // where the computer's limits are read
@@ -119,6 +124,9 @@ func NewHandler(opts Options) (*Handler, error) {
 	}
 	if h.fences, err = openFences(opts.FenceState); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
+	}
+	if h.seccomp, err = newSeccompFilter(opts.Seccomp, h.mode, opts.Cgroup); err != nil {
+		return nil, err
 	}
 	if h.landlock, err = newLandlockRules(opts.Landlock); err != nil {
 		return nil, err

@@ -36,6 +36,8 @@ type helperSpec struct {
 	Groups    []uint32 `json:"groups"`
 	ParentPID int      `json:"parent_pid"`
 	Landlock  bool     `json:"landlock"`
+	// Seccomp is the filter's program (Filter.bytes), empty for none.
+	Seccomp []byte `json:"seccomp,omitempty"`
 }
 
 // maxHelperSpec bounds the spec a helper reads.
@@ -56,6 +58,9 @@ func newHelperLaunch(spec *Spec, attr *os.ProcAttr) (*helperLaunch, error) {
 	h := &helperLaunch{exe: spec.HelperPath, spec: helperSpec{Path: spec.Path, Argv: spec.Argv,
 		Env: append([]string{}, spec.Env...), UID: spec.UID, GID: spec.GID,
 		Groups: append([]uint32{}, spec.Groups...), ParentPID: os.Getpid(), Landlock: spec.Landlock != nil}}
+	if spec.Seccomp != nil {
+		h.spec.Seccomp = spec.Seccomp.bytes()
+	}
 	if h.exe == "" {
 		h.exe = "/proc/self/exe"
 	}
@@ -123,8 +128,12 @@ func HelperMain() {
 
 // WARNING: order-sensitive; runs on the main thread, which spawn's init
 // locked. Restrictions first (they need SETPCAP), then setgroups, setgid,
-// setuid, then verification, then the parent-death signal. Tested as root
-// by go test -race -run 'TestChildMasks/helper|TestHelper' ./receiver/spawn/
+// setuid, then verification, then the parent-death signal, then the
+// seccomp filter on every thread (TSYNC; it needs no_new_privs, set by
+// restrictSelf), so nothing the helper does but its exec runs under it.
+// Tested as root by
+//
+//	go test -race -run 'TestChildMasks/helper|TestHelper|TestSeccomp' ./receiver/spawn/
 func helperRun() error {
 	spec, err := readHelperSpec()
 	if err != nil {
@@ -149,6 +158,15 @@ func helperRun() error {
 	}
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
 		return fmt.Errorf("re-arm the parent-death signal: %w", err)
+	}
+	if len(spec.Seccomp) > 0 {
+		f, err := filterFromBytes(spec.Seccomp)
+		if err != nil {
+			return err
+		}
+		if err := f.installAllThreads(); err != nil {
+			return err
+		}
 	}
 	if ppid := os.Getppid(); ppid != spec.ParentPID {
 		return fmt.Errorf("parent %d is gone (parent is now %d)", spec.ParentPID, ppid)

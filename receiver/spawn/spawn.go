@@ -1,9 +1,11 @@
 // Package spawn starts every child of the receiver. Start is the one
 // function that does it: on a fresh goroutine locked to its OS thread it
 // empties that thread's bounding, inheritable and ambient capability sets,
-// sets no_new_privs, optionally enforces a Landlock ruleset on that thread
-// alone, and forks the child with the grant's credentials in a new session
-// with SIGKILL as its parent-death signal. The thread stays locked until
+// sets no_new_privs, optionally enforces a Landlock ruleset and then a
+// seccomp filter on that thread alone, and forks the child with the
+// grant's credentials in a new session with SIGKILL as its parent-death
+// signal (with a filter and a cgroup v2 the helper does the restricting:
+// see Spec.Seccomp). The thread stays locked until
 // the child is reaped and is then destroyed, never reused.
 //
 // spawn owns every child of the process: one reaper goroutine waits for
@@ -74,6 +76,15 @@ type Spec struct {
 	// Landlock, when non-nil, is enforced on the child (and only on the
 	// spawning thread of the receiver).
 	Landlock *Ruleset
+	// Seccomp, when non-nil, is the filter the child runs under. In
+	// ModeThread it is installed on the spawning thread alone, last, right
+	// before the fork; the filter answers ENOSYS to clone3, so ModeThread
+	// refuses a Seccomp with a Cgroup (the fork itself is a clone3 with
+	// CLONE_INTO_CGROUP): use ModeHelper, whose helper is forked into the
+	// cgroup unfiltered and installs the filter on itself, with TSYNC, after
+	// dropping to the grant's user and right before it executes the
+	// command (docs/decisions.md).
+	Seccomp *Filter
 	// Cgroup, when non-nil, is an open cgroup v2 directory (O_PATH is
 	// enough) the child is forked straight into (clone3 with
 	// CLONE_INTO_CGROUP: the child never runs outside it; in ModeHelper the
@@ -96,9 +107,10 @@ type Spec struct {
 	// thread instead of a fresh goroutine's, which saves a hand-off between
 	// threads on every start. Start locks the calling goroutine to its
 	// thread and never unlocks it, and in ModeThread it restricts that
-	// thread (bounding set, no_new_privs, Landlock) for good. So the caller
-	// must own the goroutine: it must run nothing on it afterwards that
-	// needs privileges or files outside the grant root, must keep it until
+	// thread (bounding set, no_new_privs, Landlock, seccomp filter) for
+	// good. So the caller must own the goroutine: it must run nothing on
+	// it afterwards that needs privileges, files outside the grant root or
+	// a system call the filter denies, must keep it until
 	// the child is reaped (the thread's exit is the child's parent-death
 	// signal), and must then let it end, which destroys the thread.
 	// receiver uses it only on a goroutine the wire server started for the
@@ -131,6 +143,10 @@ var (
 	// ErrNotFound is wrapped when a bare Path is in none of the Search
 	// directories as the child's user sees them. Nothing was started.
 	ErrNotFound = errors.New("command not found")
+	// ErrSeccompThreadCgroup is wrapped when a Spec asks ModeThread for
+	// both a seccomp filter and a cgroup v2: the filtered spawning thread
+	// could not fork with clone3 into the cgroup. ModeHelper does both.
+	ErrSeccompThreadCgroup = errors.New("a seccomp filter and a cgroup v2 need ModeHelper")
 )
 
 // validate checks the spec before any thread is touched.
@@ -146,6 +162,8 @@ func (s *Spec) validate() error {
 		return fmt.Errorf("%w: uid %d gid %d: a child never runs with id 0", ErrSpec, s.UID, s.GID)
 	case s.Mode != ModeThread && s.Mode != ModeHelper:
 		return fmt.Errorf("%w: unknown mode %d", ErrSpec, s.Mode)
+	case s.Mode == ModeThread && s.Seccomp != nil && s.Cgroup != nil:
+		return fmt.Errorf("%w: %w", ErrSpec, ErrSeccompThreadCgroup)
 	}
 	for _, g := range s.Groups {
 		if g == 0 {

@@ -51,11 +51,11 @@ func Start(spec Spec) (*Child, error) {
 	// WARNING: order- and thread-sensitive. The goroutine locks its OS
 	// thread and never unlocks it: prepareThread changes attributes of that
 	// thread only (fs context, bounding set, inheritable and ambient sets,
-	// no_new_privs, Landlock), the child inherits them, and the thread's
+	// no_new_privs, Landlock, seccomp filter), the child inherits them, and the thread's
 	// exit is what delivers the child's parent-death signal. When the
 	// goroutine returns while locked, the runtime destroys the thread, so
 	// no restriction leaks into the receiver. Tested as root by
-	//   go test -race -run 'TestChildMasks|TestNoLeak|TestPdeathsig' ./receiver/spawn/
+	//   go test -race -run 'TestChildMasks|TestNoLeak|TestPdeathsig|TestSeccomp' ./receiver/spawn/
 	go func() {
 		runtime.LockOSThread()
 		err := c.launch(&spec, devNull)
@@ -194,7 +194,8 @@ func procAttr(spec *Spec, devNull *os.File) (*os.ProcAttr, error) {
 // prepareThread restricts the calling (locked) thread so that a child
 // forked from it inherits exactly: its own working directory and umask
 // 022, an empty bounding set, empty inheritable and ambient sets,
-// no_new_privs, and the Landlock ruleset if any. The effective and
+// no_new_privs, the Landlock ruleset if any, and the seccomp filter if
+// any. The effective and
 // permitted sets stay, because the fork still needs SETUID and SETGID;
 // the child's setuid and execve clear them.
 func prepareThread(spec *Spec) error {
@@ -205,7 +206,13 @@ func prepareThread(spec *Spec) error {
 		return fmt.Errorf("fchdir to the working directory: %w", err)
 	}
 	unix.Umask(0o022)
-	return restrictSelf(spec.Landlock)
+	if err := restrictSelf(spec.Landlock); err != nil {
+		return err
+	}
+	if spec.Seccomp != nil { // last: the fork and the child's exec run under it
+		return spec.Seccomp.installThread()
+	}
+	return nil
 }
 
 // restrictSelf is the part of the restriction shared with the helper:

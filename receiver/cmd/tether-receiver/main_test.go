@@ -336,9 +336,11 @@ func TestIntegrationRefusesWithoutEachCap(t *testing.T) {
 // receiver and of its children, before and after 100 commands.
 func TestIntegrationDaemon(t *testing.T) {
 	testenv.Require(t, "root")
-	for _, mode := range []struct{ landlock, spawn string }{{"required", "thread"}, {"off", "helper"}} {
+	for _, mode := range []struct{ landlock, spawn, seccomp string }{{"required", "thread", "required"}, {"off", "helper", "off"}} {
 		t.Run(mode.landlock+"-"+mode.spawn, func(t *testing.T) {
 			e := newEnv(t, mode.landlock, mode.spawn)
+			e.cfg["seccomp"] = map[string]any{"mode": mode.seccomp}
+			e.writeConfig()
 			d := e.start()
 			assertReceiverThreads(t, d.cmd.Process.Pid)
 			c := e.client()
@@ -348,6 +350,7 @@ func TestIntegrationDaemon(t *testing.T) {
 			}
 			for i, part := range strings.Split(out, "@@@\n") {
 				assertChild(t, []string{"child", "grandchild"}[i], part)
+				assertSeccomp(t, []string{"child", "grandchild"}[i], part, mode.seccomp == "required")
 			}
 			for range 100 {
 				if _, st := c.run("/bin/true"); st.ExitCode == nil || *st.ExitCode != 0 {
@@ -355,6 +358,7 @@ func TestIntegrationDaemon(t *testing.T) {
 				}
 			}
 			assertReceiverThreads(t, d.cmd.Process.Pid)
+			assertNoFilteredThread(t, d.cmd.Process.Pid)
 			assertLandlock(t, e, c, mode.landlock == "required")
 			var w wire.WriteResult
 			if err := c.call(wire.OpWrite, wire.WriteArgs{Path: "f", Content: "x"}, &w); err != nil || w.Size != 1 {
@@ -366,6 +370,49 @@ func TestIntegrationDaemon(t *testing.T) {
 			}
 			d.done <- nil
 		})
+	}
+}
+
+// assertSeccomp: a daemon's child runs under exactly one seccomp filter
+// when seccomp is required (in thread mode forked from the request's own
+// thread, which the filter then holds until the child is reaped), and
+// under none when it is off.
+func assertSeccomp(t *testing.T, who, status string, required bool) {
+	t.Helper()
+	want := "Seccomp:\t0\nSeccomp_filters:\t0\n"
+	if required {
+		want = "Seccomp:\t2\nSeccomp_filters:\t1\n"
+	}
+	if !strings.Contains(status, want) {
+		t.Fatalf("%s: status lacks %q:\n%s", who, want, status)
+	}
+}
+
+// assertNoFilteredThread: no thread of the receiver runs under a seccomp
+// filter once the children are reaped (their spawning threads exit
+// asynchronously: bounded for a slow guest).
+func assertNoFilteredThread(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("threads of %d: %v", pid, err)
+		}
+		var bad []string
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err == nil && !strings.Contains(string(b), "Seccomp:\t0\n") {
+				bad = append(bad, f)
+			}
+		}
+		if len(bad) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("receiver threads under a seccomp filter: %v", bad)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
