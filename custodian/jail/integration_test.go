@@ -113,6 +113,22 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// waitContains reports whether the buffer holds sub, waiting for it up to
+// 30 s. The jail's stderr reaches the buffer through a copying goroutine
+// of its own, so what the agent wrote to stderr before it wrote its
+// report to stdout may still be on its way when the report has arrived
+// (seen once in 10 runs with two busy loops beside the test).
+func (s *syncBuffer) waitContains(sub string) bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(s.String(), sub) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
 // hostSleeper starts a process on the host as the agent's own uid (the
 // worst case: same uid), whose command line carries a token.
 func hostSleeper(t *testing.T, uid uint32) (*exec.Cmd, string) {
@@ -253,7 +269,7 @@ func TestIntegrationJailAttack(t *testing.T) {
 	checkMasks(t, statusOf(t, pid), r.Status)
 	checkHidden(t, s, r)
 	checkWrites(t, s, r)
-	checkExec(t, r, stderr.String())
+	checkExec(t, r, stderr)
 	if r.SelfInterp != selfInterp {
 		t.Errorf("the attacker's PT_INTERP inside the jail %q, on the host %q: the test chose its loader target from the wrong kind", r.SelfInterp, selfInterp)
 	}
@@ -265,7 +281,8 @@ func TestIntegrationJailAttack(t *testing.T) {
 		t.Errorf("network host: connect to the host's loopback %s: %s, want ok (documented: network host reaches loopback)", tcp, r.TCP)
 	}
 	checkEmptiedAfter(t, proc, pid, r.Markers)
-	if !strings.HasPrefix(stderr.String(), "tether jail: the agent runs confined: uid 59999 gid 59999") {
+	const banner = "tether jail: the agent runs confined: uid 59999 gid 59999"
+	if !stderr.waitContains(banner) || !strings.HasPrefix(stderr.String(), banner) {
 		t.Errorf("the jail's start-up line is missing from the agent's stderr:\n%s", stderr)
 	}
 }
@@ -378,12 +395,12 @@ func checkWrites(t *testing.T, s *scene, r *report) {
 // not even through the dynamic loader (which itself runs, and runs the
 // allowed program: the positive control), and that a visible program off
 // the allowlist cannot run.
-func checkExec(t *testing.T, r *report, stderr string) {
+func checkExec(t *testing.T, r *report, stderr *syncBuffer) {
 	t.Helper()
 	if r.ShellExit != StubExit || r.ShellPwned || !strings.Contains(r.ShellStderr, "tether jail: refused to run /usr/bin/sh -c echo pwned") {
 		t.Errorf("/bin/sh: exit %d, pwned %v, stderr %q; want exit %d from the jail's stub naming the jail", r.ShellExit, r.ShellPwned, r.ShellStderr, StubExit)
 	}
-	if !strings.Contains(stderr, "tether jail: refused to run /usr/bin/sh") {
+	if !stderr.waitContains("tether jail: refused to run /usr/bin/sh") {
 		t.Errorf("the stub's refusal is missing from the jail's stderr:\n%s", stderr)
 	}
 	for what, got := range map[string]string{"exec of a copy in HOME": r.ExecHome, "exec of a copy in /tmp": r.ExecTmp,
