@@ -10,9 +10,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
+	"io"
 	"math/big"
+	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,15 +64,25 @@ func (ca *testCA) leaf(t *testing.T, name string, server bool) (certPEM, keyPEM 
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
 }
 
-// tlsServer accepts one mTLS connection at a time and echoes a byte.
-func tlsServer(t *testing.T, ca *testCA, serverCA *testCA, maxVersion uint16) string {
+// tlsServer accepts mTLS connections and echoes one byte on each. It
+// returns its address and a channel that receives the TLS versions each
+// ClientHello offered (room for 8; a hello beyond that is not recorded).
+func tlsServer(t *testing.T, ca *testCA, serverCA *testCA, maxVersion uint16) (string, <-chan []uint16) {
 	t.Helper()
 	certPEM, keyPEM := serverCA.leaf(t, "receiver.test", true)
 	pair, _ := tls.X509KeyPair(certPEM, keyPEM)
 	clients := x509.NewCertPool()
 	clients.AddCert(ca.cert)
+	offered := make(chan []uint16, 8)
+	hello := func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		select {
+		case offered <- slices.Clone(h.SupportedVersions):
+		default:
+		}
+		return nil, nil // the listener's own config
+	}
 	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair},
-		ClientCAs: clients, ClientAuth: tls.RequireAndVerifyClientCert, MaxVersion: maxVersion})
+		ClientCAs: clients, ClientAuth: tls.RequireAndVerifyClientCert, MaxVersion: maxVersion, GetConfigForClient: hello})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +102,7 @@ func tlsServer(t *testing.T, ca *testCA, serverCA *testCA, maxVersion uint16) st
 			}()
 		}
 	}()
-	return l.Addr().String()
+	return l.Addr().String(), offered
 }
 
 func writeCreds(t *testing.T, ca *testCA) *ReceiverConfig {
@@ -102,58 +117,106 @@ func writeCreds(t *testing.T, ca *testCA) *ReceiverConfig {
 	return tc
 }
 
-func dialOnce(t *testing.T, tc *ReceiverConfig, addr string) error {
+// dialOnce dials addr through the custodian's receiver dialer. handshake
+// is the error of the dial, the TLS handshake included; only once that
+// passed, echo is the error of writing one byte and reading it back (a
+// byte other than the one sent is an error too).
+func dialOnce(t *testing.T, tc *ReceiverConfig, addr string) (handshake, echo error) {
 	t.Helper()
 	rc := *tc
 	rc.Address = addr
 	if _, err := ReceiverDialer(rc); err != nil {
-		return err
+		t.Fatalf("ReceiverDialer: %v", err)
 	}
 	tr, err := loadTLS(rc)
 	if err != nil {
-		return err
+		t.Fatalf("loadTLS: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := tr.Dial(ctx)
 	if err != nil {
-		return err
+		return err, nil
 	}
 	defer c.Close()
 	if _, err := c.Write([]byte{7}); err != nil {
-		return err
+		return nil, err
 	}
 	b := make([]byte, 1)
-	_, err = c.Read(b)
-	return err
+	if _, err := io.ReadFull(c, b); err != nil {
+		return nil, err
+	}
+	if b[0] != 7 {
+		return nil, fmt.Errorf("echo %d, want 7", b[0])
+	}
+	return nil, nil
+}
+
+// alertProtocolVersion is TLS's protocol_version alert (RFC 8446, 6.2).
+const alertProtocolVersion tls.AlertError = 70
+
+// remoteAlert returns the alert the peer sent, if err reports one.
+// crypto/tls reports a peer's alert as a *net.OpError with Op "remote
+// error" whose Err is its unexported uint8 alert type: the code
+// tls.AlertError names.
+func remoteAlert(err error) (tls.AlertError, bool) {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "remote error" {
+		return 0, false
+	}
+	v := reflect.ValueOf(op.Err)
+	if !v.IsValid() || v.Kind() != reflect.Uint8 || v.Type().PkgPath() != "crypto/tls" {
+		return 0, false
+	}
+	return tls.AlertError(v.Uint()), true
 }
 
 // TestTLSDialPinsTheIssuer dials through the custodian's receiver dialer
-// (receiver/transport's TLS with credfile-checked files).
+// (receiver/transport's TLS with credfile-checked files). Each refusal
+// must be the handshake's own: a receiver certificate from another key
+// fails the dial's chain verification, and a receiver that speaks at
+// most TLS 1.2 is offered TLS 1.3 alone and answers the handshake with a
+// protocol_version alert. A refusal only at the echo (a clean close
+// after a completed handshake) does not count.
 func TestTLSDialPinsTheIssuer(t *testing.T) {
 	ca := newCA(t, "tether test CA")
 	tc := writeCreds(t, ca)
-	if err := dialOnce(t, tc, tlsServer(t, ca, ca, 0)); err != nil {
-		t.Fatalf("pinned issuer refused: %v", err)
+	addr, _ := tlsServer(t, ca, ca, 0)
+	if hs, echo := dialOnce(t, tc, addr); hs != nil || echo != nil {
+		t.Fatalf("pinned issuer refused: handshake %v, echo %v", hs, echo)
 	}
 	rogue := newCA(t, "tether test CA") // same name, another key
-	if err := dialOnce(t, tc, tlsServer(t, ca, rogue, 0)); err == nil {
-		t.Fatal("a receiver certificate from another issuer key was accepted")
+	addr, _ = tlsServer(t, ca, rogue, 0)
+	hs, echo := dialOnce(t, tc, addr)
+	var verr *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(hs, &verr) || !errors.As(hs, &unknown) {
+		t.Fatalf("receiver certificate from another issuer key: handshake %v, echo %v; want the handshake to fail verification (unknown authority)", hs, echo)
 	}
-	if err := dialOnce(t, tc, tlsServer(t, ca, ca, tls.VersionTLS12)); err == nil {
-		t.Fatal("a TLS 1.2 receiver was accepted")
+	addr, offered := tlsServer(t, ca, ca, tls.VersionTLS12)
+	hs, echo = dialOnce(t, tc, addr)
+	if a, ok := remoteAlert(hs); !ok || a != alertProtocolVersion {
+		t.Fatalf("TLS 1.2 receiver: handshake %v, echo %v; want the handshake refused with a protocol_version alert", hs, echo)
+	}
+	select {
+	case v := <-offered:
+		if !slices.Equal(v, []uint16{tls.VersionTLS13}) {
+			t.Fatalf("the custodian offered TLS versions %x, want TLS 1.3 (0304) alone", v)
+		}
+	default:
+		t.Fatal("the TLS 1.2 receiver recorded no ClientHello")
 	}
 }
 
 func TestTLSDialIgnoresProxyEnvironment(t *testing.T) {
 	ca := newCA(t, "tether test CA")
 	tc := writeCreds(t, ca)
-	addr := tlsServer(t, ca, ca, 0)
+	addr, _ := tlsServer(t, ca, ca, 0)
 	for _, v := range []string{"HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY"} {
 		t.Setenv(v, "http://127.0.0.1:1")
 	}
-	if err := dialOnce(t, tc, addr); err != nil {
-		t.Fatalf("dial went through a proxy from the environment: %v", err)
+	if hs, echo := dialOnce(t, tc, addr); hs != nil || echo != nil {
+		t.Fatalf("dial went through a proxy from the environment: handshake %v, echo %v", hs, echo)
 	}
 }
 

@@ -395,33 +395,49 @@ func (h *harness) otherSession(id string, tu admission.Tuple) *testAgent {
 	return a
 }
 
-// TestAttackOpKeySquatAcrossSessions: session B sends, first, the op key
-// session A is about to use; A's write still runs (the key is scoped to
-// A's binding), and each session's retry is answered from its own receipt.
+// TestAttackOpKeySquatAcrossSessions: session B, bound to the very tuple
+// of session A (only the session id differs, so the session id alone
+// keeps the two apart), sends first the op key A is about to use; A's
+// write still runs (the key is scoped to A's session), each session's
+// receipt is kept under its own key, and each session's retry is answered
+// from its own receipt without running again.
 func TestAttackOpKeySquatAcrossSessions(t *testing.T) {
 	h := newHarness(t)
 	h.scriptFiles()
 	h.bind()
-	tb := h.tuple
-	tb.Session = "s2"
-	b := h.otherSession("sess-B", tb)
+	b := h.otherSession("sess-B", h.tuple)
 	ctx := context.Background()
-	opB := acpmeta.Op{TupleSHA256: tb.SHA256(), OpKey: "victim-key", Deadline: time.Now().Add(time.Minute)}.Meta()
-	if _, err := b.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: "sess-B", Path: tb.Root + "/b.txt",
-		Content: "squat", Meta: opB}); err != nil {
+	writeB := acp.WriteTextFileRequest{SessionId: "sess-B", Path: h.tuple.Root + "/b.txt", Content: "squat", Meta: h.op("victim-key")}
+	if _, err := b.conn.WriteTextFile(ctx, writeB); err != nil {
 		t.Fatal(err)
 	}
 	writes := h.fr.count(wire.OpWrite)
-	if _, err := h.agent.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a.txt",
-		Content: "mine", Meta: h.op("victim-key")}); err != nil {
-		t.Fatalf("A's write with a key B used first: %v", err) // before: op_key_conflict
+	writeA := acp.WriteTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a.txt", Content: "mine", Meta: h.op("victim-key")}
+	if _, err := h.agent.conn.WriteTextFile(ctx, writeA); err != nil {
+		t.Fatalf("A's write with a key B used first: %v", err) // unscoped: op_key_conflict
 	}
 	if h.fr.count(wire.OpWrite) != writes+1 || h.fr.last().OpKey != "victim-key" {
 		t.Fatal("A's write did not reach the receiver")
 	}
-	for _, k := range []string{h.key("victim-key"), opstore.Key(tb.SHA256(), "sess-B", "victim-key")} {
-		if _, err := h.c.store.Get(k); err != nil {
-			t.Fatalf("receipt %s: %v", k, err)
+	for _, retry := range []func() error{
+		func() error { _, err := h.agent.conn.WriteTextFile(ctx, writeA); return err },
+		func() error { _, err := b.conn.WriteTextFile(ctx, writeB); return err },
+	} {
+		if err := retry(); err != nil {
+			t.Fatalf("retry: %v, want the session's own receipt", err)
+		}
+	}
+	if n := h.fr.count(wire.OpWrite); n != writes+1 {
+		t.Fatalf("%d writes reached the receiver after both retries, want %d (each answered from its receipt)", n, writes+1)
+	}
+	for session, k := range map[string]string{h.agent.sessionID: h.key("victim-key"), "sess-B": opstore.Key(h.tuple.SHA256(), "sess-B", "victim-key")} {
+		raw, err := h.c.store.Get(k)
+		if err != nil {
+			t.Fatalf("receipt of %s: %v", session, err)
+		}
+		r, err := opstore.Unmarshal(raw)
+		if err != nil || r.SessionID != session {
+			t.Fatalf("receipt under %s's key belongs to %q (%v)", session, r.SessionID, err)
 		}
 	}
 }

@@ -32,6 +32,8 @@ type Options struct {
 	VMRuns   int           // runs of ci/vm-receipts after the rounds
 	VMArgs   []string      // arguments for ci/vm-receipts (e.g. --suite native-client --accel tcg)
 	Inputs   []string      // go test -json files of earlier runs (e.g. make test's .cache/test.json) to count too
+	Hog      int           // busy loops run beside the go test rounds and VM runs (hog.go); 0 runs none
+	Cgo      string        // CGO_ENABLED of the go test rounds, "0" or "1"; "" leaves the environment's
 	Ledger   string        // if set, a directory inside Dir where the report is filed (ledger.go)
 	Log      io.Writer     // progress; nil discards it
 }
@@ -45,6 +47,14 @@ func (o *Options) check() error {
 			ErrOptions, o.Count, o.Rounds, o.VMRuns, o.Timeout)
 	case o.Rounds == 0 && o.VMRuns == 0 && len(o.Inputs) == 0:
 		return fmt.Errorf("%w: -rounds 0 and -vm 0: nothing to run", ErrOptions)
+	case o.Hog < 0 || o.Hog > 0 && o.Rounds == 0 && o.VMRuns == 0:
+		return fmt.Errorf("%w: -hog %d: busy loops need go test rounds or VM runs to run beside", ErrOptions, o.Hog)
+	case o.Cgo != "" && o.Cgo != "0" && o.Cgo != "1":
+		return fmt.Errorf("%w: -cgo %q: want 0 or 1", ErrOptions, o.Cgo)
+	case o.Cgo != "" && o.Rounds == 0:
+		return fmt.Errorf("%w: -cgo %s applies to go test rounds, and -rounds is 0", ErrOptions, o.Cgo)
+	case o.Cgo == "0" && o.Race:
+		return fmt.Errorf("%w: -race requires cgo: pass -race=false with -cgo=0", ErrOptions)
 	}
 	if len(o.Packages) == 0 {
 		o.Packages = []string{"./..."}
@@ -100,6 +110,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, in := range o.Inputs {
 		errs = append(errs, readFile(in, ty))
 	}
+	if o.Hog > 0 {
+		fmt.Fprintf(o.Log, "flakes: %d busy loops beside the hunt (-hog)\n", o.Hog)
+	}
+	stopHog := startHog(o.Hog)
 	for i := 1; i <= o.Rounds && ctx.Err() == nil; i++ {
 		fmt.Fprintf(o.Log, "flakes: round %d of %d: go %s\n", i, o.Rounds, strings.Join(o.goTestArgs(), " "))
 		errs = append(errs, o.round(ctx, i, ty))
@@ -110,6 +124,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.VM = append(r.VM, v)
 		errs = append(errs, err)
 	}
+	stopHog()
 	r.Ended = time.Now().UTC()
 	r.build(ty)
 	errs = append(errs, ctx.Err(), r.Write(o.Out))
@@ -134,6 +149,9 @@ func (o *Options) round(ctx context.Context, n int, ty *Tally) error {
 	defer raw.Close()
 	cmd := exec.CommandContext(ctx, "go", o.goTestArgs()...)
 	cmd.Dir, cmd.Stderr = o.Dir, raw
+	if o.Cgo != "" {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED="+o.Cgo)
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -165,7 +183,7 @@ func readFile(path string, ty *Tally) error {
 func (o *Options) config(ctx context.Context) Config {
 	c := Config{GoTest: append([]string{"go"}, o.goTestArgs()...), Count: o.Count, Rounds: o.Rounds, Race: o.Race,
 		UID: os.Geteuid(), Require: os.Getenv("TETHER_TEST_REQUIRE"), VMRuns: o.VMRuns, VMArgs: o.VMArgs,
-		NumCPU: runtime.NumCPU(), Packages: o.Packages, Inputs: o.Inputs}
+		NumCPU: runtime.NumCPU(), Packages: o.Packages, Inputs: o.Inputs, Hog: o.Hog, CgoEnabled: o.cgoEnabled(ctx)}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		c.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
@@ -173,4 +191,20 @@ func (o *Options) config(ctx context.Context) Config {
 	status, _ := git(ctx, o.Dir, "status", "--porcelain", "--untracked-files=no")
 	c.Dirty = status != ""
 	return c
+}
+
+// cgoEnabled is the CGO_ENABLED the go test rounds build with: -cgo's,
+// else the go command's own default in this environment; "" without
+// rounds, or if go env fails.
+func (o *Options) cgoEnabled(ctx context.Context) string {
+	if o.Rounds == 0 || o.Cgo != "" {
+		return o.Cgo
+	}
+	cmd := exec.CommandContext(ctx, "go", "env", "CGO_ENABLED")
+	cmd.Dir = o.Dir
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -115,6 +115,9 @@ type Ledger struct {
 	Whole   bool        `json:"whole_tree"`
 	Report  *Report     `json:"report"`     // the entries added up
 	Below   []TestTally `json:"below_goal"` // tests with fewer than Goal runs, fewest first
+	// Conditions are the counted entries' conditions (busy loops beside,
+	// CGO_ENABLED), each with how many entries ran under it.
+	Conditions []string `json:"conditions"`
 }
 
 // Sum reads every entry in the ledger and adds up those made on the tree
@@ -136,6 +139,7 @@ func Sum(ctx context.Context, dir, ledger string, goal int) (*Ledger, error) {
 	sort.Strings(files)
 	l := &Ledger{Head: head, Goal: goal, Report: &Report{}}
 	ty := NewTally()
+	conds := map[string]int{}
 	for _, f := range files {
 		r, err := readEntry(f)
 		if err == nil {
@@ -146,7 +150,16 @@ func Sum(ctx context.Context, dir, ledger string, goal int) (*Ledger, error) {
 			continue
 		}
 		l.add(f, r, ty)
+		conds[condition(r.Config)]++
 	}
+	for c, n := range conds {
+		noun := "entries"
+		if n == 1 {
+			noun = "entry"
+		}
+		l.Conditions = append(l.Conditions, fmt.Sprintf("%d %s: %s", n, noun, c))
+	}
+	sort.Strings(l.Conditions)
 	l.Report.build(ty)
 	l.Report.Config = Config{GitHead: head, Packages: []string{"(ledger sum)"}, Entries: len(l.Entries), UID: -1} // -1: entries may differ, so the sum names no uid
 	l.Report.Summary = l.Report.summarize()
@@ -202,6 +215,24 @@ func (l *Ledger) add(path string, r *Report, ty *Tally) {
 	}
 }
 
+// condition names the conditions an entry ran under beside its code:
+// the busy loops beside it (-hog) and the CGO_ENABLED of its go test
+// rounds (-cgo), which entries filed before it was recorded do not name.
+func condition(c Config) string {
+	hog := "no hog"
+	if c.Hog > 0 {
+		hog = fmt.Sprintf("hog %d", c.Hog)
+	}
+	cgo := "CGO_ENABLED=" + c.CgoEnabled
+	switch {
+	case c.Rounds == 0 && len(c.Inputs) == 0:
+		cgo = "no go test rounds"
+	case c.CgoEnabled == "":
+		cgo = "CGO_ENABLED not recorded"
+	}
+	return hog + ", " + cgo
+}
+
 func wholeTree(pkgs []string) bool {
 	for _, p := range pkgs {
 		if p == "./..." {
@@ -236,6 +267,9 @@ func (l *Ledger) Print(w io.Writer) {
 	fmt.Fprintf(w, "ledger: %d entries made on this tree (HEAD %s), %d stale and not counted\n", len(l.Entries), short(l.Head), len(l.Stale))
 	for _, s := range l.Stale {
 		fmt.Fprintf(w, "  stale %s\n", s)
+	}
+	if len(l.Conditions) > 0 {
+		fmt.Fprintf(w, "  conditions: %s\n", strings.Join(l.Conditions, "; "))
 	}
 	l.Report.Print(w)
 	verdict := "MET"

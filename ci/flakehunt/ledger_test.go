@@ -250,3 +250,33 @@ func TestFileNeverReplacesAnEntry(t *testing.T) {
 		t.Fatalf("sum counted %d entries and %d runs, want 3 and 7: %+v", len(l.Entries), l.Report.Tests[0].Runs, l)
 	}
 }
+
+// TestLedgerShowsConditions: entries run with busy loops beside or with
+// CGO_ENABLED=0 add up like any other, and the sum names each condition
+// with how many entries ran under it.
+func TestLedgerShowsConditions(t *testing.T) {
+	ctx := context.Background()
+	dir := repo(t)
+	ledger := filepath.Join(dir, "ledger")
+	head := gitRun(t, dir, "rev-parse", "HEAD")
+	t0 := time.Date(2026, 12, 6, 16, 0, 0, 0, time.UTC)
+	loaded := entry(head, t0, 10, 0, 0, "TestA")
+	loaded.Config.Hog, loaded.Config.CgoEnabled = 2, "0"
+	vmOnly := entry(head, t0.Add(2*time.Second), 0, 0, 20)
+	vmOnly.Config.Rounds = 0
+	for _, r := range []*Report{entry(head, t0.Add(time.Second), 10, 0, 0, "TestA"), loaded, vmOnly} {
+		if _, err := File(ctx, dir, ledger, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := sum(t, dir, ledger, 20)
+	if !l.Met() || l.Report.Tests[0].Runs != 20 {
+		t.Fatalf("entries with a hog or without cgo not added up: met %t %+v", l.Met(), l.Report.Tests)
+	}
+	var out bytes.Buffer
+	l.Print(&out)
+	want := "  conditions: 1 entry: hog 2, CGO_ENABLED=0; 1 entry: no hog, CGO_ENABLED not recorded; 1 entry: no hog, no go test rounds\n"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("print lacks %q:\n%s", want, out.String())
+	}
+}

@@ -47,6 +47,10 @@ type Config struct {
 	Packages []string `json:"packages"`
 	Inputs   []string `json:"inputs,omitempty"`         // earlier go test -json files counted too
 	Entries  int      `json:"ledger_entries,omitempty"` // a ledger sum: the entries added up
+	Hog      int      `json:"hog,omitempty"`            // busy loops run beside the hunt (-hog)
+	// CgoEnabled is the CGO_ENABLED of the go test rounds ("0" or "1");
+	// empty without rounds, and in entries filed before it was recorded.
+	CgoEnabled string `json:"cgo_enabled,omitempty"`
 }
 
 // Totals count the hunt's results.
@@ -114,6 +118,12 @@ func (r *Report) summarize() []string {
 	}
 	if c.Entries > 0 {
 		how = fmt.Sprintf("%d ledger entries added up", c.Entries)
+	}
+	if c.CgoEnabled == "0" {
+		how += ", CGO_ENABLED=0"
+	}
+	if c.Hog > 0 {
+		how += fmt.Sprintf(", %d busy loops beside", c.Hog)
 	}
 	if len(c.Inputs) > 0 {
 		how += fmt.Sprintf(", plus %d earlier go test -json files", len(c.Inputs))

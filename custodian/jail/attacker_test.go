@@ -37,35 +37,44 @@ type plan struct {
 	Abstract    string   `json:"abstract"`
 	TCP         string   `json:"tcp"`
 	ExecVisible string   `json:"exec_visible"`
+	// Loader is a dynamic loader in the jail's exec allowlist, and
+	// LoaderTarget a dynamic program it loads (see loaderTarget): the
+	// attacker runs a copy of LoaderTarget in /tmp through Loader, and
+	// LoaderTarget itself as the positive control.
+	Loader       string `json:"loader"`
+	LoaderTarget string `json:"loader_target"`
 }
 
 // report is what the attacker saw. Errors are errno names ("ENOENT"),
 // "ok" for success.
 type report struct {
-	Status      map[string]string   `json:"status"`
-	Stat        map[string]string   `json:"stat"`
-	List        map[string][]string `json:"list"`
-	ListErr     map[string]string   `json:"list_err"`
-	Write       map[string]string   `json:"write"`
-	Cwd         string              `json:"cwd"`
-	ShellExit   int                 `json:"shell_exit"`
-	ShellStderr string              `json:"shell_stderr"`
-	ShellPwned  bool                `json:"shell_pwned"`
-	ExecHome    string              `json:"exec_home"`
-	ExecTmp     string              `json:"exec_tmp"`
-	LoaderTmp   string              `json:"loader_tmp"`
-	PayloadRan  bool                `json:"payload_ran"`
-	ExecVisible string              `json:"exec_visible"`
-	KillHost    string              `json:"kill_host"`
-	PtraceHost  string              `json:"ptrace_host"`
-	KillInit    string              `json:"kill_init"`
-	PtraceInit  string              `json:"ptrace_init"`
-	HostInProc  bool                `json:"host_in_proc"`
-	InitFds     map[string]string   `json:"init_fds"`
-	ProcHost    string              `json:"proc_host"`
-	Abstract    string              `json:"abstract"`
-	TCP         string              `json:"tcp"`
-	Markers     []string            `json:"markers"`
+	Status       map[string]string   `json:"status"`
+	Stat         map[string]string   `json:"stat"`
+	List         map[string][]string `json:"list"`
+	ListErr      map[string]string   `json:"list_err"`
+	Write        map[string]string   `json:"write"`
+	Cwd          string              `json:"cwd"`
+	ShellExit    int                 `json:"shell_exit"`
+	ShellStderr  string              `json:"shell_stderr"`
+	ShellPwned   bool                `json:"shell_pwned"`
+	ExecHome     string              `json:"exec_home"`
+	ExecTmp      string              `json:"exec_tmp"`
+	SelfInterp   string              `json:"self_interp"` // the attacker's own PT_INTERP, "" when static
+	LoaderTmp    string              `json:"loader_tmp"`
+	PayloadRan   bool                `json:"payload_ran"`
+	LoaderDirect string              `json:"loader_direct"`
+	DirectRan    bool                `json:"direct_ran"`
+	ExecVisible  string              `json:"exec_visible"`
+	KillHost     string              `json:"kill_host"`
+	PtraceHost   string              `json:"ptrace_host"`
+	KillInit     string              `json:"kill_init"`
+	PtraceInit   string              `json:"ptrace_init"`
+	HostInProc   bool                `json:"host_in_proc"`
+	InitFds      map[string]string   `json:"init_fds"`
+	ProcHost     string              `json:"proc_host"`
+	Abstract     string              `json:"abstract"`
+	TCP          string              `json:"tcp"`
+	Markers      []string            `json:"markers"`
 }
 
 // errName names err's errno, "ok" for nil.
@@ -150,8 +159,9 @@ func listNames(dir string) ([]string, error) {
 }
 
 // attackExec runs a shell, a copy of itself written to HOME and /tmp,
-// that copy through the dynamic loader, and a visible program that is not
-// on the allowlist.
+// a copy of the plan's dynamic program in /tmp through its loader (and,
+// as the positive control, the program itself through the loader), and a
+// visible program that is not on the allowlist.
 func attackExec(p *plan, r *report) {
 	home := os.Getenv("HOME")
 	var stderr bytes.Buffer
@@ -169,11 +179,7 @@ func attackExec(p *plan, r *report) {
 	r.ShellPwned = err == nil
 	self, _ := os.ReadFile("/proc/self/exe")
 	mark := filepath.Join(home, "payload-ran")
-	run := func(path string, args ...string) string {
-		c := exec.Command(path, args...)
-		c.Env = append(os.Environ(), envAttack+"=", envPayload+"="+mark)
-		return errName(c.Run())
-	}
+	run := func(path string, args ...string) string { return runMarking(mark, path, args...) }
 	for _, dst := range []struct {
 		path string
 		res  *string
@@ -184,10 +190,13 @@ func attackExec(p *plan, r *report) {
 		}
 		*dst.res = run(dst.path)
 	}
-	if interp := selfInterp(); interp != "" {
-		r.LoaderTmp = run(interp, filepath.Join(os.TempDir(), "copy"))
-	} else {
-		r.LoaderTmp = "static"
+	r.SelfInterp, _ = elfInterpOf("/proc/self/exe")
+	if p.Loader != "" {
+		r.LoaderTmp = attackLoader(p, mark)
+		direct := filepath.Join(home, "direct-ran")
+		r.LoaderDirect = runMarking(direct, p.Loader, p.LoaderTarget, direct)
+		_, err = os.Stat(direct)
+		r.DirectRan = err == nil
 	}
 	if p.ExecVisible != "" {
 		r.ExecVisible = run(p.ExecVisible)
@@ -196,19 +205,44 @@ func attackExec(p *plan, r *report) {
 	r.PayloadRan = err == nil
 }
 
-func selfInterp() string {
-	f, err := elf.Open("/proc/self/exe")
+// runMarking runs path with args, telling it to create mark if it runs:
+// this test binary creates the file its payload variable names, and
+// loaderTarget's other program (touch) creates its last argument.
+func runMarking(mark, path string, args ...string) string {
+	c := exec.Command(path, args...)
+	c.Env = append(os.Environ(), envAttack+"=", envPayload+"="+mark)
+	return errName(c.Run())
+}
+
+// attackLoader copies the plan's dynamic program to /tmp and runs the
+// copy through the loader, which must fail to map it (/tmp is noexec).
+func attackLoader(p *plan, mark string) string {
+	data, err := os.ReadFile(p.LoaderTarget)
 	if err != nil {
-		return ""
+		return "read: " + errName(err)
+	}
+	cp := filepath.Join(os.TempDir(), "loader-copy")
+	if err := os.WriteFile(cp, data, 0o755); err != nil {
+		return "write: " + errName(err)
+	}
+	return runMarking(mark, p.Loader, cp, mark)
+}
+
+// elfInterpOf returns the PT_INTERP of the ELF file at path: its dynamic
+// loader, "" for a static binary.
+func elfInterpOf(path string) (string, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "", err
 	}
 	defer f.Close()
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
-			data, _ := io.ReadAll(prog.Open())
-			return string(bytes.TrimRight(data, "\x00"))
+			data, err := io.ReadAll(prog.Open())
+			return string(bytes.TrimRight(data, "\x00")), err
 		}
 	}
-	return ""
+	return "", nil
 }
 
 // attackProcesses signals and traces a host process and the jail's own

@@ -18,31 +18,54 @@ func TestAttackOpKeySquatAcrossSessions(t *testing.T) {
 	contractScopedKeys(t, bboltBackend(t, Options{}))
 }
 
-// contractScopedKeys: session B uses the op key session A is about to
+// contractScopedKeys: a squatter uses the op key session A is about to
 // use, in flight and then answered; A's request with that key still runs
-// (its own ticket), each session's retry is answered from its own receipt,
-// and a conflict stays within a session.
+// (its own ticket), each binding's retry is answered from its own receipt,
+// and a conflict stays within a binding. The squatter differs from A in
+// one part of the binding only, so each part is shown to scope the key on
+// its own: another session of the very same tuple (two ACP sessions may
+// bind one tuple), then the same session id on another tuple.
 func contractScopedKeys(t *testing.T, b backend) {
-	s := b.keys
-	if es, ok := s.(*EtcdStore); ok {
-		claimT(t, es, "sess-B")
+	for _, c := range []struct {
+		name  string
+		squat Intent
+	}{
+		{"same tuple, other session", scopedSquat("sess-B", digest("tuple"))},
+		{"other tuple, same session", scopedSquat("sess-1", digest("tuple of B"))},
+	} {
+		t.Run(c.name, func(t *testing.T) { contractScopedKey(t, b.keys, c.squat) })
+	}
+}
+
+// scopedSquat is the squatter's intent in the binding (tupleSHA256,
+// sessionID). Its op key names the case, so the cases do not meet in one
+// store.
+func scopedSquat(sessionID, tupleSHA256 string) Intent {
+	in := intent("victim-"+sessionID+"-"+tupleSHA256[:8], "B's request")
+	in.SessionID, in.TupleSHA256 = sessionID, tupleSHA256
+	return in
+}
+
+// contractScopedKey runs the contract of contractScopedKeys with one
+// squatter.
+func contractScopedKey(t *testing.T, s Keys, squat Intent) {
+	if es, ok := s.(*EtcdStore); ok && squat.SessionID != "sess-1" {
+		claimT(t, es, squat.SessionID)
 	}
 	ctx := context.Background()
-	squat := intent("victim-key", "B's request")
-	squat.SessionID, squat.TupleSHA256 = "sess-B", digest("tuple of B")
 	tb, _, err := s.Begin(ctx, squat)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := intent("victim-key", "A's request")
-	ta, replay, err := s.Begin(ctx, a) // while B's is in flight
+	a := intent(squat.OpKey, "A's request")
+	ta, replay, err := s.Begin(ctx, a) // while the squatter's is in flight
 	if err != nil || ta == nil || replay != nil {
-		t.Fatalf("A's key while B squats it in flight: ticket %v replay %v err %v; want A's own ticket", ta, replay, err)
+		t.Fatalf("A's key while it is squatted in flight: ticket %v replay %v err %v; want A's own ticket", ta, replay, err)
 	}
 	finishOK(t, tb, `{"b":1}`)
 	finishOK(t, ta, `{"a":1}`)
 	if _, replay, err := s.Begin(ctx, squat); err != nil || replay == nil || string(replay.Response) != `{"b":1}` {
-		t.Fatalf("B's replay: %+v %v", replay, err)
+		t.Fatalf("the squatter's replay: %+v %v", replay, err)
 	}
 	if _, replay, err := s.Begin(ctx, a); err != nil || replay == nil || string(replay.Response) != `{"a":1}` {
 		t.Fatalf("A's replay answered %+v %v, want A's own receipt", replay, err)
@@ -53,9 +76,23 @@ func contractScopedKeys(t *testing.T, b backend) {
 		t.Fatalf("A's key with another digest: %v, want a conflict in A's own scope", err)
 	}
 	rs, err := s.List()
-	if err != nil || len(rs) != 2 {
-		t.Fatalf("receipts %v %v, want one per binding", rs, err)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if n := countOpKey(rs, squat.OpKey); n != 2 {
+		t.Fatalf("%d receipts of op key %s, want one per binding", n, squat.OpKey)
+	}
+}
+
+// countOpKey counts the receipts of opKey.
+func countOpKey(rs []*Receipt, opKey string) int {
+	n := 0
+	for _, r := range rs {
+		if r.OpKey == opKey {
+			n++
+		}
+	}
+	return n
 }
 
 // TestUnscopedKeysScopedAtOpen: a store written before op keys were

@@ -1,8 +1,9 @@
 // Command tether-flakes is the flake hunt: it runs tether's tests many
 // times (go test -count, in one or more fresh rounds, with -race by
 // default) and optionally the VM suites (ci/vm-receipts) several times,
-// then writes a JSON report of every test's failure count and prints a
-// short summary. ci/flakes runs it; docs/ci.md explains it. It is a tool
+// optionally beside busy loops (-hog) or without cgo (-cgo=0), then
+// writes a JSON report of every test's failure count and prints a short
+// summary. ci/flakes runs it; docs/ci.md explains it. It is a tool
 // for engineers and release checks, never part of .ci/run.
 package main
 
@@ -95,6 +96,8 @@ func parse(args []string, stderr io.Writer) (o flakehunt.Options, sum string, go
 	fs.StringVar(&o.Out, "out", ".cache/flakes", "directory for the report, raw test output and VM receipts")
 	fs.IntVar(&o.VMRuns, "vm", 0, "runs of ci/vm-receipts after the go test rounds (as root, after ci/setup)")
 	fs.StringVar(&vmArgs, "vm-args", "", "arguments for ci/vm-receipts, e.g. \"--suite native-client --accel tcg\"")
+	fs.IntVar(&o.Hog, "hog", 0, "busy loops (threads spinning on the CPU) run beside the go test rounds and VM runs, as a loaded machine")
+	fs.StringVar(&o.Cgo, "cgo", "", "CGO_ENABLED of the go test rounds, 0 or 1 (default: the environment's); -cgo=0 needs -race=false")
 	fs.StringVar(&inputs, "read", "", "comma-separated go test -json files of earlier runs to count too (use with -rounds 0 to only count them)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ci/flakes [flags] [packages]   (default packages: ./...)\n")

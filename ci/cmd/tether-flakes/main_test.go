@@ -26,7 +26,11 @@ func TestFlags(t *testing.T) {
 		strings.Join(o.Packages, " ") != "./receiver/..." {
 		t.Fatalf("parsed %+v", o)
 	}
-	for _, bad := range [][]string{{"-count", "0"}, {"-rounds", "-1"}, {"-vm", "-2"}, {"-rounds", "0"}, {"-nosuch"}, {"-timeout", "-1s"}, {"-sum", "x", "-goal", "0"}} {
+	o, _, _, err = parse([]string{"-hog", "2", "-cgo=0", "-race=false", "./custodian/jail"}, &stderr)
+	if err != nil || o.Hog != 2 || o.Cgo != "0" || o.Race {
+		t.Fatalf("-hog 2 -cgo=0 -race=false: %+v %v", o, err)
+	}
+	for _, bad := range [][]string{{"-cgo=0"}, {"-hog", "-1"}, {"-cgo", "yes", "-race=false"}, {"-count", "0"}, {"-rounds", "-1"}, {"-vm", "-2"}, {"-rounds", "0"}, {"-nosuch"}, {"-timeout", "-1s"}, {"-sum", "x", "-goal", "0"}} {
 		var out bytes.Buffer
 		if code := run(context.Background(), bad, &out, &out); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d\n%s", bad, code, exitUsage, out.String())

@@ -1,0 +1,5 @@
+//go:build cgo
+
+package flaky
+
+const builtWithCgo = "1"
