@@ -37,6 +37,7 @@ func (c *Custodian) recordExit(t *terminal, exit wire.ExitStatus, hashes map[str
 	c.completeLocked(t, func(r *opstore.Receipt) {
 		r.Outcome, r.Files, r.Note = outcome, checks, note
 		r.Exit = &exit
+		keepOutput(r, t.final)
 	})
 }
 

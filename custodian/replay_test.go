@@ -1,0 +1,210 @@
+package custodian
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/receiver/wire"
+)
+
+// runAnswers drives create, wait_for_exit, output and release of argv
+// with op keys KEY:step, as the plugin does, through conn, and returns
+// each answer's JSON (or the error's) in that order.
+func runAnswers(t *testing.T, conn *acp.AgentSideConnection, sid acp.SessionId, meta func(string) map[string]any, key string, req acp.CreateTerminalRequest) []string {
+	t.Helper()
+	ctx := context.Background()
+	answer := func(v any, err error) string {
+		if err != nil {
+			b, _ := json.Marshal(err)
+			return "error " + string(b)
+		}
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	req.SessionId, req.Meta = sid, meta(key+":create")
+	c, err := conn.CreateTerminal(ctx, req)
+	out := []string{answer(c, err)}
+	if err != nil {
+		return out
+	}
+	w, err := conn.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid, TerminalId: c.TerminalId, Meta: meta(key + ":wait")})
+	out = append(out, answer(w, err))
+	o, err := conn.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid, TerminalId: c.TerminalId, Meta: meta(key + ":output")})
+	out = append(out, answer(o, err))
+	r, err := conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid, TerminalId: c.TerminalId, Meta: meta(key + ":release")})
+	return append(out, answer(r, err))
+}
+
+// sameAnswers fails unless a retry's answers equal the first call's, byte
+// for byte.
+func sameAnswers(t *testing.T, first, retry []string) {
+	t.Helper()
+	if strings.Join(first, "\n") != strings.Join(retry, "\n") {
+		t.Fatalf("retry answered\n%s\nwant the first answers\n%s", strings.Join(retry, "\n"), strings.Join(first, "\n"))
+	}
+}
+
+// TestExecRetryAfterReleaseAnswersFromReceipt: a retry of a released
+// command's whole sequence with the same op key and arguments gets the
+// first answers byte for byte (terminal id, exit, output, truncation)
+// from the receipt, and nothing reaches the receiver.
+func TestExecRetryAfterReleaseAnswersFromReceipt(t *testing.T) {
+	h := newHarness(t)
+	code := 3
+	h.fr.on(wire.OpExecStart, func(context.Context, *wire.Request, any) (any, error) {
+		return wire.ExecStartResult{TerminalID: "t-replay", PID: 7}, nil
+	})
+	h.fr.on(wire.OpExecWait, func(context.Context, *wire.Request, any) (any, error) {
+		out := "...tail of out-1\n"
+		return wire.ExecWaitResult{Exit: wire.ExitStatus{ExitCode: &code}, Output: &out, Truncated: true, Released: true}, nil
+	})
+	h.bind()
+	req := acp.CreateTerminalRequest{Command: "/bin/sh", Args: []string{"-c", "echo x >> side.txt; echo out-1"}}
+	first := runAnswers(t, h.agent.conn, sid(h), h.op, "k1", req)
+	sent := len(h.fr.ops())
+	retry := runAnswers(t, h.agent.conn, sid(h), h.op, "k1", req)
+	sameAnswers(t, first, retry)
+	if !strings.Contains(first[2], `"truncated":true`) || !strings.Contains(first[1], `"exitCode":3`) {
+		t.Fatalf("first answers %v: want exit 3 and truncated output", first)
+	}
+	if n := len(h.fr.ops()); n != sent {
+		t.Fatalf("the retry sent %d requests to the receiver, want 0: %v", n-sent, h.fr.ops()[sent:])
+	}
+	raw, err := h.c.store.Get(h.key("k1:create"))
+	must(t, err)
+	r, err := opstore.Unmarshal(raw)
+	must(t, err)
+	if r.Output == nil || r.Output.Output != "...tail of out-1\n" || !r.Output.Truncated || r.Outcome != opstore.Failed {
+		t.Fatalf("receipt %s: want failed (exit 3) keeping the truncated output", raw)
+	}
+	req.Args = []string{"-c", "echo other"}
+	_, err = h.agent.conn.CreateTerminal(context.Background(), acp.CreateTerminalRequest{SessionId: sid(h),
+		Command: req.Command, Args: req.Args, Meta: h.op("k1:create")})
+	wantCode(t, err, errcode.CodeOpKeyConflict)
+}
+
+// TestExecRetryOfInterruptedAnswersInterrupted: a command whose exit was
+// never observed (the custodian stopped: its receipt is interrupted, its
+// response the terminal id) is answered interrupted on a retry, with the
+// receipt in the error's data, and nothing is run or waited for.
+func TestExecRetryOfInterruptedAnswersInterrupted(t *testing.T) {
+	skey, _, err := audit.GenerateKey("tether.test/custodian")
+	must(t, err)
+	h := newHarness(t, func(o *Options) { o.AuditKey = []byte(skey) })
+	h.scriptExec(0, nil)
+	h.bind()
+	ctx := context.Background()
+	req := acp.CreateTerminalRequest{SessionId: sid(h), Command: "/bin/sleep", Args: []string{"60"}, Meta: h.op("k2:create")}
+	if _, err := h.agent.conn.CreateTerminal(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	h.close()
+	h2 := newHarness(t, func(o *Options) { o.StateDir, o.AuditKey = h.dir, []byte(skey) })
+	h2.scriptExec(0, nil)
+	h2.bind()
+	sent := len(h2.fr.ops())
+	req.SessionId, req.Meta = sid(h2), h2.op("k2:create")
+	_, err = h2.agent.conn.CreateTerminal(ctx, req)
+	wantCode(t, err, errcode.CodeInterrupted)
+	var re *acp.RequestError
+	if !errors.As(err, &re) {
+		t.Fatalf("%v is not an ACP error", err)
+	}
+	data, _ := json.Marshal(re.Data)
+	if !strings.Contains(string(data), `"receipt":{`) || !strings.Contains(string(data), `"outcome":"interrupted"`) {
+		t.Fatalf("error data %s: want the interrupted receipt", data)
+	}
+	if n := len(h2.fr.ops()); n != sent {
+		t.Fatalf("the retry sent %v", h2.fr.ops()[sent:])
+	}
+}
+
+// keyedMeta returns the op tag of key for la's tuple.
+func (la *liveAgent) keyedMeta(key string) map[string]any {
+	return acpmeta.Op{TupleSHA256: la.rr.tuple.SHA256(), OpKey: key, Deadline: time.Now().Add(time.Minute)}.Meta()
+}
+
+// TestIntegrationRetryAnswersFromReceipt runs, through a real receiver,
+// the issue's command (appending a line to side.txt, printing out-1), a
+// write, a read and an edit (its read, then its write with the read's
+// digest as precondition), each with an op key; then retries each with
+// the same keys and arguments after the command's terminal was released
+// and the files were changed behind the custodian's back. Every retry's
+// answers equal the first's byte for byte, side.txt has one line, and
+// the changed files keep the change: nothing ran twice.
+func TestIntegrationRetryAnswersFromReceipt(t *testing.T) {
+	la := newLiveAgent(t)
+	ctx := context.Background()
+	cmd := acp.CreateTerminalRequest{Command: "/bin/sh", Args: []string{"-c", "echo x >> side.txt; echo out-1"}}
+	first := runAnswers(t, la.agent.conn, la.sid(), la.keyedMeta, "k1", cmd)
+	if !strings.Contains(first[2], `"output":"out-1\n"`) || !strings.Contains(first[1], `"exitCode":0`) {
+		t.Fatalf("first run: %v", first)
+	}
+	retry := runAnswers(t, la.agent.conn, la.sid(), la.keyedMeta, "k1", cmd)
+	sameAnswers(t, first, retry)
+	if got := sideLines(t, la.rr, "side.txt"); len(got) != 1 {
+		t.Fatalf("side.txt has %d lines %v, want 1: the retry ran the command again", len(got), got)
+	}
+
+	path := func(rel string) string { return la.rr.tuple.Root + "/" + rel }
+	answer := func(v any, err error) string {
+		if err != nil {
+			b, _ := json.Marshal(err)
+			return "error " + string(b)
+		}
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+	write := func(key, rel, content string, meta map[string]any) string {
+		return answer(la.agent.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: la.sid(), Path: path(rel), Content: content,
+			Meta: acpmeta.MergeMeta(la.keyedMeta(key), meta)}))
+	}
+	read := func(key, rel string) (acp.ReadTextFileResponse, string) {
+		r, err := la.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: la.sid(), Path: path(rel), Meta: la.keyedMeta(key)})
+		return r, answer(r, err)
+	}
+	behind := func(rel, content string) { must(t, os.WriteFile(la.rr.file(rel), []byte(content), 0o644)) }
+	fileIs := func(rel, want string) {
+		t.Helper()
+		if b, err := os.ReadFile(la.rr.file(rel)); err != nil || string(b) != want {
+			t.Fatalf("%s holds %q (%v), want %q", rel, b, err, want)
+		}
+	}
+
+	w1 := write("w1:write", "w.txt", "written once\n", nil)
+	behind("w.txt", "changed behind\n")
+	if w2 := write("w1:write", "w.txt", "written once\n", nil); w2 != w1 {
+		t.Fatalf("write retry answered %s, want %s", w2, w1)
+	}
+	fileIs("w.txt", "changed behind\n")
+
+	behind("r.txt", "first content\n")
+	_, r1 := read("r1:read", "r.txt")
+	behind("r.txt", "second content\n")
+	if _, r2 := read("r1:read", "r.txt"); r2 != r1 || !strings.Contains(r1, "first content") {
+		t.Fatalf("read retry answered %s, want %s", r2, r1)
+	}
+
+	behind("e.txt", "alpha\nbeta\n")
+	edit := func() []string {
+		r, a := read("e1:read", "e.txt")
+		updated := strings.Replace(r.Content, "beta", "gamma", 1)
+		return []string{a, write("e1:write", "e.txt", updated, acpmeta.Expect{SHA256: sha256Hex([]byte(r.Content))}.Meta())}
+	}
+	e1 := edit()
+	fileIs("e.txt", "alpha\ngamma\n")
+	behind("e.txt", "edited behind\n")
+	sameAnswers(t, e1, edit())
+	fileIs("e.txt", "edited behind\n")
+}
