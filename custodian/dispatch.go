@@ -249,9 +249,9 @@ func failedReceipt(err error) *opstore.Receipt {
 const noteTransferBroken = "the transfer broke before its commit was sent; the receiver dropped the staged content and the file is unchanged"
 
 // settle records the receipt of a request answered without error and
-// returns its ACP result.
-// An answer too large for the receipt is returned, and the receipt keeps
-// its outcome and a too_large refusal for a retry in its place.
+// returns its ACP result. An answer too large for the receipt is still
+// returned; the receipt keeps its outcome and, in the answer's place, a
+// too_large refusal for a retry.
 func (cl *call) settle(t *opstore.Ticket, k keyed) (json.RawMessage, error) {
 	resp, r := k.settle()
 	raw, err := json.Marshal(resp)

@@ -208,3 +208,40 @@ func TestIntegrationRetryAnswersFromReceipt(t *testing.T) {
 	sameAnswers(t, e1, edit())
 	fileIs("e.txt", "edited behind\n")
 }
+
+// TestExecRetryOutputTooLargeToKeep: a final output that would pass the
+// receipt's bound is not kept (the note says so); a retry's wait still
+// answers the exit from the receipt, its output is refused too_large,
+// and nothing reaches the receiver.
+func TestExecRetryOutputTooLargeToKeep(t *testing.T) {
+	h := newHarness(t)
+	code := 0
+	big := strings.Repeat("a", 1_044_000) // fits one frame, not a receipt with its fields
+	h.fr.on(wire.OpExecStart, func(context.Context, *wire.Request, any) (any, error) {
+		return wire.ExecStartResult{TerminalID: "t-big", PID: 7}, nil
+	})
+	h.fr.on(wire.OpExecWait, func(context.Context, *wire.Request, any) (any, error) {
+		return wire.ExecWaitResult{Exit: wire.ExitStatus{ExitCode: &code}, Output: &big, Released: true}, nil
+	})
+	h.bind()
+	req := acp.CreateTerminalRequest{Command: "/bin/sh", Args: []string{"-c", "yes a | head -c 1044000"}}
+	first := runAnswers(t, h.agent.conn, sid(h), h.op, "k3", req)
+	if !strings.Contains(first[2], big) {
+		t.Fatal("the first run's output did not answer the whole output")
+	}
+	sent := len(h.fr.ops())
+	retry := runAnswers(t, h.agent.conn, sid(h), h.op, "k3", req)
+	if retry[0] != first[0] || retry[1] != first[1] || retry[3] != first[3] || !strings.Contains(retry[2], `"tether":"too_large"`) {
+		t.Fatalf("retry answered %.300v; want create, wait and release as first, output too_large", retry)
+	}
+	if n := len(h.fr.ops()); n != sent {
+		t.Fatalf("the retry sent %v", h.fr.ops()[sent:])
+	}
+	raw, err := h.c.store.Get(h.key("k3:create"))
+	must(t, err)
+	r, err := opstore.Unmarshal(raw)
+	must(t, err)
+	if r.Output != nil || !strings.Contains(r.Note, "not kept for replay") || r.Exit == nil || r.Outcome != opstore.NeedsReview {
+		t.Fatalf("receipt %.400s: want needs_review with its exit, no output, a note", raw)
+	}
+}

@@ -50,8 +50,10 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	case err == nil && replayed != nil && replayed.Outcome.Final():
 		// A retry of a finished command: its terminal may be released, or
 		// may never have existed here (another custodian recorded it), so
-		// its wait_for_exit and output are answered from the receipt.
+		// its wait_for_exit and output are answered from the receipt. A
+		// cancel has nothing to kill: the answer stands.
 		cl.b.addReplayTerminal(resp.TerminalId, replayTerminal(createKey, replayed))
+		return resp, nil
 	case err == nil:
 		// Also on a replay of a command still running here: the same digest
 		// means the same request (and the same files to verify), so the
