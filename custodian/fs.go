@@ -42,10 +42,11 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 		}
 		return err
 	}
+	var fresh *acp.ReadTextFileResponse // the answer read now; nil for a replay
 	raw, err := cl.keyed(ctx, keyed{op: wire.OpRead, args: &args, result: &res, send: send, idempotent: true,
 		settle: func() (any, *opstore.Receipt) {
-			return acp.ReadTextFileResponse{Content: res.Content, Meta: acpmeta.File{SHA256: res.SHA256, Size: res.Size}.Meta()},
-				&opstore.Receipt{Outcome: opstore.NeedsReview}
+			fresh = &acp.ReadTextFileResponse{Content: res.Content, Meta: acpmeta.File{SHA256: res.SHA256, Size: res.Size}.Meta()}
+			return fresh, &opstore.Receipt{Outcome: opstore.NeedsReview}
 		},
 		annotate: func(r *audit.Record) {
 			r.Digests = map[string]string{"path": sha256Hex([]byte(rel))}
@@ -55,6 +56,9 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 			r.Sizes = map[string]int64{"file": res.Size, "content": int64(len(res.Content))}
 		},
 	})
+	if err == nil && fresh != nil {
+		return *fresh, nil // what the receipt holds, not decoded back
+	}
 	resp, err := decodeResponse[acp.ReadTextFileResponse](raw, err)
 	var re *acp.RequestError
 	if errors.As(err, &re) {
