@@ -15,6 +15,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/fixtures/etcdtest"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -243,5 +244,63 @@ func TestExecRetryOutputTooLargeToKeep(t *testing.T) {
 	must(t, err)
 	if r.Output != nil || !strings.Contains(r.Note, "not kept for replay") || r.Exit == nil || r.Outcome != opstore.NeedsReview {
 		t.Fatalf("receipt %.400s: want needs_review with its exit, no output, a note", raw)
+	}
+}
+
+// TestIntegrationFleetRetryAfterTakeover: custodian A answers a write, a
+// read and a command run in full, starts a second command that runs on,
+// and is SIGKILLed; B takes the session over from etcd. At B, the
+// retries of the write, the read (the file changed meanwhile) and the
+// finished command answer what A answered, byte for byte; the command
+// that was running answers interrupted, as its receipt says; nothing
+// runs twice.
+func TestIntegrationFleetRetryAfterTakeover(t *testing.T) {
+	rr := startReceiver(t)
+	c := etcdtest.Start(t, etcdtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	fc := newFleetConfig(t, c, rr, rr.tuple, "sess-replay")
+	a := startFleet(t, fc, "custodian-a")
+	a.bound(t)
+	sid := acp.SessionId(fc.Session)
+	path := rr.tuple.Root + "/f.txt"
+	fileOps := func(p *fleetProc) string {
+		w, werr := p.agent.conn.WriteTextFile(ctx, acp.WriteTextFileRequest{SessionId: sid, Path: path, Content: "from a\n", Meta: p.meta("w1:write")})
+		r, rerr := p.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid, Path: path, Meta: p.meta("r1:read")})
+		return mustJSON([]any{w, werr, r, rerr})
+	}
+	atA := fileOps(a)
+	if !strings.Contains(atA, `"content":"from a\n"`) || strings.Count(atA, "null") != 2 {
+		t.Fatalf("write and read at A: %s", atA)
+	}
+	ranA, err := a.execAnswers(ctx, "q1", "echo q1 >> side; echo out-q1")
+	must(t, err)
+	if _, err := a.create(ctx, "q2", "echo q2 >> side; exec sleep 60"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(sideLines(t, rr, "side")) == 2 })
+	a.kill()
+	must(t, os.WriteFile(rr.file("f.txt"), []byte("changed behind\n"), 0o644))
+
+	fb := fc
+	fb.Standby = true
+	b := startFleet(t, fb, "custodian-b")
+	b.bound(t)
+	if atB := fileOps(b); atB != atA {
+		t.Fatalf("write and read retried at B answered\n%s\nat A\n%s", atB, atA)
+	}
+	ranB, err := b.execAnswers(ctx, "q1", "echo q1 >> side; echo out-q1")
+	must(t, err)
+	if strings.Join(ranB, "\n") != strings.Join(ranA, "\n") || !strings.Contains(ranA[2], `"output":"out-q1\n"`) {
+		t.Fatalf("q1 retried at B answered\n%s\nat A\n%s", strings.Join(ranB, "\n"), strings.Join(ranA, "\n"))
+	}
+	_, err = b.create(ctx, "q2", "echo q2 >> side; exec sleep 60")
+	wantCode(t, err, errcode.CodeInterrupted)
+	checkReceipt(t, c, fc, "q2:create", opstore.Interrupted)
+	if got := strings.Join(sideLines(t, rr, "side"), ","); got != "q1,q2" {
+		t.Fatalf("side effects %s, want q1,q2: a retry ran again", got)
+	}
+	if b, _ := os.ReadFile(rr.file("f.txt")); string(b) != "changed behind\n" {
+		t.Fatalf("f.txt = %q: the write ran again at B", b)
 	}
 }
