@@ -24,9 +24,11 @@ import (
 const noteOutputNotKept = "final output of %d bytes not kept for replay: the receipt would pass its size bound"
 
 // keepOutput puts f's output into r, a receipt being completed, unless r
-// would then pass the store's bound (then note says so).
+// would then pass the store's bound (then note says so). A plain agent's
+// receipt keeps none: its key was minted by the custodian for that
+// request alone, and no retry can name it.
 func keepOutput(r *opstore.Receipt, f *wire.ExecOutputResult) {
-	if f == nil {
+	if f == nil || r.TaggedBy == TaggedByCustodian {
 		return
 	}
 	r.Output = &opstore.ExecOutput{Output: f.Output, Truncated: f.Truncated}

@@ -304,3 +304,40 @@ func TestIntegrationFleetRetryAfterTakeover(t *testing.T) {
 		t.Fatalf("f.txt = %q: the write ran again at B", b)
 	}
 }
+
+// TestPlainAgentReceiptsKeepNoContent: a plain agent's keys are minted by
+// the custodian for one request, so no retry can name them: its read
+// leaves no receipt and its command's receipt keeps no output (only what
+// a tether agent's retry needs is kept).
+func TestPlainAgentReceiptsKeepNoContent(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.CommandBudget = 2 * time.Minute })
+	h.connectAgent(false)
+	h.scriptFiles()
+	code := 0
+	h.fr.on(wire.OpExecStart, func(context.Context, *wire.Request, any) (any, error) {
+		return wire.ExecStartResult{TerminalID: "t-plain", PID: 7}, nil
+	})
+	h.fr.on(wire.OpExecWait, func(context.Context, *wire.Request, any) (any, error) {
+		out := "SECRET-OUTPUT\n"
+		return wire.ExecWaitResult{Exit: wire.ExitStatus{ExitCode: &code}, Output: &out, Released: true}, nil
+	})
+	h.bindPlain()
+	ctx := context.Background()
+	if _, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a"}); err != nil {
+		t.Fatal(err)
+	}
+	answers := runAnswers(t, h.agent.conn, sid(h), func(string) map[string]any { return nil }, "", acp.CreateTerminalRequest{Command: "cat secret"})
+	if !strings.Contains(answers[2], "SECRET-OUTPUT") {
+		t.Fatalf("answers %v", answers)
+	}
+	rs, err := h.c.store.List()
+	must(t, err)
+	for _, r := range rs {
+		if r.Method == acp.ClientMethodFsReadTextFile || r.Output != nil || strings.Contains(string(r.Response), "hello from") {
+			t.Fatalf("a plain agent's receipt keeps content: %+v", r)
+		}
+	}
+	if len(rs) == 0 {
+		t.Fatal("no receipt for the plain agent's command")
+	}
+}
