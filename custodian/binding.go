@@ -9,6 +9,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -115,6 +116,9 @@ type terminal struct {
 	// send nothing.
 	final      *wire.ExecOutputResult
 	goneRemote bool
+	// replayOf is the receipt a replay handle answers from (replay.go);
+	// nil for a terminal this custodian started.
+	replayOf *opstore.Receipt
 
 	// rel orders this session's releases of the terminal: one is sent at a
 	// time, a repeated one after a success sends nothing (relDone,

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+
+	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
@@ -116,6 +119,13 @@ type keyed struct {
 	// note and the settled answer, the audit result record says
 	// codeNotSent, and no dispatch record is written.
 	notSent string
+	// onReplay, if set, sees the receipt a retry is answered from (not an
+	// interrupted one: that is answered interrupted) before its response
+	// is returned.
+	onReplay func(*opstore.Receipt)
+	// annotateResult, if set, adds the answer's digests and sizes to the
+	// audit result record.
+	annotateResult func(*audit.Record)
 }
 
 // codeNotSent is the audit result code of a keyed request answered
@@ -156,7 +166,7 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	case err != nil:
 		return nil, acpmeta.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
 	case replay != nil:
-		return cl.replay(replay)
+		return cl.replay(replay, k.onReplay)
 	}
 	cl.step(ctx, "after-intent")
 	raw, err := cl.dispatch(ctx, t, digest, k)
@@ -239,7 +249,9 @@ func failedReceipt(err error) *opstore.Receipt {
 const noteTransferBroken = "the transfer broke before its commit was sent; the receiver dropped the staged content and the file is unchanged"
 
 // settle records the receipt of a request answered without error and
-// returns its ACP result.
+// returns its ACP result. An answer too large for the receipt is still
+// returned; the receipt keeps its outcome and, in the answer's place, a
+// too_large refusal for a retry.
 func (cl *call) settle(t *opstore.Ticket, k keyed) (json.RawMessage, error) {
 	resp, r := k.settle()
 	raw, err := json.Marshal(resp)
@@ -248,12 +260,25 @@ func (cl *call) settle(t *opstore.Ticket, k keyed) (json.RawMessage, error) {
 		return nil, refusal(err)
 	}
 	r.Response = raw
-	cl.finish(t, r)
+	if !r.Fits() {
+		r.Response = nil
+		r.Note = fmt.Sprintf(noteAnswerNotKept, len(raw))
+		r.Error = &opstore.ResultError{Code: string(errcode.CodeTooLarge), Message: r.Note + "; nothing was run again"}
+	}
+	cl.finishAnnotated(t, r, k.annotateResult)
 	return raw, nil
 }
 
+// noteAnswerNotKept explains the receipt of a request whose answer was too
+// large to keep in it: a retry is refused too_large instead of replayed.
+const noteAnswerNotKept = "answer of %d bytes not kept for replay: the receipt would pass its size bound"
+
 // finish records the receipt and audits the result.
-func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) {
+func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) { cl.finishAnnotated(t, r, nil) }
+
+// finishAnnotated is finish with annotate, if set, adding the answer's
+// digests and sizes to the audit result record.
+func (cl *call) finishAnnotated(t *opstore.Ticket, r *opstore.Receipt, annotate func(*audit.Record)) {
 	if err := t.Finish(r); err != nil {
 		cl.c.log.Error("record receipt", "op_key", cl.op.OpKey, "err", err)
 	}
@@ -268,14 +293,27 @@ func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) {
 	if r.Note == noteAlreadyReleased || r.Note == noteReleasedAtWait {
 		rec.Code = codeNotSent
 	}
+	if annotate != nil {
+		annotate(&rec)
+	}
 	cl.c.audit(rec)
 }
 
-// replay answers a retry from its receipt, running nothing.
-func (cl *call) replay(r *opstore.Receipt) (json.RawMessage, error) {
+// replay answers a retry from its receipt, running nothing. An
+// interrupted key is answered interrupted, with its receipt, even when a
+// response was recorded before its fate became unknown (an exec's terminal
+// id: the command's end was never observed); onReplay, if set, sees every
+// other receipt before its response is returned.
+func (cl *call) replay(r *opstore.Receipt, onReplay func(*opstore.Receipt)) (json.RawMessage, error) {
 	rec := cl.record(audit.KindResult)
 	rec.RequestSHA256, rec.Outcome, rec.Code = r.RequestSHA256, string(r.Outcome), "replay"
 	cl.c.audit(rec)
+	if r.Outcome == opstore.Interrupted {
+		return nil, interruptedError(r)
+	}
+	if onReplay != nil {
+		onReplay(r)
+	}
 	if r.Error != nil && r.Response == nil {
 		code := errcode.Code(r.Error.Code)
 		if !code.Valid() {
@@ -318,4 +356,19 @@ func (cl *call) logInternal(code errcode.Code, err error) {
 	if code == errcode.CodeInternal {
 		cl.c.log.Error("custodian: internal error", "method", cl.method, "op_key", cl.op.OpKey, "err", err)
 	}
+}
+
+// interruptedError is the answer to a retry of an interrupted key: its
+// code is interrupted whatever the receipt's error says, its message the
+// receipt's, and its data carries the receipt itself.
+func interruptedError(r *opstore.Receipt) *acp.RequestError {
+	msg := r.Note
+	if r.Error != nil && r.Error.Message != "" {
+		msg = r.Error.Message
+	}
+	e := acpmeta.NewError(errcode.CodeInterrupted, "%s", msg)
+	if raw, err := r.Marshal(); err == nil {
+		e.Data.(map[string]any)["receipt"] = json.RawMessage(raw)
+	}
+	return e
 }

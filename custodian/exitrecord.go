@@ -3,6 +3,7 @@ package custodian
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -37,6 +38,7 @@ func (c *Custodian) recordExit(t *terminal, exit wire.ExitStatus, hashes map[str
 	c.completeLocked(t, func(r *opstore.Receipt) {
 		r.Outcome, r.Files, r.Note = outcome, checks, note
 		r.Exit = &exit
+		keepOutput(r, t.final)
 	})
 }
 
@@ -102,12 +104,25 @@ func (c *Custodian) recordUnknownAtEnd(t *terminal) {
 	c.completeLocked(t, func(r *opstore.Receipt) { r.Outcome, r.Note = opstore.Interrupted, noteUnknownAtEnd })
 }
 
+// completeTries bounds the tries of a receipt's completion that the op
+// store answered unavailable (an etcd member restarting): each is safe to
+// repeat (one that landed leaves the receipt final, and the next is then
+// refused as such), and a completion lost leaves a receipt that becomes
+// interrupted where the agent was answered an exit.
+var completeTries = []time.Duration{0, 100 * time.Millisecond, 400 * time.Millisecond}
+
 // completeLocked finalises t's pending receipt once; called with t.mu held.
 func (c *Custodian) completeLocked(t *terminal, fn func(*opstore.Receipt)) {
 	if t.recorded {
 		return
 	}
-	err := c.store.Complete(context.Background(), t.createKey, fn)
+	var err error
+	for _, d := range completeTries {
+		time.Sleep(d)
+		if err = c.store.Complete(context.Background(), t.createKey, fn); !errors.Is(err, opstore.ErrUnavailable) {
+			break
+		}
+	}
 	switch {
 	case err == nil:
 		t.recorded = true

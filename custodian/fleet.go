@@ -170,6 +170,23 @@ func OpenFleet(ctx context.Context, o OpStoreConfig, retention time.Duration) (*
 	if o.Kind != OpStoreEtcd {
 		return nil, fmt.Errorf("%w: op_store kind %q is not etcd", ErrConfig, o.Kind)
 	}
+	cli, err := etcdClient(o)
+	if err != nil {
+		return nil, err
+	}
+	s, err := opstore.OpenEtcd(ctx, opstore.EtcdOptions{Client: cli, Prefix: o.Prefix, Name: o.Name,
+		LeaseTTL: o.leaseTTL(), Retention: retention})
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return &Fleet{Store: s, cli: cli}, nil
+}
+
+// etcdClient connects to the etcd endpoints of o, a validated etcd
+// op_store (TLS as etcdTLS builds it, when a CA is pinned). The caller
+// closes it.
+func etcdClient(o OpStoreConfig) (*clientv3.Client, error) {
 	cfg := clientv3.Config{Endpoints: o.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
 	if o.CACert != "" {
 		tc, err := etcdTLS(o)
@@ -182,13 +199,26 @@ func OpenFleet(ctx context.Context, o OpStoreConfig, retention time.Duration) (*
 	if err != nil {
 		return nil, fmt.Errorf("%w: op_store: etcd client: %w", ErrConfig, err)
 	}
-	s, err := opstore.OpenEtcd(ctx, opstore.EtcdOptions{Client: cli, Prefix: o.Prefix, Name: o.Name,
-		LeaseTTL: o.leaseTTL(), Retention: retention})
-	if err != nil {
-		cli.Close()
+	return cli, nil
+}
+
+// FleetReceipts reads every receipt of the etcd op store o names, as
+// `tether-custodian run` with the same op_store records them, without
+// holding a lease or claiming anything (opstore.ReadEtcd). ctx bounds the
+// read.
+func FleetReceipts(ctx context.Context, o OpStoreConfig) ([]*opstore.Receipt, error) {
+	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	return &Fleet{Store: s, cli: cli}, nil
+	if o.Kind != OpStoreEtcd {
+		return nil, fmt.Errorf("%w: op_store kind %q is not etcd", ErrConfig, o.Kind)
+	}
+	cli, err := etcdClient(o)
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	return opstore.ReadEtcd(ctx, cli, o.Prefix)
 }
 
 // etcdTLS builds the client TLS config: only the pinned CA, the client

@@ -310,6 +310,42 @@ func (p *fleetProc) exec(ctx context.Context, key, script string) (int, error) {
 	return *w.ExitCode, nil
 }
 
+// execAnswers runs script as exec does, with terminal/output before the
+// release, and returns each answer's JSON (create, wait, output,
+// release) and the first error (the answers up to it).
+func (p *fleetProc) execAnswers(ctx context.Context, key, script string) ([]string, error) {
+	var answers []string
+	keep := func(v any) {
+		b, _ := json.Marshal(v)
+		answers = append(answers, string(b))
+	}
+	t, err := p.create(ctx, key, script)
+	if err != nil {
+		return answers, err
+	}
+	keep(t)
+	sid := acp.SessionId(p.fc.Session)
+	w, err := p.agent.conn.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid, TerminalId: t.TerminalId,
+		Meta: p.meta(key + ":wait")})
+	if err != nil {
+		return answers, err
+	}
+	keep(w)
+	o, err := p.agent.conn.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: sid, TerminalId: t.TerminalId,
+		Meta: p.meta(key + ":output")})
+	if err != nil {
+		return answers, err
+	}
+	keep(o)
+	r, err := p.agent.conn.ReleaseTerminal(ctx, acp.ReleaseTerminalRequest{SessionId: sid, TerminalId: t.TerminalId,
+		Meta: p.meta(key + ":release")})
+	if err != nil {
+		return answers, err
+	}
+	keep(r)
+	return answers, nil
+}
+
 // processState returns the state letter of pid in /proc (R, S, T, ...).
 func processState(pid int) string {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))

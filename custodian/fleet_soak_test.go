@@ -67,20 +67,33 @@ func classify(err error) soakOutcome {
 	return soakDone
 }
 
-// soakOp runs op i (a command appending its key to side) to its end, as
-// an agent does: create, wait, release, all keyed by the op's key. Only
-// the create's answer decides what the agent does next; wait and release
-// of a terminal the takeover killed or a replay named may be refused.
-// It returns what the agent does next, the op's error, and whether that
-// error is one no op should ever get (the test fails).
-func soakOp(ctx context.Context, p *fleetProc, i int) (soakOutcome, error, bool) {
+// soakOp runs op i (a command appending its key to side and printing
+// it) to its end, as an agent does: create, wait, output, release, all
+// keyed by the op's key. Only the create's answer decides what the agent
+// does next; a wait, output or release of a terminal the takeover killed
+// may be refused. An op answered in full is recorded in answered; a later
+// answer in full of the same op (a retry, at this custodian or a later
+// one) must be the same, byte for byte. It returns what the agent does
+// next, the op's error, and whether that error is one no op should ever
+// get (the test fails).
+func soakOp(ctx context.Context, p *fleetProc, i int, answered map[string]string) (soakOutcome, error, bool) {
 	key := fmt.Sprintf("op-%04d", i)
-	_, err := p.exec(ctx, key, "echo "+key+" >> side")
+	answers, err := p.execAnswers(ctx, key, "echo "+key+" >> side; echo "+key)
 	out := classify(err)
+	if err == nil {
+		got := strings.Join(answers, "\n")
+		if prev, ok := answered[key]; ok && prev != got {
+			return soakDone, fmt.Errorf("op %s: a retry answered\n%s\nnot the first answers\n%s", key, got, prev), true
+		}
+		answered[key] = got
+	}
 	if out != soakDone || err == nil {
 		return out, err, false
 	}
 	code, _ := acpmeta.CodeOf(err)
+	if _, ok := answered[key]; ok {
+		return soakDone, fmt.Errorf("op %s was answered in full, its retry got %w", key, err), true
+	}
 	switch code {
 	case errcode.CodeInterrupted, errcode.CodeNotFound, errcode.CodeFateUnknown, errcode.CodeUnavailable:
 		return soakDone, err, false // its receipt says what became of it
@@ -97,6 +110,11 @@ type fleetSoak struct {
 	kills     int
 	takeovers []time.Duration
 	restarts  atomic.Int64 // etcd member restarts so far (restartEtcdMembers)
+	// answered holds each op answered in full: its answers, one per line.
+	answered map[string]string
+	// replayed counts the retries of ops answered in full that got the
+	// same answers again.
+	replayed int
 }
 
 // minSoakRestarts: the soak's last op waits until this many etcd member
@@ -132,7 +150,11 @@ func (s *fleetSoak) run(ctx context.Context) {
 			}(p)
 		}
 		budget--
-		out, err, bad := soakOp(ctx, p, i)
+		_, before := s.answered[fmt.Sprintf("op-%04d", i)]
+		out, err, bad := soakOp(ctx, p, i, s.answered)
+		if before && err == nil {
+			s.replayed++
+		}
 		if bad {
 			s.t.Fatal(err)
 		}
@@ -211,7 +233,7 @@ func TestIntegrationFleetSoak(t *testing.T) {
 	c := etcdtest.Start(t, etcdtest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	s := &fleetSoak{t: t, fc: newFleetConfig(t, c, rr, rr.tuple, "sess-soak"), n: n}
+	s := &fleetSoak{t: t, fc: newFleetConfig(t, c, rr, rr.tuple, "sess-soak"), n: n, answered: map[string]string{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { restartEtcdMembers(t, c, stop, &s.restarts) })
@@ -221,10 +243,13 @@ func TestIntegrationFleetSoak(t *testing.T) {
 	s.run(ctx)
 	stopRestarts()
 	restarts := s.restarts.Load()
-	t.Logf("%d ops in %s, %d custodian kills, %d etcd member restarts; takeover to the first answered op: %s",
-		n, time.Since(start).Round(time.Millisecond), s.kills, restarts, durationSummary(s.takeovers))
+	t.Logf("%d ops in %s, %d custodian kills, %d etcd member restarts; takeover to the first answered op: %s; %d retries of ops answered in full got the same answers",
+		n, time.Since(start).Round(time.Millisecond), s.kills, restarts, durationSummary(s.takeovers), s.replayed)
 	if s.kills < 2 || restarts < minSoakRestarts {
 		t.Errorf("too few faults to mean anything: %d kills, %d restarts", s.kills, restarts)
+	}
+	if s.replayed == 0 {
+		t.Error("no op answered in full was retried after a takeover: the replay was not exercised")
 	}
 	checkFleetSoak(t, c, s.fc, rr, n)
 }

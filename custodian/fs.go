@@ -14,9 +14,15 @@ import (
 )
 
 // ReadTextFile serves fs/read_text_file from the computer through the
-// receiver, never from the host. It is read-only, so it is not keyed
-// durably. The response's `_meta["tether/file"]` carries the SHA-256 and
-// size of the whole file.
+// receiver, never from the host. It changes nothing, so it is keyed
+// without a durable write before it is sent (keyed.idempotent): its
+// receipt keeps the answer, and a retry with the same op key and
+// arguments gets the content first read, byte for byte, and reads nothing
+// (an edit's retry applies the same edit to the same content). A plain
+// agent's read is not keyed: its key is one the custodian minted for
+// this request alone, which no retry can name, so a receipt would only
+// keep the content. The response's `_meta["tether/file"]` carries the
+// SHA-256 and size of the whole file.
 func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (acp.ReadTextFileResponse, error) {
 	cl, err := h.admit(ctx, acp.ClientMethodFsReadTextFile, string(p.SessionId), p.Meta)
 	if err != nil {
@@ -38,21 +44,51 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 		}
 		return err
 	}
-	err = cl.readOnlyWith(ctx, send, func(r *audit.Record) {
+	answer := func() acp.ReadTextFileResponse {
+		return acp.ReadTextFileResponse{Content: res.Content, Meta: acpmeta.File{SHA256: res.SHA256, Size: res.Size}.Meta()}
+	}
+	annotate := func(r *audit.Record) {
 		r.Digests = map[string]string{"path": sha256Hex([]byte(rel)), "file": res.SHA256}
 		r.Sizes = map[string]int64{"file": res.Size, "content": int64(len(res.Content))}
-	})
+	}
+	var resp acp.ReadTextFileResponse
+	if cl.taggedBy == TaggedByCustodian {
+		if err = cl.readOnlyWith(ctx, send, annotate); err == nil {
+			resp = answer()
+		}
+	} else {
+		resp, err = cl.keyedRead(ctx, &args, &res, send, rel, answer, annotate)
+	}
 	var re *acp.RequestError
 	if errors.As(err, &re) {
 		// A missing file is answered the way ACP defines it (-32002), so
 		// an agent that reads before it writes can create a new file.
 		return acp.ReadTextFileResponse{}, acpmeta.ResourceNotFound(re, p.Path)
 	}
-	if err != nil {
-		return acp.ReadTextFileResponse{}, err
+	return resp, err
+}
+
+// keyedRead sends a read keyed by its op key (ReadTextFile) and returns
+// its answer: the one answer builds from res, or the receipt's on a
+// replay.
+func (cl *call) keyedRead(ctx context.Context, args *wire.ReadArgs, res *wire.ReadResult, send func(context.Context, ReceiverConn) error,
+	rel string, answer func() acp.ReadTextFileResponse, annotate func(*audit.Record)) (acp.ReadTextFileResponse, error) {
+	var fresh *acp.ReadTextFileResponse // the answer read now; nil for a replay
+	raw, err := cl.keyed(ctx, keyed{op: wire.OpRead, args: args, result: res, send: send, idempotent: true,
+		settle: func() (any, *opstore.Receipt) {
+			a := answer()
+			fresh = &a
+			return fresh, &opstore.Receipt{Outcome: opstore.NeedsReview}
+		},
+		annotate: func(r *audit.Record) {
+			r.Digests = map[string]string{"path": sha256Hex([]byte(rel))}
+		},
+		annotateResult: annotate,
+	})
+	if err == nil && fresh != nil {
+		return *fresh, nil // what the receipt holds, not decoded back
 	}
-	return acp.ReadTextFileResponse{Content: res.Content,
-		Meta: acpmeta.File{SHA256: res.SHA256, Size: res.Size}.Meta()}, nil
+	return decodeResponse[acp.ReadTextFileResponse](raw, err)
 }
 
 // WriteTextFile serves fs/write_text_file: keyed (at most once per op key),

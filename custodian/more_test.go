@@ -2,13 +2,19 @@ package custodian
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/custodian/opstore"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 func TestBackoffIsBounded(t *testing.T) {
@@ -24,24 +30,45 @@ func TestBackoffIsBounded(t *testing.T) {
 	}
 }
 
-// TestReadsAreNotKeyed: read-only callbacks leave no receipt (they spend
-// no durable write).
-func TestReadsAreNotKeyed(t *testing.T) {
+// TestReadsAreKeyedForReplay: a read's receipt keeps its answer, so a
+// retry with the same op key and arguments gets the content first read,
+// byte for byte, and sends nothing, even after the file changed; other
+// arguments under the key are op_key_conflict.
+func TestReadsAreKeyedForReplay(t *testing.T) {
 	h := newHarness(t)
-	h.scriptFiles()
-	h.scriptExec(0, nil)
+	var reads atomic.Int32
+	h.fr.on(wire.OpRead, func(context.Context, *wire.Request, any) (any, error) {
+		if reads.Add(1) == 1 {
+			return wire.ReadResult{Content: "first content", Size: 13, SHA256: strings.Repeat("c", 64)}, nil
+		}
+		return wire.ReadResult{Content: "changed since", Size: 13, SHA256: strings.Repeat("d", 64)}, nil
+	})
 	h.bind()
 	ctx := context.Background()
-	for i := range 3 {
-		if _, err := h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a",
-			Meta: h.op("read-" + string(rune('0'+i)))}); err != nil {
-			t.Fatal(err)
-		}
+	req := acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Meta: h.op("read-1")}
+	first, err := h.agent.conn.ReadTextFile(ctx, req)
+	must(t, err)
+	again, err := h.agent.conn.ReadTextFile(ctx, req)
+	must(t, err)
+	a, _ := json.Marshal(first)
+	b, _ := json.Marshal(again)
+	if string(a) != string(b) || first.Content == "changed since" {
+		t.Fatalf("retry answered %s, want the first answer %s", b, a)
 	}
-	rs, err := h.c.store.List()
-	if err != nil || len(rs) != 0 {
-		t.Fatalf("reads left %d receipts (%v); they must not be keyed", len(rs), err)
+	if n := h.fr.count(wire.OpRead); n != 1 {
+		t.Fatalf("%d reads sent, want 1: a retry reads nothing", n)
 	}
+	raw, err := h.c.store.Get(h.key("read-1"))
+	must(t, err)
+	r, err := opstore.Unmarshal(raw)
+	must(t, err)
+	if r.Outcome != opstore.NeedsReview || string(r.Response) != string(a) {
+		t.Fatalf("receipt %s: want needs_review holding the answer %s", raw, a)
+	}
+	other := req
+	other.Line = new(2)
+	_, err = h.agent.conn.ReadTextFile(ctx, other)
+	wantCode(t, err, errcode.CodeOpKeyConflict)
 }
 
 func TestExtendLease(t *testing.T) {

@@ -42,11 +42,23 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	if len(verify) > 0 {
 		k.extra = verify
 	}
+	var replayed *opstore.Receipt
+	k.onReplay = func(r *opstore.Receipt) { replayed = r }
 	resp, err := decodeResponse[acp.CreateTerminalResponse](cl.keyed(ctx, k))
-	if err == nil {
-		// Also on a replay: the same digest means the same request (and the
-		// same files to verify), so the terminal is this session's.
-		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: opstore.Key(cl.b.digest, cl.b.sessionID, cl.op.OpKey), expect: verify, deadline: cl.deadline})
+	createKey := opstore.Key(cl.b.digest, cl.b.sessionID, cl.op.OpKey)
+	switch {
+	case err == nil && replayed != nil && replayed.Outcome.Final():
+		// A retry of a finished command: its terminal may be released, or
+		// may never have existed here (another custodian recorded it), so
+		// its wait_for_exit and output are answered from the receipt. A
+		// cancel has nothing to kill: the answer stands.
+		cl.b.addReplayTerminal(resp.TerminalId, replayTerminal(createKey, replayed))
+		return resp, nil
+	case err == nil:
+		// Also on a replay of a command still running here: the same digest
+		// means the same request (and the same files to verify), so the
+		// terminal is this session's.
+		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: createKey, expect: verify, deadline: cl.deadline})
 	}
 	if err == nil && ctx.Err() != nil {
 		cl.kill(resp.TerminalId, "terminal/create cancelled by the agent")
@@ -160,6 +172,13 @@ func (h *client) WaitForTerminalExit(ctx context.Context, p acp.WaitForTerminalE
 		cl.answeredFromFinal(len(f.Output))
 		return acp.WaitForTerminalExitResponse{ExitCode: f.Exit.ExitCode, Signal: signalPtr(f.Exit.Signal)}, nil
 	}
+	if t.replayOf != nil { // a replay whose receipt has no output: its exit, if recorded
+		if e := t.replayOf.Exit; e != nil {
+			cl.answeredFromFinal(0)
+			return acp.WaitForTerminalExitResponse{ExitCode: e.ExitCode, Signal: signalPtr(e.Signal)}, nil
+		}
+		return acp.WaitForTerminalExitResponse{}, cl.replayLacks(t, p.TerminalId, "exit")
+	}
 	cl.waitPastCommandEnd(t)
 	var res wire.ExecWaitResult
 	t.beginReleasingWait()
@@ -269,6 +288,9 @@ func (h *client) TerminalOutput(ctx context.Context, p acp.TerminalOutputRequest
 	if f := t.finalOutput(); f != nil { // final: the answer that carried it is the answer
 		cl.answeredFromFinal(len(f.Output))
 		return outputResponse(f), nil
+	}
+	if t.replayOf != nil {
+		return acp.TerminalOutputResponse{}, cl.replayLacks(t, p.TerminalId, "output")
 	}
 	var res wire.ExecOutputResult
 	idle, waiting := t.releasingWaitIdle()

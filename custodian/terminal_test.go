@@ -247,7 +247,7 @@ func TestTransportLoss(t *testing.T) {
 		t.Fatalf("reattach after reconnect: %v", err)
 	}
 	_, err = h.agent.conn.CreateTerminal(ctx, req)
-	wantCode(t, err, errcode.CodeFateUnknown) // the replayed receipt, not a re-send
+	wantCode(t, err, errcode.CodeInterrupted) // the replayed receipt, not a re-send
 	if n := h.fr.count(wire.OpExecStart); n != 1 {
 		t.Fatalf("exec_start sent %d times; a lost request must never be re-sent", n)
 	}

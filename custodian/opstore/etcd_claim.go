@@ -213,7 +213,7 @@ func (s *EtcdStore) interruptOne(ctx context.Context, sid string, tok uint64, ke
 	case Dispatched:
 		r = interrupted(intentOf(r), now, "the custodian that owned the session lost it before the result was recorded (takeover)")
 	case Pending:
-		r.Outcome, r.Note, r.CompletedAt = Interrupted, "the custodian that owned the session lost it before the exit was observed (takeover)", &now
+		interruptPending(r, now, "the custodian that owned the session lost it before the exit was observed (takeover)")
 	}
 	return s.putFenced(sid, tok, key, rev, r)
 }

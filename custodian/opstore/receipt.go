@@ -78,7 +78,9 @@ const CodeInterrupted = "interrupted"
 // Receipt is the durable account of one keyed request. Response is the
 // exact ACP result returned to the agent (replayed byte for byte on a retry
 // with the same key and digest); Error is the refusal returned instead.
-// Records hold digests and sizes, never file contents or command output.
+// What a retry must be answered with is kept in it: a read's Response
+// holds the content read, a finished exec's Output its final output; the
+// audit log keeps only their digests and sizes.
 type Receipt struct {
 	OpKey         string          `json:"op_key"`
 	RequestSHA256 string          `json:"request_sha256"`
@@ -101,7 +103,35 @@ type Receipt struct {
 	// Exit is how the child ended: the receiver's exit status itself, the
 	// one type from the receiver's answer to this receipt.
 	Exit *wire.ExitStatus `json:"exit,omitempty"`
+	// Output is an exec's final output as terminal/output answered it,
+	// kept so a retry of its terminal/create is answered from the receipt
+	// (terminal/output and wait_for_exit on the replayed terminal). nil
+	// when the output was never observed, or did not fit (Note says so).
+	Output *ExecOutput `json:"output,omitempty"`
 }
+
+// ExecOutput is an exec's final output, as terminal/output answered it.
+type ExecOutput struct {
+	Output    string `json:"output"`
+	Truncated bool   `json:"truncated"`
+}
+
+// Fits reports whether r's stored form is within the bound every store
+// keeps for a receipt (what Unmarshal accepts back), with room left for
+// the identity fields a store stamps on it when it records it. A receipt
+// whose response and output are clearly small is not encoded to tell.
+func (r *Receipt) Fits() bool {
+	if len(r.Response) <= maxRecordBytes/4 && (r.Output == nil || 6*len(r.Output.Output) <= maxRecordBytes/4) &&
+		len(r.Files) <= 1024 && len(r.Note) <= 4<<10 && (r.Error == nil || len(r.Error.Message) <= 4<<10) {
+		return true // a quarter each, the rest bounded by the checks on them: well within
+	}
+	b, err := r.Marshal()
+	return err == nil && len(b)+stampRoom <= maxRecordBytes
+}
+
+// stampRoom is what Fits leaves for the fields Finish copies from the
+// intent (op key, digests, session id, principal, times; each bounded).
+const stampRoom = 8 << 10
 
 // HasResult reports whether the receiver's answer (or a refusal standing
 // in for it) is recorded: a retry is then answered from the receipt.
@@ -140,4 +170,13 @@ func interrupted(in Intent, now time.Time, note string) *Receipt {
 			"op key %s was dispatched and its result is unknown (%s); it is never replayed", in.OpKey, note)},
 		Note: note, TaggedBy: in.TaggedBy,
 	}
+}
+
+// interruptPending turns r, an exec whose exit was never observed, into
+// Interrupted: its Response (the terminal id) stays as it was answered, and
+// its Error is what a retry of its key is answered with instead.
+func interruptPending(r *Receipt, now time.Time, note string) {
+	r.Outcome, r.Note, r.CompletedAt = Interrupted, note, &now
+	r.Error = &ResultError{Code: CodeInterrupted, Message: fmt.Sprintf(
+		"op key %s started a command whose exit is unknown (%s); it is never run again", r.OpKey, note)}
 }

@@ -110,8 +110,7 @@ func recoverUnfinished(b *bolt.Bucket, now time.Time) error {
 		case Dispatched:
 			fix = append(fix, interrupted(intentOf(r), now, "custodian stopped before the result was recorded"))
 		case Pending:
-			r.Outcome, r.Note = Interrupted, "custodian stopped before the exit was observed"
-			r.CompletedAt = &now
+			interruptPending(r, now, "custodian stopped before the exit was observed")
 			fix = append(fix, r)
 		}
 		return nil

@@ -65,7 +65,7 @@ func readOnly(dir string, wait time.Duration) ([]*Receipt, error) {
 		case Dispatched:
 			r = interrupted(intentOf(r), now, "custodian stopped before the result was recorded (not yet recovered)")
 		case Pending:
-			r.Outcome, r.Note = Interrupted, "custodian stopped before the exit was observed (not yet recovered)"
+			interruptPending(r, now, "custodian stopped before the exit was observed (not yet recovered)")
 		}
 		out = append(out, r)
 	}

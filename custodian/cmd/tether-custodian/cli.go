@@ -21,7 +21,7 @@ const usage = `tether-custodian: the ACP client side of tether.
 Usage:
   tether-custodian run --config FILE [--agent PROFILE] [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]
   tether-custodian agents
-  tether-custodian receipts show --state DIR [--key K] [--wait D]
+  tether-custodian receipts show (--state DIR | --config FILE) [--key K] [--wait D]
   tether-custodian audit verify --state DIR --pubkey FILE [--checkpoint FILE] [--witness KEY... [--witness-quorum K]]
   tether-custodian audit witness --state DIR --pubkey FILE --witness URL=KEY... [--quorum K]
   tether-custodian audit keygen --name NAME --out PREFIX

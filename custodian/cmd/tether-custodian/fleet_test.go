@@ -128,14 +128,17 @@ func grantProcs() int {
 
 // TestIntegrationFleetRunTakeover runs `tether-custodian run` on the etcd
 // op store against a real receiver and a real 3-member etcd cluster. The
-// owner's agent starts a command keyed k1 that appends a line and runs
-// on; the owning custodian is SIGKILLed in the middle of it. A standby
-// (`run --standby`, same session id, its own state directory), started
-// while the owner lived, takes the session over within the lease TTL,
+// owner's agent runs k0 to its end (it appends a line and prints out-0),
+// then starts a command keyed k1 that appends a line and runs on; the
+// owning custodian is SIGKILLed in the middle of it. A standby (`run
+// --standby`, same session id, its own state directory), started while
+// the owner lived, takes the session over within the lease TTL,
 // re-attaches (which kills the old command on the receiver), and its
-// agent's retry of k1 with the same arguments is answered from k1's
-// receipt in etcd, now interrupted: the line is there once, never twice;
-// k2 then runs.
+// agent retries k0 and k1 with the same arguments: k0 gets the owner's
+// answer (exit 0, out-0) from its receipt in etcd, k1 gets interrupted,
+// as its receipt says; each line is there once, never twice; k2 then
+// runs. `receipts show --config` with the standby's config reads those
+// receipts from etcd.
 func TestIntegrationFleetRunTakeover(t *testing.T) {
 	rr := realrecv.Start(t)
 	c := etcdtest.Start(t, etcdtest.Options{})
@@ -143,10 +146,12 @@ func TestIntegrationFleetRunTakeover(t *testing.T) {
 	prefix := "/fleet-run/" + filepath.Base(dir) + "/"
 	cfgA := fleetRunConfig(t, rr, c, dir, "custodian-a", prefix)
 	cfgB := fleetRunConfig(t, rr, c, dir, "custodian-b", prefix)
+	k0 := "key=k0 sh echo k0 >> ROOT/side; echo out-0"
 	k1 := "key=k1 sh echo k1 >> ROOT/side; sleep 60"
 	owner := exec.Command("tether-custodian", "run", "--no-jail", "--config", cfgA, "--session-id", "sess-fleet",
-		"--prompt", k1, "--", "test-agent")
+		"--prompt", k0, "--prompt", k1, "--", "test-agent")
 	owner.Dir, owner.Stderr = dir, os.Stderr
+	ownerOuts := newLineLog(t, owner, false)
 	realrecv.Must(t, owner.Start())
 	t.Cleanup(func() { owner.Process.Kill(); owner.Wait() })
 	side := rr.File("side")
@@ -156,7 +161,7 @@ func TestIntegrationFleetRunTakeover(t *testing.T) {
 	})
 
 	standby := exec.Command("tether-custodian", "run", "--standby", "--no-jail", "--config", cfgB, "--session-id", "sess-fleet",
-		"--prompt", k1, "--prompt", "key=k2 sh echo k2 >> ROOT/side", "--", "test-agent")
+		"--prompt", k0, "--prompt", k1, "--prompt", "key=k2 sh echo k2 >> ROOT/side", "--", "test-agent")
 	standby.Dir = dir
 	errs, outs := newLineLog(t, standby, true), newLineLog(t, standby, false)
 	realrecv.Must(t, standby.Start())
@@ -184,23 +189,51 @@ func TestIntegrationFleetRunTakeover(t *testing.T) {
 	if took <= 0 || took > 20*time.Second {
 		t.Fatalf("takeover %s after SIGKILL, lease TTL 2s", took)
 	}
-	// k1's retry is answered from its receipt: the create's own answer (the
-	// old terminal, whose wait then shows the kill) or, if the owner died
-	// before the answer was recorded, interrupted. Either way it runs
-	// nothing.
-	if outs.when(`ok exec exit=-1`).IsZero() && outs.when(`error interrupted`).IsZero() {
-		t.Fatal("k1's retry at the standby was not answered from its receipt")
+	// k0's retry gets the owner's answer from k0's receipt, byte for byte;
+	// k1's retry gets interrupted, never the kill the takeover dealt its
+	// old terminal: its receipt is interrupted. Neither runs again.
+	const k0Answer = `ok exec exit=0 output=\"out-0\\n\"` // as the agent_message_chunk's JSON holds it
+	<-ownerOuts.done
+	if ownerOuts.when(k0Answer).IsZero() || outs.when(k0Answer).IsZero() {
+		t.Fatalf("k0's answer at the owner:\n%s\nat the standby:\n%s\nwant %s at both", ownerOuts, outs, k0Answer)
 	}
-	if outs.when("ok exec exit=0").IsZero() {
+	if outs.when(`error interrupted`).IsZero() || !outs.when(`ok exec exit=-1`).IsZero() {
+		t.Fatal("k1's retry at the standby was not answered interrupted, as its receipt says")
+	}
+	if outs.when(`ok exec exit=0 output=\"\"`).IsZero() {
 		t.Fatal("k2 did not run at the standby")
 	}
 	data, _ := os.ReadFile(side)
-	if got := strings.Fields(string(data)); strings.Join(got, ",") != "k1,k2" {
-		t.Fatalf("side effects %v, want [k1 k2]: k1 ran twice or k2 not at all", got)
+	if got := strings.Fields(string(data)); strings.Join(got, ",") != "k0,k1,k2" {
+		t.Fatalf("side effects %v, want [k0 k1 k2]: a retry ran again or k2 not at all", got)
 	}
 	waitFor(t, 15*time.Second, "the old owner's command is killed by the standby's attach (orphan grace is 30 s)",
 		func() bool { return grantProcs() == 0 })
 	checkFleetReceipt(t, c, prefix, rr, "sess-fleet", "k1:create", opstore.Interrupted)
+	checkReceiptsShowFleet(t, cfgB, map[string]string{"k0:create": `"outcome":"needs_review"`, "k1:create": `"outcome":"interrupted"`,
+		"k2:create": `"outcome":"needs_review"`})
+}
+
+// checkReceiptsShowFleet runs `receipts show --config cfg` (an etcd
+// op_store) and `--key K` for each key of want, whose receipt line must
+// contain want[K].
+func checkReceiptsShowFleet(t *testing.T, cfg string, want map[string]string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"receipts", "show", "--config", cfg}, nil, &out, &errb); code != exitOK {
+		t.Fatalf("receipts show --config: exit %d: %s", code, &errb)
+	}
+	all := out.String()
+	for key, frag := range want {
+		out.Reset()
+		if code := run(context.Background(), []string{"receipts", "show", "--config", cfg, "--key", key}, nil, &out, &errb); code != exitOK {
+			t.Fatalf("receipts show --config --key %s: exit %d: %s", key, code, &errb)
+		}
+		line := strings.TrimSpace(out.String())
+		if strings.Count(line, "\n") != 0 || !strings.Contains(line, frag) || !strings.Contains(all, line) {
+			t.Fatalf("receipts show --key %s from etcd: %q, want one receipt with %s (all: %s)", key, line, frag, all)
+		}
+	}
 }
 
 // checkFleetReceipt reads key's receipt from etcd and checks its outcome.

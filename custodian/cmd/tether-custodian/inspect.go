@@ -22,29 +22,35 @@ import (
 
 // cmdReceiptsShow prints receipts as JSON, one per line, oldest dispatch
 // first; with --key, the receipts of that op key exactly as stored (one
-// per session that used it: op keys are scoped per binding).
+// per session that used it: op keys are scoped per binding). With
+// --config it reads where `run` with that config keeps them: the etcd op
+// store of a fleet, or the config's state directory.
 func cmdReceiptsShow(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("receipts show", flag.ContinueOnError)
-	state := fs.String("state", "", "custodian state directory (required)")
+	state := fs.String("state", "", "custodian state directory (this or --config)")
+	cfgPath := fs.String("config", "", "run's config file: its op_store (etcd) or its state_dir is read (this or --state)")
 	key := fs.String("key", "", "print only the receipts of this operation key (one per session that used it)")
-	wait := fs.Duration("wait", 10*time.Second, "how long a running custodian on DIR may take to answer")
-	usageFor(fs, "receipts show --state DIR [--key K] [--wait D]",
+	wait := fs.Duration("wait", 10*time.Second, "how long a running custodian on DIR, or etcd, may take to answer")
+	usageFor(fs, "receipts show (--state DIR | --config FILE) [--key K] [--wait D]",
 		"Prints receipts as JSON (one per line), oldest dispatch first. Keys dispatched by a\n"+
 			"custodian that stopped before recording their result are shown interrupted. While a\n"+
 			"custodian runs on DIR it is asked for a snapshot (its requests in flight show as\n"+
-			"dispatched, its running commands as pending). No receipt is modified.")
+			"dispatched, its running commands as pending). With --config FILE whose op_store is\n"+
+			"etcd, the fleet's receipts are read from etcd as stored (a key dispatched or pending\n"+
+			"there is in flight at its owner, or interrupted at the session's next claim); with\n"+
+			"another op_store, FILE's state_dir is read. No receipt is modified.")
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	if *state == "" || fs.NArg() != 0 || *wait <= 0 {
+	if (*state == "") == (*cfgPath == "") || fs.NArg() != 0 || *wait <= 0 {
 		fs.Usage()
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeoutCause(context.Background(), *wait, fmt.Errorf("no answer within --wait %s", *wait))
 	defer cancel()
-	rs, err := opstore.Snapshot(ctx, filepath.Join(*state, custodian.OpKeysDir))
+	rs, code, err := readReceipts(ctx, *state, *cfgPath)
 	if err != nil {
-		return fail(stderr, exitRuntime, "receipts show: %v", err)
+		return fail(stderr, code, "receipts show: %v", err)
 	}
 	found := false
 	for _, r := range rs {
@@ -62,6 +68,28 @@ func cmdReceiptsShow(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitFailed, "receipts show: no receipt for op key %q", *key)
 	}
 	return exitOK
+}
+
+// readReceipts reads the receipts of state dir state, or of what config
+// file cfgPath names (its etcd op store, or its state_dir); on error it
+// also returns the exit code.
+func readReceipts(ctx context.Context, state, cfgPath string) ([]*opstore.Receipt, int, error) {
+	if cfgPath != "" {
+		cfg, err := custodian.LoadConfig(cfgPath)
+		if err != nil {
+			return nil, exitUsage, err
+		}
+		if cfg.OpStore.Etcd() {
+			rs, err := custodian.FleetReceipts(ctx, *cfg.OpStore)
+			if errors.Is(err, custodian.ErrConfig) {
+				return nil, exitUsage, err
+			}
+			return rs, exitRuntime, err
+		}
+		state = cfg.StateDir
+	}
+	rs, err := opstore.Snapshot(ctx, filepath.Join(state, custodian.OpKeysDir))
+	return rs, exitRuntime, err
 }
 
 // cmdAuditVerify checks the audit log against its checkpoint and an

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -68,4 +69,73 @@ func TestIntegrationRunWithPlugin(t *testing.T) {
 	if outcomes["fs/write_text_file verified"] != 2 || outcomes["terminal/create needs_review"] != 1 {
 		t.Fatalf("receipts %v: want two verified writes (write, edit) and a needs_review exec", outcomes)
 	}
+}
+
+// TestIntegrationRunWithPluginRetries is the issue's black-box sequence
+// through the shipped binaries (`tether-custodian run`, the reference
+// host agent, the real tether-plugin, a real receiver): a write, a read,
+// an edit and `run_command` of a command that appends a line and prints
+// out-1, each with the caller's op_key, then the same four prompts again
+// in the same session. Each retry's tool result equals the first's, byte
+// for byte (the command's output from its receipt, its terminal
+// released), the command ran once and the edit applied once.
+func TestIntegrationRunWithPluginRetries(t *testing.T) {
+	rr := realrecv.Start(t)
+	plugin := realrecv.BuildBinary(t, "github.com/tetherdev/tether/plugin/cmd/tether-plugin", "tether-plugin")
+	agent := realrecv.BuildBinary(t, "github.com/tetherdev/tether/fixtures/cmd/tether-hostagent", "tether-hostagent")
+	dir := nodeRunDir(t, rr, "1m")
+	notes := rr.Tuple.Root + "/notes.txt"
+	once := []string{
+		fmt.Sprintf(`write_text_file {"path":%q,"content":"alpha\nbeta\n","op_key":"w1"}`, notes),
+		fmt.Sprintf(`read_text_file {"path":%q,"op_key":"r1"}`, notes),
+		fmt.Sprintf(`edit_text_file {"path":%q,"old_text":"beta","new_text":"gamma","op_key":"e1"}`, notes),
+		`run_command {"command":"/bin/sh","args":["-c","echo x >> side.txt; echo out-1"],"op_key":"k1"}`,
+	}
+	args := []string{"run", "--no-jail", "--config", filepath.Join(dir, "c.json")}
+	for _, p := range append(slices.Clone(once), once...) {
+		args = append(args, "--prompt", p)
+	}
+	args = append(args, "--", agent, "--plugin", plugin, "--principal", rr.Tuple.Owner)
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), args, nil, &stdout, &stderr); code != exitOK {
+		t.Fatalf("run exit %d\nstdout:\n%s\nstderr:\n%s", code, &stdout, &stderr)
+	}
+	results := completedToolOutputs(t, stdout.Bytes())
+	if len(results) != 2*len(once) {
+		t.Fatalf("%d tool calls completed, want %d:\n%s", len(results), 2*len(once), &stdout)
+	}
+	for i := range once {
+		if results[i] != results[len(once)+i] {
+			t.Fatalf("%s\nfirst answered  %s\nretry answered  %s", once[i], results[i], results[len(once)+i])
+		}
+	}
+	if !strings.Contains(results[3], `"output":"out-1\n"`) {
+		t.Fatalf("run_command answered %s", results[3])
+	}
+	for name, want := range map[string]string{"side.txt": "x\n", "notes.txt": "alpha\ngamma\n"} {
+		if got, err := os.ReadFile(rr.File(name)); err != nil || string(got) != want {
+			t.Fatalf("%s = %q (%v), want %q: a retry ran again", name, got, err, want)
+		}
+	}
+}
+
+// completedToolOutputs returns the rawOutput of every tool call update run
+// printed with status completed, in order, as printed.
+func completedToolOutputs(t *testing.T, stdout []byte) []string {
+	t.Helper()
+	var out []string
+	for _, line := range bytes.Split(stdout, []byte("\n")) {
+		var n struct {
+			Update struct {
+				SessionUpdate string          `json:"sessionUpdate"`
+				Status        string          `json:"status"`
+				RawOutput     json.RawMessage `json:"rawOutput"`
+			} `json:"update"`
+		}
+		if json.Unmarshal(line, &n) != nil || n.Update.SessionUpdate != "tool_call_update" || n.Update.Status != "completed" {
+			continue
+		}
+		out = append(out, string(n.Update.RawOutput))
+	}
+	return out
 }
