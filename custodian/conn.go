@@ -64,7 +64,7 @@ func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptio
 	// first read until its logger is set, so SetLogger cannot race with it.
 	out := &lockedWriter{w: toAgent}
 	cl := &client{c: c, conn: cn}
-	g := &gatedReader{r: splitLongLines(fromAgent, out, cl, c.log), open: make(chan struct{})}
+	g := &gatedReader{r: splitLongLines(fromAgent, out, cl, c.log, c.lines), open: make(chan struct{})}
 	cn.acp = acp.NewClientSideConnection(cl, out, g)
 	cn.acp.SetLogger(sdkLogger(c.log))
 	close(g.open)
