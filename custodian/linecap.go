@@ -146,20 +146,29 @@ func (ll *longLines) spoolLong(head []byte) error {
 	}
 	ll.calls.Go(func() {
 		defer lc.release(lineCharge * n)
-		line := make([]byte, n)
-		_, rerr := f.ReadAt(line, 0)
-		f.Close()
-		if rerr != nil {
-			ll.log.Error("custodian: read back a long agent message", "err", rerr)
-			ll.answerRefusal(sc.id(), lineRefusal{errcode.CodeBusy, "the custodian could not read a long message back; retry"})
-			return
-		}
-		msg, derr, ok := ll.decodeLong(line) // line is dead after: only the content decoded stays
-		if ok {
-			ll.runLong(msg, derr, int(n))
-		}
+		ll.serveSpooled(f, n, &sc)
 	})
 	return nil
+}
+
+// serveSpooled decodes the n-byte line in f from a read-only mapping of
+// f (unmapped as soon as it is decoded, so only the content decoded stays
+// resident, whenever the collector runs) and serves it. It closes f.
+func (ll *longLines) serveSpooled(f *os.File, n int64, sc *idScanner) {
+	line, err := unix.Mmap(int(f.Fd()), 0, int(n), unix.PROT_READ, unix.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		ll.log.Error("custodian: map a long agent message", "err", err)
+		ll.answerRefusal(sc.id(), lineRefusal{errcode.CodeBusy, "the custodian could not read a long message back; retry"})
+		return
+	}
+	msg, derr, ok := ll.decodeLong(line) // copies what it keeps: nothing points into line after
+	if uerr := unix.Munmap(line); uerr != nil {
+		ll.log.Error("custodian: unmap a long agent message", "err", uerr)
+	}
+	if ok {
+		ll.runLong(msg, derr, int(n))
+	}
 }
 
 // fill writes head and the rest of its line to f, scanning every byte
