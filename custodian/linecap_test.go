@@ -3,6 +3,7 @@ package custodian
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -160,5 +161,24 @@ func TestLongLineRefusedNotification(t *testing.T) {
 	sdk, answers := readAgent(t, strings.NewReader(line+shortLine), caps)
 	if sdk != shortLine || len(answers) != 0 {
 		t.Fatalf("SDK got %.100q, answers %q", sdk, answers)
+	}
+}
+
+// TestConfigLongLinesAndAuditBudget: the caps and the audit budget are
+// read from the config file; below -1, or a byte cap under twice the
+// SDK's line bound, is refused.
+func TestConfigLongLinesAndAuditBudget(t *testing.T) {
+	base := `{"tuple":{"owner":"alice","allocation":"a1","session":"s1","workspace":"w1","sandbox":"sb1","generation":1,"executor":"e1","site":"local","root":"/srv/w1"},
+"lease_not_after":"2030-01-01T00:00:00Z","principal":"alice","state_dir":"state","audit_key_file":"audit.key",
+"receiver":{"kind":"unix","path":"r.sock","host_only":true}%s}`
+	c, err := ParseConfig([]byte(sprintf(base, `,"long_lines":2,"long_line_bytes":134217728,"audit_budget":-1`)), "/etc/tether")
+	must(t, err)
+	if c.LongLines != 2 || c.LongLineBytes != 128<<20 || c.AuditBudget != -1 {
+		t.Fatalf("config: long_lines %d, long_line_bytes %d, audit_budget %d", c.LongLines, c.LongLineBytes, c.AuditBudget)
+	}
+	for _, bad := range []string{`,"long_lines":-2`, `,"long_line_bytes":-1`, `,"long_line_bytes":1048576`, `,"audit_budget":-2`} {
+		if _, err := ParseConfig([]byte(sprintf(base, bad)), "/etc/tether"); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", bad, err)
+		}
 	}
 }
