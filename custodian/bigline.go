@@ -53,7 +53,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // output it waits for the long requests in flight, then reports the end.
 type longLines struct {
 	br      *bufio.Reader
-	pending []byte
+	pending [][]byte // the rest of the line being read by the SDK, in pieces
 	err     error
 	out     *lockedWriter
 	cl      *client
@@ -83,18 +83,26 @@ func (ll *longLines) Read(p []byte) (int, error) {
 		ll.err = err
 		ll.pending = line
 	}
-	n := copy(p, ll.pending)
-	ll.pending = ll.pending[n:]
+	n := copy(p, ll.pending[0])
+	if ll.pending[0] = ll.pending[0][n:]; len(ll.pending[0]) == 0 {
+		ll.pending = ll.pending[1:]
+	}
 	return n, nil
 }
 
 // readShort returns one line with its newline, or, with long set, the
-// first bytes of a line longer than sdkLineMax (the rest unread).
-func readShort(br *bufio.Reader) (line []byte, long bool, err error) {
+// first bytes of a line longer than sdkLineMax (the rest unread), in the
+// non-empty pieces it was read in: a line is never copied to grow it, so
+// a long one costs no garbage before it is known to be long.
+func readShort(br *bufio.Reader) (line [][]byte, long bool, err error) {
+	n := 0
 	for {
 		part, err := br.ReadSlice('\n')
-		line = append(line, part...)
-		if len(line) > sdkLineMax {
+		if len(part) > 0 {
+			line = append(line, bytes.Clone(part))
+			n += len(part)
+		}
+		if n > sdkLineMax {
 			return line, true, nil
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
@@ -103,12 +111,12 @@ func readShort(br *bufio.Reader) (line []byte, long bool, err error) {
 	}
 }
 
-// takeLong reads the rest of a long line whose first bytes are head and
+// takeLong reads the rest of a long line whose first pieces are head and
 // serves it: held in memory without caps, else spooled under ll.caps.
 // It returns the error that ends the agent's output, if any.
-func (ll *longLines) takeLong(head []byte) error {
+func (ll *longLines) takeLong(head [][]byte) error {
 	if ll.caps == nil {
-		line, err := readRest(ll.br, head)
+		line, err := readRest(ll.br, bytes.Join(head, nil))
 		if line != nil {
 			ll.serveLong(line)
 		}

@@ -44,6 +44,9 @@ func TestMain(m *testing.M) {
 	grantUID, grantGID = realrecv.GrantIDs()
 	code := m.Run()
 	realrecv.Cleanup()
+	if memHelperDir != "" {
+		os.RemoveAll(memHelperDir)
+	}
 	os.Exit(code)
 }
 

@@ -119,10 +119,12 @@ type lineRefusal struct {
 // spoolLong reads the long line begun by head into a spool file and
 // serves it under the caps, or answers it busy or too_large. It returns
 // the error that ends the agent's output, if any.
-func (ll *longLines) spoolLong(head []byte) error {
+func (ll *longLines) spoolLong(head [][]byte) error {
 	lc := ll.caps
 	var sc idScanner
-	sc.Write(head)
+	for _, p := range head {
+		sc.Write(p)
+	}
 	if !lc.takeSlot() {
 		return ll.refuseLong(&sc, lineRefusal{errcode.CodeBusy, "the custodian serves as many long messages as it may; retry"})
 	}
@@ -133,7 +135,11 @@ func (ll *longLines) spoolLong(head []byte) error {
 		return ll.refuseLong(&sc, lineRefusal{errcode.CodeBusy, "the custodian could not take a long message; retry"})
 	}
 	n, refusal, err := ll.fill(f, &sc, head)
-	if err == nil && refusal == nil && !lc.charge(lineCharge*n) {
+	switch {
+	case err != nil || refusal != nil:
+	case n > lc.perLine: // the head alone, under a bound below the SDK's
+		refusal = ll.tooLarge()
+	case !lc.charge(lineCharge * n):
 		refusal = &lineRefusal{errcode.CodeBusy, "the custodian holds as many long-message bytes as it may; retry"}
 	}
 	if refusal != nil || err != nil {
@@ -176,12 +182,15 @@ func (ll *longLines) serveSpooled(f *os.File, n int64, sc *idScanner) {
 // writing and returns a too_large refusal with the rest of the line
 // still unread. An error is the end of the agent's output inside the
 // line.
-func (ll *longLines) fill(f *os.File, sc *idScanner, head []byte) (int64, *lineRefusal, error) {
+func (ll *longLines) fill(f *os.File, sc *idScanner, head [][]byte) (int64, *lineRefusal, error) {
 	spoolFailed := &lineRefusal{errcode.CodeBusy, "the custodian could not spool a long message; retry"}
-	n := int64(len(head))
-	if _, err := f.Write(head); err != nil {
-		ll.log.Error("custodian: spool a long agent message", "err", err)
-		return n, spoolFailed, nil
+	n := int64(0)
+	for _, p := range head {
+		n += int64(len(p))
+		if _, err := f.Write(p); err != nil {
+			ll.log.Error("custodian: spool a long agent message", "err", err)
+			return n, spoolFailed, nil
+		}
 	}
 	var err error
 	for !sc.ended() && err == nil {
@@ -233,5 +242,7 @@ func (ll *longLines) answerRefusal(id []byte, r lineRefusal) {
 		ll.log.Warn("custodian: dropped a long agent message that is not a request", "code", string(r.code))
 		return
 	}
-	ll.answer(id, nil, acpmeta.NewError(r.code, "%s", r.why))
+	// Written on its own goroutine, as the SDK writes its answers: the
+	// reader never waits for an agent that does not read.
+	ll.calls.Go(func() { ll.answer(id, nil, acpmeta.NewError(r.code, "%s", r.why)) })
 }

@@ -147,6 +147,10 @@ func TestLongLineTooLarge(t *testing.T) {
 	if left, _ := os.ReadDir(caps.dir); len(left) != 0 {
 		t.Fatalf("spool left %d files", len(left))
 	}
+	_, answers = readAgent(t, longMessage("fs/write_text_file", 11, sdkLineMax), testCaps(t, 4, 2<<20)) // ends within the first read
+	if id, _, code := answerOf(t, answers[0]); id != 11 || code != errcode.CodeTooLarge {
+		t.Fatalf("answer id %d code %q, want 11 too_large", id, code)
+	}
 	_, answers = readAgent(t, longMessage("fs/read_text_file", 10, 20<<20), testCaps(t, 4, DefaultLongLineBytes))
 	if id, rpc, _ := answerOf(t, answers[0]); id != 10 || rpc != -32600 {
 		t.Fatalf("answer id %d error %d, want 10 -32600 (served)", id, rpc)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,38 @@ import (
 // /proc/<pid>/status) once it answered a probe, against its VmHWM at its
 // end, which it writes to a file before it exits. The difference is what
 // the long lines cost, garbage the collector had not returned included.
+// Under the race detector, whose shadow memory triples what any byte
+// costs, the helper is this package's test binary built without it.
+
+// memHelperBinary returns the binary to run as memHelper.
+func memHelperBinary(t *testing.T) string {
+	t.Helper()
+	if !raceEnabled {
+		return os.Args[0]
+	}
+	memHelperOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tether-memhelper-")
+		if err != nil {
+			memHelperErr = err
+			return
+		}
+		memHelperDir = dir
+		out, err := exec.Command("go", "test", "-c", "-o", filepath.Join(dir, "custodian.test"), ".").CombinedOutput()
+		if err != nil {
+			memHelperErr = fmt.Errorf("go test -c without -race: %w: %s", err, out)
+		}
+	})
+	if memHelperErr != nil {
+		t.Fatal(memHelperErr)
+	}
+	return filepath.Join(memHelperDir, "custodian.test")
+}
+
+var (
+	memHelperOnce sync.Once
+	memHelperDir  string // removed by TestMain
+	memHelperErr  error
+)
 
 const memHelperEnv = "TETHER_CUSTODIAN_MEM_HELPER"
 
@@ -123,7 +156,7 @@ func memRun(t *testing.T, mc memConfig, send func(w io.Writer)) ([]memAnswer, in
 	dir := t.TempDir()
 	mc.State, mc.Key, mc.HWMFile = filepath.Join(dir, "state"), skey, filepath.Join(dir, "hwm")
 	cfg, _ := json.Marshal(mc)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd := exec.Command(memHelperBinary(t), "-test.run=^$")
 	cmd.Env = append(os.Environ(), memHelperEnv+"=1", memHelperEnv+"_CONFIG="+string(cfg))
 	cmd.Stderr = os.Stderr
 	toC, err := cmd.StdinPipe()
