@@ -73,12 +73,12 @@ func testCaps(t *testing.T, lines int, bytes int64) *lineCaps {
 
 const shortLine = `{"jsonrpc":"2.0","id":1,"method":"x/short"}` + "\n"
 
-// TestLongLineBusy: with every long-line slot taken (another line in
-// flight), a long request is answered busy with the id that comes after
-// its content, nothing of it reaches the SDK, and the short line after it
-// does. Positive control: with the slot free the same line is served (as
-// a read, refused -32600), and with the caps off too.
-func TestLongLineBusy(t *testing.T) {
+// TestAttackLongLinesPastTheSlotsAreBusy: with every long-line slot taken
+// (another line in flight), a long request is answered busy with the id
+// that comes after its content, nothing of it reaches the SDK, and the
+// short line after it does. Positive control: with the slot free the same
+// line is served (as a read, refused -32600), and with the caps off too.
+func TestAttackLongLinesPastTheSlotsAreBusy(t *testing.T) {
 	caps := testCaps(t, 1, DefaultLongLineBytes)
 	if !caps.takeSlot() {
 		t.Fatal("no slot to take")
@@ -105,10 +105,10 @@ func TestLongLineBusy(t *testing.T) {
 	}
 }
 
-// TestLongLineBytesBusy: a whole long line whose charge does not fit the
-// bytes free now (other lines hold them) is answered busy. Positive
-// control: with the bytes free it is served.
-func TestLongLineBytesBusy(t *testing.T) {
+// TestAttackLongLinesPastTheBytesAreBusy: a whole long line whose charge
+// does not fit the bytes free now (other lines hold them) is answered
+// busy. Positive control: with the bytes free it is served.
+func TestAttackLongLinesPastTheBytesAreBusy(t *testing.T) {
 	caps := testCaps(t, 4, 64<<20)
 	if !caps.charge(40 << 20) {
 		t.Fatal("no bytes to charge")
@@ -127,12 +127,12 @@ func TestLongLineBytesBusy(t *testing.T) {
 	}
 }
 
-// TestLongLineTooLarge: a line longer than one line's bound (half of
-// LongLineBytes) is answered too_large as it passes the bound, the rest of
-// it is dropped, the traffic after it flows, the slot is given back and
-// no spool file is left. Positive control: under the default bound the
-// same line is served.
-func TestLongLineTooLarge(t *testing.T) {
+// TestAttackLongLineOverItsBoundIsTooLarge: a line longer than one line's
+// bound (half of LongLineBytes) is answered too_large as it passes the
+// bound, the rest of it is dropped, the traffic after it flows, the slot
+// is given back and no spool file is left. Positive control: under the
+// default bound the same line is served.
+func TestAttackLongLineOverItsBoundIsTooLarge(t *testing.T) {
 	caps := testCaps(t, 4, 2*(12<<20))
 	sdk, answers := readAgent(t, io.MultiReader(longMessage("fs/write_text_file", 9, 20<<20), strings.NewReader(shortLine)), caps)
 	if sdk != shortLine || len(answers) != 1 {

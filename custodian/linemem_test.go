@@ -221,11 +221,12 @@ func longWrite(w io.Writer, id, size int) {
 	_, _ = io.Copy(w, longMessage("fs/write_text_file", id, size))
 }
 
-// TestLongLineMemory420MiB: one 420 MiB line costs the custodian process
-// less than 64 MiB of resident memory to refuse, and it is refused
-// too_large. Positive control: with the caps off the same line costs more
-// than 64 MiB (it is held while read, then ends the connection).
-func TestLongLineMemory420MiB(t *testing.T) {
+// TestAttackLongLine420MiBCostsUnder64MiB: one 420 MiB line costs the
+// custodian process less than 64 MiB of resident memory to refuse, and it
+// is refused too_large. Positive control: with the caps off the same line
+// costs more than 64 MiB (it is held while read, then ends the
+// connection).
+func TestAttackLongLine420MiBCostsUnder64MiB(t *testing.T) {
 	const bound = 64 << 20
 	send := func(w io.Writer) { longWrite(w, 7, 420<<20) }
 	got, growth := memRun(t, memConfig{}, send)
@@ -243,14 +244,14 @@ func TestLongLineMemory420MiB(t *testing.T) {
 	}
 }
 
-// TestLongLineMemoryConcurrentWrites: n 60 MiB writes the custodian
+// TestAttackConcurrentLongWritesAreBounded: n 60 MiB writes the custodian
 // cannot finish quickly (each held once decoded until the agent's output
 // ends) cost the process less than LongLineBytes and 64 MiB more, the
 // writes past the caps answered busy and the others served (not_admitted:
 // no session is bound). Positive control: with the caps off every write is
 // held and the growth passes that bound. n is 24 with TETHER_BENCH_FULL=1,
 // else 6.
-func TestLongLineMemoryConcurrentWrites(t *testing.T) {
+func TestAttackConcurrentLongWritesAreBounded(t *testing.T) {
 	n := 6
 	if os.Getenv("TETHER_BENCH_FULL") == "1" {
 		n = 24
