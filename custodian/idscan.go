@@ -13,7 +13,7 @@ import (
 // key that is "id" (matched as encoding/json matches a field name,
 // case-insensitively, escapes decoded) when that value is a number or a
 // string of at most maxScanID bytes, and whether a "method" key was
-// seen. Bytes after the first newline are ignored. It validates nothing
+// seen, with its value when that is a string of at most maxScanID bytes. Bytes after the first newline are ignored. It validates nothing
 // else: a line that is not JSON may still yield an id, and the answer to
 // it is only a refusal of that id.
 type idScanner struct {
@@ -28,10 +28,11 @@ type idScanner struct {
 	key    []byte
 	keyCut bool   // the key passed maxScanKey
 	field  string // the depth-1 key whose value is being read: "id", "method" or ""
-	val    []byte // the id's value being read
+	val    []byte // the id's or method's value being read
 	valCut bool   // the value passed maxScanID, or is an object or array
 	found  []byte // the last complete id
 	method bool
+	name   string // the last method's value, when a string
 }
 
 // Bounds of what the scanner holds.
@@ -48,7 +49,7 @@ func (s *idScanner) Write(p []byte) (int, error) {
 			s.nl = bytes.IndexByte(p, '\n') >= 0
 			return n, nil
 		}
-		if s.inStr && !s.esc && !s.inKey && s.field != "id" { // skip a string nobody reads
+		if s.inStr && !s.esc && !s.inKey && s.field == "" { // skip a string nobody reads
 			i := bytes.IndexAny(p, "\"\\\n")
 			if i < 0 {
 				return n, nil
@@ -60,6 +61,10 @@ func (s *idScanner) Write(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// methodName returns the value of the message's method, when it is a
+// string ("" otherwise).
+func (s *idScanner) methodName() string { return s.name }
 
 // ended reports whether the newline was seen.
 func (s *idScanner) ended() bool { return s.nl }
@@ -136,7 +141,7 @@ func (s *idScanner) open(c byte) {
 		s.depth, s.atKey = 1, true
 		return
 	}
-	if s.depth == 1 && s.field == "id" {
+	if s.depth == 1 && s.field != "" {
 		s.valCut = true
 	}
 	s.depth++
@@ -160,7 +165,7 @@ func (s *idScanner) keep(c byte) {
 		s.broken, s.done = true, true
 		return
 	}
-	if s.depth != 1 || s.field != "id" || s.valCut {
+	if s.depth != 1 || s.field == "" || s.valCut {
 		return
 	}
 	if len(s.val) == maxScanID {
@@ -208,7 +213,10 @@ func (s *idScanner) endValue() {
 			s.found = bytes.Clone(s.val)
 		}
 	case "method":
-		s.method = true
+		s.method, s.name = true, ""
+		if !s.valCut && len(s.val) > 0 && s.val[0] == '"' {
+			_ = json.Unmarshal(s.val, &s.name) // not a valid string: no name
+		}
 	}
 	s.field = ""
 }

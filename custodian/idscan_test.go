@@ -53,6 +53,21 @@ func TestIDScanner(t *testing.T) {
 	}
 }
 
+// TestIDScannerMethod: the method's value is kept when it is a string,
+// the last one winning.
+func TestIDScannerMethod(t *testing.T) {
+	for line, want := range map[string]string{
+		`{"id":1,"method":"fs/write_text_file","params":{"method":"x"}}`: "fs/write_text_file",
+		`{"method":"a\u0062","id":1}`:                                    "ab",
+		`{"method":"a","METHOD":{"b":1}}`:                                "",
+		`{"method":7}`:                                                   "",
+	} {
+		if got := scanLine(line+"\n", 2).methodName(); got != want {
+			t.Errorf("%s: method %q, want %q", line, got, want)
+		}
+	}
+}
+
 // FuzzIDScanner: on every line that encoding/json decodes as an object,
 // the scanner finds the id encoding/json finds (a number or string of at
 // most maxScanID bytes, of a message with a method), whatever the
@@ -83,6 +98,13 @@ func FuzzIDScanner(f *testing.F) {
 		}
 		if got := sc.id(); !bytes.Equal(got, wantID) {
 			t.Fatalf("id %q, encoding/json's %q (method %q)", got, wantID, want.Method)
+		}
+		var wantName string
+		if len(want.Method) <= maxScanID && bytes.HasPrefix(want.Method, []byte(`"`)) {
+			must(t, json.Unmarshal(want.Method, &wantName))
+		}
+		if got := sc.methodName(); got != wantName {
+			t.Fatalf("method %q, encoding/json's %q", got, wantName)
 		}
 	})
 }

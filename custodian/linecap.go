@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/custodian/audit"
 )
 
 // The custodian's memory for long agent lines (bigline.go) is bounded
@@ -165,7 +166,7 @@ func (ll *longLines) serveSpooled(f *os.File, n int64, sc *idScanner) {
 	f.Close()
 	if err != nil {
 		ll.log.Error("custodian: map a long agent message", "err", err)
-		ll.answerRefusal(sc.id(), lineRefusal{errcode.CodeBusy, "the custodian could not read a long message back; retry"})
+		ll.answerRefusal(sc, lineRefusal{errcode.CodeBusy, "the custodian could not read a long message back; retry"})
 		return
 	}
 	msg, derr, ok := ll.decodeLong(line) // copies what it keeps: nothing points into line after
@@ -230,14 +231,20 @@ func (ll *longLines) refuseLong(sc *idScanner, r lineRefusal) error {
 			return err // the agent's output ended inside the line: no answer
 		}
 	}
-	ll.answerRefusal(sc.id(), r)
+	ll.answerRefusal(sc, r)
 	return nil
 }
 
-// answerRefusal answers a refused long request with its code, or, with no
-// id (a notification, a response or no JSON-RPC object), logs that it
-// was dropped.
-func (ll *longLines) answerRefusal(id []byte, r lineRefusal) {
+// answerRefusal counts a refused long message in the connection's
+// refusals (audit kind refusals, without a session id: the session of a
+// message not decoded is not known) and answers it with its code, or,
+// with no id (a notification, a response or no JSON-RPC object), logs
+// that it was dropped.
+func (ll *longLines) answerRefusal(sc *idScanner, r lineRefusal) {
+	if ll.cl != nil {
+		ll.cl.conn.refused(nil, r.code, audit.RefusalEvent{Method: sc.methodName()})
+	}
+	id := sc.id()
 	if id == nil {
 		ll.log.Warn("custodian: dropped a long agent message that is not a request", "code", string(r.code))
 		return

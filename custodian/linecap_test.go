@@ -186,3 +186,26 @@ func TestConfigLongLinesAndAuditBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestLongLineRefusalsAreAudited: a refused long message is counted in
+// its connection's refusals record (no session id: the message was not
+// decoded), with its code and method.
+func TestLongLineRefusalsAreAudited(t *testing.T) {
+	h := newHarness(t, func(o *Options) { o.LongLineBytes = 2 * (12 << 20) })
+	var out bytes.Buffer
+	conn := h.c.Serve(&out, longMessage(acp.ClientMethodFsWriteTextFile, 3, 20<<20), ConnOptions{})
+	<-conn.Done()
+	must(t, conn.Close())
+	if _, _, code := answerOf(t, strings.TrimSpace(out.String())); code != errcode.CodeTooLarge {
+		t.Fatalf("answer %.200s, want too_large", out.String())
+	}
+	for _, r := range auditLog(t, h) {
+		if n, ok := r.Refusals[string(errcode.CodeTooLarge)]; ok && r.SessionID == "" {
+			if n.Count != 1 || n.First.Method != acp.ClientMethodFsWriteTextFile {
+				t.Fatalf("too_large refusals %+v", n)
+			}
+			return
+		}
+	}
+	t.Fatal("no refusals record counts the too_large message")
+}
