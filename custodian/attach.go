@@ -104,7 +104,7 @@ func (cn *Conn) attachBinding(ctx context.Context, b *binding, taggedBy string) 
 	}
 	b.attached(epoch, res.GrantGeneration)
 	cn.watch(b.Receiver)
-	c.audit(rec)
+	b.fold(c, acpmeta.MethodAttach).record(rec)
 	c.claimTerminals(ctx, b, epoch)
 	return acpmeta.AttachResponse{LeaseNotAfter: lease.UTC(), GrantGeneration: res.GrantGeneration}, nil
 }

@@ -2,6 +2,7 @@ package custodian
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,17 +53,19 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // output it waits for the long requests in flight, then reports the end.
 type longLines struct {
 	br      *bufio.Reader
-	pending []byte
+	pending [][]byte // the rest of the line being read by the SDK, in pieces
 	err     error
 	out     *lockedWriter
 	cl      *client
 	log     *slog.Logger
+	caps    *lineCaps // nil: no caps, a long line is held in memory as it is read
 	calls   sync.WaitGroup
 }
 
 // splitLongLines wraps the agent's output; the SDK reads the result.
-func splitLongLines(from io.Reader, out *lockedWriter, cl *client, log *slog.Logger) *longLines {
-	return &longLines{br: bufio.NewReaderSize(from, 1<<20), out: out, cl: cl, log: log}
+// caps bounds the long lines (nil: none).
+func splitLongLines(from io.Reader, out *lockedWriter, cl *client, log *slog.Logger, caps *lineCaps) *longLines {
+	return &longLines{br: bufio.NewReaderSize(from, 1<<20), out: out, cl: cl, log: log, caps: caps}
 }
 
 // Read gives the SDK the next short lines.
@@ -72,23 +75,61 @@ func (ll *longLines) Read(p []byte) (int, error) {
 			ll.calls.Wait()
 			return 0, ll.err
 		}
-		line, err := readLine(ll.br)
-		ll.err = err
-		if len(line) > sdkLineMax {
-			ll.serveLong(line)
+		line, long, err := readShort(ll.br)
+		if long {
+			err = ll.takeLong(line)
 			line = nil
 		}
+		ll.err = err
 		ll.pending = line
 	}
-	n := copy(p, ll.pending)
-	ll.pending = ll.pending[n:]
+	n := copy(p, ll.pending[0])
+	if ll.pending[0] = ll.pending[0][n:]; len(ll.pending[0]) == 0 {
+		ll.pending = ll.pending[1:]
+	}
 	return n, nil
 }
 
-// readLine returns one line with its newline, at most maxAgentLine bytes.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var line []byte
+// readShort returns one line with its newline, or, with long set, the
+// first bytes of a line longer than sdkLineMax (the rest unread), in the
+// non-empty pieces it was read in: a line is never copied to grow it, so
+// a long one costs no garbage before it is known to be long.
+func readShort(br *bufio.Reader) (line [][]byte, long bool, err error) {
+	n := 0
 	for {
+		part, err := br.ReadSlice('\n')
+		if len(part) > 0 {
+			line = append(line, bytes.Clone(part))
+			n += len(part)
+		}
+		if n > sdkLineMax {
+			return line, true, nil
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, false, err
+		}
+	}
+}
+
+// takeLong reads the rest of a long line whose first pieces are head and
+// serves it: held in memory without caps, else spooled under ll.caps.
+// It returns the error that ends the agent's output, if any.
+func (ll *longLines) takeLong(head [][]byte) error {
+	if ll.caps == nil {
+		line, err := readRest(ll.br, bytes.Join(head, nil))
+		if line != nil {
+			ll.serveLong(line)
+		}
+		return err
+	}
+	return ll.spoolLong(head)
+}
+
+// readRest reads on to the end of the line begun by head, at most
+// maxAgentLine bytes, holding all of it (the path without caps).
+func readRest(br *bufio.Reader, head []byte) ([]byte, error) {
+	line := head
+	for !bytes.HasSuffix(line, []byte("\n")) {
 		part, err := br.ReadSlice('\n')
 		line = append(line, part...)
 		if len(line) > maxAgentLine {
@@ -98,6 +139,7 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 			return line, err
 		}
 	}
+	return line, nil
 }
 
 // longRequest is a long agent message decoded in one pass, its params as
@@ -109,19 +151,38 @@ type longRequest struct {
 	Params acp.WriteTextFileRequest `json:"params"`
 }
 
-// serveLong answers a long request on its own goroutine.
+// serveLong answers a long request on its own goroutine (the path
+// without caps).
 func (ll *longLines) serveLong(line []byte) {
-	var msg longRequest
-	err := json.Unmarshal(line, &msg)
+	msg, derr, ok := ll.decodeLong(line)
+	if !ok {
+		return
+	}
+	n := len(line) // the closure must not keep line alive
+	ll.calls.Go(func() { ll.runLong(msg, derr, n) })
+}
+
+// decodeLong decodes a long message; ok is false (and the message logged
+// and dropped) when it is no request. derr is a params type error.
+func (ll *longLines) decodeLong(line []byte) (msg *longRequest, derr error, ok bool) {
+	msg = new(longRequest)
+	err := json.Unmarshal(line, msg)
 	var te *json.UnmarshalTypeError
 	if (err != nil && !errors.As(err, &te)) || len(msg.ID) == 0 {
 		ll.log.Warn("custodian: dropped a long agent message that is not a request", "bytes", len(line))
-		return
+		return nil, nil, false
 	}
-	ll.calls.Go(func() {
-		res, err := ll.serve(&msg, err, len(line))
-		ll.answer(msg.ID, res, err)
-	})
+	return msg, err, true
+}
+
+// runLong serves a decoded long request of n bytes and answers it. The
+// line it was decoded from is not kept alive meanwhile.
+func (ll *longLines) runLong(msg *longRequest, derr error, n int) {
+	if ll.cl != nil && ll.cl.c.hook != nil {
+		ll.cl.c.hook(context.Background(), msg.Method, "long-line-decoded")
+	}
+	res, err := ll.serve(msg, derr, n)
+	ll.answer(msg.ID, res, err)
 }
 
 // serve runs a long request: fs/write_text_file only. decodeErr is a

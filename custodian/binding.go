@@ -77,8 +77,9 @@ type binding struct {
 	epoch     uint64
 	grantGen  uint64
 	terminals map[string]*terminal
-	released  []string      // ids of released terminals still in terminals, oldest first
-	refusals  *refusalTally // made at the first refusal (refusals.go)
+	released  []string              // ids of released terminals still in terminals, oldest first
+	refusals  *refusalTally         // made at the first refusal (refusals.go)
+	folds     map[string]*auditFold // by method, each made at its first record (auditfold.go)
 
 	// token is the fencing token this custodian holds for the session in
 	// the fleet's op store (0: none, the single-machine store, or not

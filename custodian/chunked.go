@@ -50,7 +50,7 @@ func (e *errBeforeCommit) Unwrap() error { return e.err }
 // commit's answer into res. A failure before the commit drops the
 // transfer (write_abort, best effort; the receiver also drops it when
 // the connection ends or it idles) and is an *errBeforeCommit.
-func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.WriteArgs, content []byte, sum string, res *wire.WriteResult) error {
+func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.WriteArgs, content string, sum string, res *wire.WriteResult) error {
 	call := func(op wire.Op, args, result any) error {
 		return conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, result)
 	}
@@ -62,7 +62,7 @@ func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.Writ
 	}
 	n := chunkSize(conn)
 	for off := 0; off < len(content); off += n {
-		chunk := content[off:min(off+n, len(content))]
+		chunk := []byte(content[off:min(off+n, len(content))]) // one chunk's copy, never the whole content's
 		err := call(wire.OpWriteChunk, &wire.WriteChunkArgs{TransferID: b.TransferID, Offset: int64(off), Data: chunk}, &wire.WriteChunkResult{})
 		if err != nil {
 			cl.abortTransfer(conn, b.TransferID)

@@ -40,6 +40,16 @@ type Config struct {
 	// before it is fenced for good (Options.RefusalBudget); default 1000,
 	// -1 none.
 	RefusalBudget int `json:"refusal_budget,omitempty"`
+	// AuditBudget is how many permission records, and how many attach
+	// records, one session writes one by one per 5 s before the rest are
+	// folded (Options.AuditBudget); default 32, -1 none.
+	AuditBudget int `json:"audit_budget,omitempty"`
+	// LongLines caps the agent messages over 10 MiB taken in at once
+	// (Options.LongLines); default 4, -1 turns the long-line caps off.
+	LongLines int `json:"long_lines,omitempty"`
+	// LongLineBytes caps the bytes charged to them, twice each one's
+	// length (Options.LongLineBytes); default 256 MiB.
+	LongLineBytes int64 `json:"long_line_bytes,omitempty"`
 	// Permission answers the agent's permission requests: "reject"
 	// (default), "allow_once" or "allow_always" (PermissionPolicy).
 	Permission string `json:"permission,omitempty"`
@@ -187,6 +197,12 @@ func (c *Config) Validate() error {
 		return bad("retention %s is below the minimum 24h", time.Duration(c.Retention))
 	case c.RefusalBudget < -1:
 		return bad("refusal_budget %d: want a count, or -1 for none", c.RefusalBudget)
+	case c.AuditBudget < -1:
+		return bad("audit_budget %d: want a count, or -1 for none", c.AuditBudget)
+	case c.LongLines < -1:
+		return bad("long_lines %d: want a count, or -1 for no long-line caps", c.LongLines)
+	case c.LongLineBytes < 0 || c.LongLineBytes > 0 && c.LongLineBytes < 2*sdkLineMax:
+		return bad("long_line_bytes %d: want at least %d (twice the longest line the SDK reads)", c.LongLineBytes, 2*sdkLineMax)
 	}
 	for k := range c.SessionMeta {
 		if strings.HasPrefix(k, "tether/") {

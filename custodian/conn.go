@@ -39,9 +39,12 @@ type Conn struct {
 	watches map[*Receiver]func()
 	// unbound counts refusals of sessions not bound on this connection.
 	unbound *refusalTally
-	endOnce sync.Once     // endAll
-	stop    chan struct{} // closed by Close: the end watcher returns
-	ended   sync.WaitGroup
+	// unboundPerms folds the permission requests of sessions not bound
+	// on this connection.
+	unboundPerms *auditFold
+	endOnce      sync.Once     // endAll
+	stop         chan struct{} // closed by Close: the end watcher returns
+	ended        sync.WaitGroup
 }
 
 // client is the acp.Client a Conn serves.
@@ -59,12 +62,13 @@ var (
 // (its stdin), fromAgent its output (its stdout).
 func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptions) *Conn {
 	cn := &Conn{c: c, table: newTable(), opts: opts, watches: map[*Receiver]func(){}, unbound: c.newTally("", "", ""),
-		stop: make(chan struct{})}
+		unboundPerms: c.newFold(audit.Record{Method: acp.ClientMethodSessionRequestPermission}),
+		stop:         make(chan struct{})}
 	// The SDK starts reading inside its constructor; the gate holds that
 	// first read until its logger is set, so SetLogger cannot race with it.
 	out := &lockedWriter{w: toAgent}
 	cl := &client{c: c, conn: cn}
-	g := &gatedReader{r: splitLongLines(fromAgent, out, cl, c.log), open: make(chan struct{})}
+	g := &gatedReader{r: splitLongLines(fromAgent, out, cl, c.log, c.lines), open: make(chan struct{})}
 	cn.acp = acp.NewClientSideConnection(cl, out, g)
 	cn.acp.SetLogger(sdkLogger(c.log))
 	close(g.open)

@@ -37,10 +37,16 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fleetHelperEnv) == "1" {
 		os.Exit(fleetHelper())
 	}
+	if os.Getenv(memHelperEnv) == "1" {
+		os.Exit(memHelper())
+	}
 	slog.SetDefault(slog.New(slog.DiscardHandler)) // acp-go-sdk's connection diagnostics
 	grantUID, grantGID = realrecv.GrantIDs()
 	code := m.Run()
 	realrecv.Cleanup()
+	if memHelperDir != "" {
+		os.RemoveAll(memHelperDir)
+	}
 	os.Exit(code)
 }
 

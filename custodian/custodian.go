@@ -70,6 +70,22 @@ type Options struct {
 	// RefusalRecordEvery bounds how often one session's refusals record
 	// is written. Zero means DefaultRefusalRecordEvery.
 	RefusalRecordEvery time.Duration
+	// AuditBudget is how many permission records, and how many attach
+	// records, one session writes one by one in each RefusalRecordEvery;
+	// the rest are folded into one record (auditfold.go). Zero means
+	// DefaultAuditBudget; negative means no budget (a record each).
+	AuditBudget int
+	// LongLines caps how many agent messages longer than acp-go-sdk's
+	// 10 MiB line bound the custodian takes in at once, across every
+	// connection (linecap.go); one past it is answered busy. Zero means
+	// DefaultLongLines; negative turns the long-line caps off (this and
+	// LongLineBytes), and such a line is held in memory as it is read.
+	LongLines int
+	// LongLineBytes caps the memory charged to long messages across
+	// them: each is charged twice its length while it is served, and one
+	// longer than half of it (or than 384 MiB) is answered too_large.
+	// Zero means DefaultLongLineBytes.
+	LongLineBytes int64
 	// Fleet, if set, keeps operation keys, receipts, session bindings and
 	// session ownership in etcd instead of the state directory's bbolt
 	// store (docs/operations.md): every session is claimed at bind, its
@@ -116,6 +132,8 @@ type Custodian struct {
 
 	tallyMu sync.Mutex
 	tallies map[*refusalTally]struct{} // refusals not written yet (refusals.go)
+	folds   map[*auditFold]struct{}    // permission and attach records not written yet (auditfold.go)
+	lines   *lineCaps                  // long agent lines (linecap.go); nil: no caps
 	// hook, set only by tests, is called at the named steps of a call
 	// (the crash test SIGKILLs the process there; others cancel the
 	// agent's request there).
@@ -163,7 +181,8 @@ func New(opts Options) (*Custodian, error) {
 		return nil, err
 	}
 	return &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog, wit: wit,
-		tallies: map[*refusalTally]struct{}{}, taken: map[string]opstore.Claimed{}}, nil
+		tallies: map[*refusalTally]struct{}{}, taken: map[string]opstore.Claimed{},
+		folds: map[*auditFold]struct{}{}, lines: newLineCaps(opts)}, nil
 }
 
 // openStore returns the fleet's etcd store, or opens the state
@@ -193,6 +212,15 @@ func (o *Options) fill() error {
 	}
 	if o.RefusalRecordEvery <= 0 {
 		o.RefusalRecordEvery = DefaultRefusalRecordEvery
+	}
+	if o.AuditBudget == 0 {
+		o.AuditBudget = DefaultAuditBudget
+	}
+	if o.LongLines == 0 {
+		o.LongLines = DefaultLongLines
+	}
+	if o.LongLineBytes <= 0 {
+		o.LongLineBytes = DefaultLongLineBytes
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

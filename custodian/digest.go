@@ -34,6 +34,18 @@ func requestDigest(method, sessionID, tupleSHA256 string, op wire.Op, args, extr
 	return hex.EncodeToString(sum[:]), nil
 }
 
+// sha256String is sha256Hex of s without copying s whole: it hashes s in
+// pieces of 64 KiB.
+func sha256String(s string) string {
+	h := sha256.New()
+	for len(s) > 0 {
+		n := min(len(s), 64<<10)
+		h.Write([]byte(s[:n]))
+		s = s[n:]
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])

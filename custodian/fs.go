@@ -110,12 +110,12 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 		return acp.WriteTextFileResponse{}, acpmeta.NewError(errcode.CodeInvalid, "%v", err)
 	}
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
-	want := sha256Hex([]byte(p.Content))
+	want := sha256String(p.Content) // no copy of a content of up to 64 MiB
 	var res wire.WriteResult
 	var send func(context.Context, ReceiverConn) error
 	if len(p.Content) > singleWriteMax { // more than one frame may hold: in chunks
 		send = func(ctx context.Context, conn ReceiverConn) error {
-			return cl.sendChunked(ctx, conn, &args, []byte(p.Content), want, &res)
+			return cl.sendChunked(ctx, conn, &args, p.Content, want, &res)
 		}
 	}
 	raw, err := cl.keyed(ctx, keyed{op: wire.OpWrite, args: &args, result: &res, digestArgs: writeDigestArgs(&args, want), send: send,

@@ -78,7 +78,8 @@ func Granted(answer string) bool {
 // RequestPermission answers with ConnOptions.Permission, or rejects, and
 // records the answer in the audit log (kind permission: the session, the
 // answer as outcome, the digest of the tool call id; never its title or
-// input, which may hold paths or argv).
+// input, which may hold paths or argv), or, past the session's audit
+// budget, folds it (auditfold.go).
 func (h *client) RequestPermission(ctx context.Context, req acp.RequestPermissionRequest) (acp.RequestPermissionResponse, error) {
 	answer := h.conn.opts.Permission
 	if answer == nil {
@@ -90,9 +91,11 @@ func (h *client) RequestPermission(ctx context.Context, req acp.RequestPermissio
 	if err != nil {
 		rec.Outcome, rec.Code = PermissionOutcomeCancelled, "error"
 	}
+	fold := h.conn.unboundPerms
 	if b := h.conn.table.get(string(req.SessionId)); b != nil {
 		rec.TupleSHA256, rec.Principal = b.digest, b.Principal
+		fold = b.fold(h.c, rec.Method)
 	}
-	h.c.audit(rec)
+	fold.record(rec)
 	return resp, err
 }

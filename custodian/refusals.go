@@ -120,6 +120,7 @@ func (rt *refusalTally) end() {
 // flushRefusals writes every tally's pending refusals (before a
 // checkpoint and at Close).
 func (c *Custodian) flushRefusals() {
+	c.flushFolds()
 	c.tallyMu.Lock()
 	all := make([]*refusalTally, 0, len(c.tallies))
 	for rt := range c.tallies {

@@ -59,6 +59,7 @@ func (cn *Conn) endAll() {
 		}
 		wg.Wait()
 		cn.unbound.end()
+		cn.unboundPerms.end()
 	})
 }
 
@@ -71,6 +72,7 @@ func (c *Custodian) endBinding(ctx context.Context, b *binding) {
 	}
 	wg.Wait()
 	b.endTally()
+	b.endFolds()
 }
 
 // unreleased returns b's terminals that no release has reached.

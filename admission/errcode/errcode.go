@@ -27,12 +27,12 @@ const (
 	CodePathEscape    Code = "path_escape"    // path resolves outside the grant root
 	CodeOpKeyConflict Code = "op_key_conflict"
 	CodeDenied        Code = "denied"      // op not allowed by the grant or the receiver
-	CodeTooLarge      Code = "too_large"   // a size bound of the grant or protocol
+	CodeTooLarge      Code = "too_large"   // a size bound of the grant or protocol, or of the custodian's long messages
 	CodeInterrupted   Code = "interrupted" // op key dispatched before a crash; never replayed
 	CodeNotFound      Code = "not_found"   // file or terminal does not exist
 	CodeInvalid       Code = "invalid"     // malformed arguments
 	CodePrecondition  Code = "precondition_failed"
-	CodeBusy          Code = "busy"        // the file is leased by another process in the computer; retry later
+	CodeBusy          Code = "busy"        // the file is leased in the computer, or the custodian's long-message caps are taken; retry later
 	CodeTimeout       Code = "timeout"     // deadline reached
 	CodeUnavailable   Code = "unavailable" // receiver shutting down or not reachable
 	CodeInternal      Code = "internal"

@@ -46,10 +46,16 @@ const (
 	// or "taken_over" when an earlier owner left keys in flight, each
 	// then recorded as a result with outcome interrupted, code takeover).
 	KindClaim Kind = "claim"
+	// KindFolded: the permission requests or attaches (Method) of one
+	// session (or, without a session id, the permission requests of
+	// sessions not bound on one ACP connection) past the custodian's
+	// audit budget in one window: per outcome, how many there were and
+	// the time of the first and last (Folded).
+	KindFolded Kind = "folded"
 )
 
 var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease, KindAgent,
-	KindPermission, KindRefusals, KindClaim}
+	KindPermission, KindRefusals, KindClaim, KindFolded}
 
 // Valid reports whether k is in the closed set.
 func (k Kind) Valid() bool {
@@ -89,6 +95,17 @@ type Record struct {
 	// Refusals (kind refusals) maps each code to its count and its first
 	// and last refusal.
 	Refusals map[string]RefusalCount `json:"refusals,omitempty"`
+	// Folded (kind folded) maps each outcome to how many records were
+	// folded and over what time.
+	Folded map[string]FoldCount `json:"folded,omitempty"`
+}
+
+// FoldCount is how many records of one outcome were folded into one, and
+// the time of the first and last of them.
+type FoldCount struct {
+	Count int64     `json:"count"`
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
 }
 
 // RefusalCount is how often one code refused a session's callbacks, and

@@ -226,7 +226,8 @@ func (r *runner) run(ctx context.Context) int {
 	}
 	opts := custodian.Options{StateDir: r.cfg.StateDir, AuditKey: key, Logger: log,
 		Retention: time.Duration(r.cfg.Retention), CommandBudget: time.Duration(r.cfg.CommandBudget),
-		RefusalBudget: r.cfg.RefusalBudget, Witness: witnesses}
+		RefusalBudget: r.cfg.RefusalBudget, AuditBudget: r.cfg.AuditBudget, LongLines: r.cfg.LongLines,
+		LongLineBytes: r.cfg.LongLineBytes, Witness: witnesses}
 	if fleet != nil {
 		opts.Fleet, opts.StoreWait = fleet.Store, r.cfg.OpStore.UnavailableWait()
 	}

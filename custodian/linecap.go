@@ -1,0 +1,255 @@
+package custodian
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/custodian/audit"
+)
+
+// The custodian's memory for long agent lines (bigline.go) is bounded
+// across every connection it serves: at most Options.LongLines such lines
+// at once, and at most Options.LongLineBytes charged across them. A long
+// line is never held in memory while it is read: its bytes go to a spool
+// file without a name in the state directory, and only a whole line that
+// gets its charge (twice its length: its bytes, then the content decoded
+// from them) is read back and served. A line that cannot get a slot or
+// its charge is answered busy; a line longer than its bound (half of
+// LongLineBytes, at most maxAgentLine) is answered too_large as soon as
+// it passes it. Either way its remaining bytes are read and dropped, only
+// scanned for the request's id (idScanner), and the agent's other traffic
+// flows on.
+
+// Defaults of the long-line caps.
+const (
+	DefaultLongLines     = 4
+	DefaultLongLineBytes = 256 << 20
+)
+
+// lineCharge is how many times its length a served long line is charged:
+// its bytes and the content decoded from them are alive together.
+const lineCharge = 2
+
+// lineCaps counts the long lines of one Custodian and the bytes charged
+// to them.
+type lineCaps struct {
+	dir     string // where spool files are made
+	perLine int64  // the longest line served
+
+	mu    sync.Mutex
+	slots int   // free slots
+	bytes int64 // free bytes
+	total int64 // Options.LongLineBytes
+}
+
+// newLineCaps returns the caps of opts, or nil when they are off
+// (Options.LongLines negative).
+func newLineCaps(opts Options) *lineCaps {
+	if opts.LongLines < 0 {
+		return nil
+	}
+	return &lineCaps{dir: opts.StateDir, perLine: min(maxAgentLine, opts.LongLineBytes/lineCharge),
+		slots: opts.LongLines, bytes: opts.LongLineBytes, total: opts.LongLineBytes}
+}
+
+// takeSlot takes a slot for one long line, if one is free.
+func (lc *lineCaps) takeSlot() bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.slots == 0 {
+		return false
+	}
+	lc.slots--
+	return true
+}
+
+// charge takes n bytes of the budget, if they are free.
+func (lc *lineCaps) charge(n int64) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if n > lc.bytes {
+		return false
+	}
+	lc.bytes -= n
+	return true
+}
+
+// release gives back a slot and n charged bytes.
+func (lc *lineCaps) release(n int64) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	lc.slots++
+	lc.bytes += n
+}
+
+// spool makes a file without a name in dir (O_TMPFILE; where the file
+// system has none, a temporary file removed at once). The caller closes
+// it; its blocks are freed then.
+func spool(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		return os.NewFile(uintptr(fd), "long line spool"), nil
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.EISDIR) {
+		return nil, fmt.Errorf("spool a long line in %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".longline-*")
+	if err != nil {
+		return nil, fmt.Errorf("spool a long line: %w", err)
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("spool a long line: unlink: %w", err)
+	}
+	return f, nil
+}
+
+// lineRefusal is why a long line is not served.
+type lineRefusal struct {
+	code errcode.Code
+	why  string
+}
+
+// spoolLong reads the long line begun by head into a spool file and
+// serves it under the caps, or answers it busy or too_large. It returns
+// the error that ends the agent's output, if any.
+func (ll *longLines) spoolLong(head [][]byte) error {
+	lc := ll.caps
+	var sc idScanner
+	for _, p := range head {
+		sc.Write(p)
+	}
+	if !lc.takeSlot() {
+		return ll.refuseLong(&sc, lineRefusal{errcode.CodeBusy, "the custodian serves as many long messages as it may; retry"})
+	}
+	f, err := spool(lc.dir)
+	if err != nil {
+		lc.release(0)
+		ll.log.Error("custodian: long agent message", "err", err)
+		return ll.refuseLong(&sc, lineRefusal{errcode.CodeBusy, "the custodian could not take a long message; retry"})
+	}
+	n, refusal, err := ll.fill(f, &sc, head)
+	switch {
+	case err != nil || refusal != nil:
+	case n > lc.perLine: // the head alone, under a bound below the SDK's
+		refusal = ll.tooLarge()
+	case !lc.charge(lineCharge * n):
+		refusal = &lineRefusal{errcode.CodeBusy, "the custodian holds as many long-message bytes as it may; retry"}
+	}
+	if refusal != nil || err != nil {
+		f.Close()
+		lc.release(0)
+		if refusal == nil {
+			return err // the agent's output ended inside the line: no answer
+		}
+		return ll.refuseLong(&sc, *refusal)
+	}
+	ll.calls.Go(func() {
+		defer lc.release(lineCharge * n)
+		ll.serveSpooled(f, n, &sc)
+	})
+	return nil
+}
+
+// serveSpooled decodes the n-byte line in f from a read-only mapping of
+// f (unmapped as soon as it is decoded, so only the content decoded stays
+// resident, whenever the collector runs) and serves it. It closes f.
+func (ll *longLines) serveSpooled(f *os.File, n int64, sc *idScanner) {
+	line, err := unix.Mmap(int(f.Fd()), 0, int(n), unix.PROT_READ, unix.MAP_SHARED)
+	f.Close()
+	if err != nil {
+		ll.log.Error("custodian: map a long agent message", "err", err)
+		ll.answerRefusal(sc, lineRefusal{errcode.CodeBusy, "the custodian could not read a long message back; retry"})
+		return
+	}
+	msg, derr, ok := ll.decodeLong(line) // copies what it keeps: nothing points into line after
+	if uerr := unix.Munmap(line); uerr != nil {
+		ll.log.Error("custodian: unmap a long agent message", "err", uerr)
+	}
+	if ok {
+		ll.runLong(msg, derr, int(n))
+	}
+}
+
+// fill writes head and the rest of its line to f, scanning every byte
+// with sc, and returns the line's length; past lc.perLine it stops
+// writing and returns a too_large refusal with the rest of the line
+// still unread. An error is the end of the agent's output inside the
+// line.
+func (ll *longLines) fill(f *os.File, sc *idScanner, head [][]byte) (int64, *lineRefusal, error) {
+	spoolFailed := &lineRefusal{errcode.CodeBusy, "the custodian could not spool a long message; retry"}
+	n := int64(0)
+	for _, p := range head {
+		n += int64(len(p))
+		if _, err := f.Write(p); err != nil {
+			ll.log.Error("custodian: spool a long agent message", "err", err)
+			return n, spoolFailed, nil
+		}
+	}
+	var err error
+	for !sc.ended() && err == nil {
+		var part []byte
+		part, err = ll.br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			err = nil
+		}
+		sc.Write(part)
+		if n += int64(len(part)); n > ll.caps.perLine {
+			return n, ll.tooLarge(), nil
+		}
+		if _, werr := f.Write(part); werr != nil {
+			ll.log.Error("custodian: spool a long agent message", "err", werr)
+			return n, spoolFailed, nil
+		}
+	}
+	if !sc.ended() {
+		return n, nil, err
+	}
+	return n, nil, nil
+}
+
+// tooLarge is the refusal of a line past the bound of one line.
+func (ll *longLines) tooLarge() *lineRefusal {
+	return &lineRefusal{errcode.CodeTooLarge, fmt.Sprintf("message longer than %d bytes, the most the custodian holds for one", ll.caps.perLine)}
+}
+
+// refuseLong reads the rest of a refused line (when the newline has not
+// been read yet, sc has not seen it), scanning it for the id without
+// holding it, and answers the request, if it is one.
+func (ll *longLines) refuseLong(sc *idScanner, r lineRefusal) error {
+	for !sc.ended() {
+		part, err := ll.br.ReadSlice('\n')
+		sc.Write(part)
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) && !sc.ended() {
+			return err // the agent's output ended inside the line: no answer
+		}
+	}
+	ll.answerRefusal(sc, r)
+	return nil
+}
+
+// answerRefusal counts a refused long message in the connection's
+// refusals (audit kind refusals, without a session id: the session of a
+// message not decoded is not known) and answers it with its code, or,
+// with no id (a notification, a response or no JSON-RPC object), logs
+// that it was dropped.
+func (ll *longLines) answerRefusal(sc *idScanner, r lineRefusal) {
+	if ll.cl != nil {
+		ll.cl.conn.refused(nil, r.code, audit.RefusalEvent{Method: sc.methodName()})
+	}
+	id := sc.id()
+	if id == nil {
+		ll.log.Warn("custodian: dropped a long agent message that is not a request", "code", string(r.code))
+		return
+	}
+	// Written on its own goroutine, as the SDK writes its answers: the
+	// reader never waits for an agent that does not read.
+	ll.calls.Go(func() { ll.answer(id, nil, acpmeta.NewError(r.code, "%s", r.why)) })
+}
