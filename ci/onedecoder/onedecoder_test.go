@@ -24,18 +24,21 @@ import (
 // allowed maps "file:function" to why that call is not a tether
 // document's parser.
 var allowed = map[string]string{
-	"admission/acpmeta/acpmeta.go:remarshalLoose":    "reads the data of an ACP error another party built (the SDK's shape, not ours), loosely on purpose",
-	"admission/coordinator/baotest/baotest.go:check": "the fake OpenBao server's check of a request body the coordinator sent (a test double, not a parser the product runs)",
-	"custodian/bigline.go:serveLong":                 "the JSON-RPC envelope of an agent message over the SDK's 10 MiB, as acp-go-sdk would read it; the params are then decoded as the ACP request type",
-	"custodian/config.go:UnmarshalJSON":              "one JSON string inside a config the strict decoder is already decoding (Duration)",
-	"custodian/dispatch.go:decodeResponse":           "a stored ACP response the custodian encoded itself and the receipt store decoded strictly",
-	"custodian/opstore/etcd_claim.go:createOwner":    "only the name of another custodian, for an error message; the claim itself is decided by etcd's revisions",
-	"plugin/acptest/client.go:HandleExtensionMethod": "the plugin tests' ACP client (a test double, not a parser the product runs)",
-	"plugin/shared/errors.go:jsonRPCErrorFromPB":     "the data of an ACP error, shown to the caller as it came",
-	"qmpinput/keys.go:qcode":                         "a quoted key name already checked against the allowlist, to reuse the QKeyCode table's own JSON names",
-	"qmpinput/transport.go:deliverEvent":             "a QMP event from QEMU (QEMU's protocol, not ours); an event that does not decode is dropped",
-	"qmpinput/cmd/tether-qmp/view.go:readViewOrigin": "the view's own status line, to print its origin; nothing is decided on it",
-	"qmpinput/cmd/tether-qmp/via.go:copyResults":     "counts result lines the view's agent socket wrote, to report failures",
+	"admission/acpmeta/acpmeta.go:remarshalLoose":      "reads the data of an ACP error another party built (the SDK's shape, not ours), loosely on purpose",
+	"admission/coordinator/baotest/baotest.go:check":   "the fake OpenBao server's check of a request body the coordinator sent (a test double, not a parser the product runs)",
+	"custodian/bigline.go:decodeLong":                  "the JSON-RPC envelope of an agent message over the SDK's 10 MiB, as acp-go-sdk would read it; the params are then decoded as the ACP request type",
+	"custodian/idscan.go:endKey":                       "one JSON string, a key of an agent message's envelope with an escape in it, to find the id and method of a long line without holding it",
+	"custodian/idscan.go:endValue":                     "one JSON string, the method name of a long agent message, to answer its refusal; the message itself is never decoded from it",
+	"custodian/agentprofile/profile.go:packageVersion": "the version field of an agent's npm package.json, only to warn about an untested version; nothing is decided on it",
+	"custodian/config.go:UnmarshalJSON":                "one JSON string inside a config the strict decoder is already decoding (Duration)",
+	"custodian/dispatch.go:decodeResponse":             "a stored ACP response the custodian encoded itself and the receipt store decoded strictly",
+	"custodian/opstore/etcd_claim.go:createOwner":      "only the name of another custodian, for an error message; the claim itself is decided by etcd's revisions",
+	"plugin/acptest/client.go:HandleExtensionMethod":   "the plugin tests' ACP client (a test double, not a parser the product runs)",
+	"plugin/shared/errors.go:jsonRPCErrorFromPB":       "the data of an ACP error, shown to the caller as it came",
+	"qmpinput/keys.go:qcode":                           "a quoted key name already checked against the allowlist, to reuse the QKeyCode table's own JSON names",
+	"qmpinput/transport.go:deliverEvent":               "a QMP event from QEMU (QEMU's protocol, not ours); an event that does not decode is dropped",
+	"qmpinput/cmd/tether-qmp/view.go:readViewOrigin":   "the view's own status line, to print its origin; nothing is decided on it",
+	"qmpinput/cmd/tether-qmp/via.go:copyResults":       "counts result lines the view's agent socket wrote, to report failures",
 }
 
 var rooms = []string{"admission", "custodian", "receiver", "plugin", "qmpinput"}
