@@ -30,7 +30,7 @@ const (
 // nativeSubtests are the subtests of TestNativePipeline (fixtures/e2e's
 // RunPipeline) the suite declares it must execute: a subtest renamed or
 // dropped there fails the suite until it is declared again here.
-var nativeSubtests = []string{"five_tools", "child_confined", "verified_exec_receipt", "rejected_first_admission", "tuple_substitution",
+var nativeSubtests = []string{"five_tools", "retry_answers_from_receipt", "child_confined", "verified_exec_receipt", "rejected_first_admission", "tuple_substitution",
 	"foreign_and_operator_refused", "receiver_without_kill", "reduced_worker", "reconnect", "lease_renewal",
 	"exact_cancellation", "setsid_escapee_contained", "expired_grant_fences", "unbound_session_keeps_its_backend"}
 
