@@ -11,7 +11,8 @@ import (
 )
 
 // web holds the page (index.html, app.js, app.css) and the vendored
-// noVNC client (web/novnc, see its VENDORED.md).
+// noVNC client (web/third_party/novnc, see its VENDORED.md), served at
+// /novnc/.
 //
 //go:embed web
 var web embed.FS
@@ -30,11 +31,7 @@ func (s *Server) static() http.Handler {
 			refuse(w, http.StatusForbidden, "origin", err)
 			return
 		}
-		name := strings.TrimPrefix(path.Clean(r.URL.Path), "/")
-		if name == "" {
-			name = "index.html"
-		}
-		b, err := fs.ReadFile(root, name)
+		b, name, err := staticFile(root, r.URL.Path)
 		if err != nil || strings.HasSuffix(name, "SHA256SUMS") {
 			http.NotFound(w, r)
 			return
@@ -50,4 +47,24 @@ func (s *Server) static() http.Handler {
 		w.Header().Set("Cache-Control", "no-cache")
 		w.Write(b)
 	})
+}
+
+// vendoredPrefix is where the vendored noVNC sits in web; it is served
+// at /novnc/ and under no other name.
+const vendoredPrefix = "third_party/"
+
+// staticFile reads the embedded file a request path names: "/" is
+// index.html, /novnc/... is the vendored client.
+func staticFile(root fs.FS, urlPath string) ([]byte, string, error) {
+	name := strings.TrimPrefix(path.Clean(urlPath), "/")
+	switch {
+	case name == "":
+		name = "index.html"
+	case strings.HasPrefix(name, vendoredPrefix):
+		return nil, name, fs.ErrNotExist
+	case strings.HasPrefix(name, "novnc/"):
+		name = vendoredPrefix + name
+	}
+	b, err := fs.ReadFile(root, name)
+	return b, name, err
 }

@@ -15,7 +15,7 @@ import (
 // TestVendoredNoVNCUnchanged: the embedded noVNC is exactly the files
 // SHA256SUMS lists (as npm shipped them), no more, no fewer.
 func TestVendoredNoVNCUnchanged(t *testing.T) {
-	sums, err := fs.ReadFile(web, "web/novnc/SHA256SUMS")
+	sums, err := fs.ReadFile(web, "web/third_party/novnc/SHA256SUMS")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,11 +29,11 @@ func TestVendoredNoVNCUnchanged(t *testing.T) {
 		want[strings.TrimPrefix(name, "./")] = sum
 	}
 	seen := 0
-	fs.WalkDir(web, "web/novnc", func(p string, d fs.DirEntry, err error) error {
+	fs.WalkDir(web, "web/third_party/novnc", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
-		name := strings.TrimPrefix(p, "web/novnc/")
+		name := strings.TrimPrefix(p, "web/third_party/novnc/")
 		if name == "SHA256SUMS" || name == "VENDORED.md" {
 			return nil
 		}
@@ -70,7 +70,7 @@ func TestStaticServing(t *testing.T) {
 	if w := get(http.MethodGet, "/novnc/core/rfb.js", "127.0.0.1:8443"); w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/javascript") {
 		t.Fatalf("rfb.js: %d %s", w.Code, w.Header().Get("Content-Type"))
 	}
-	for _, p := range []string{"/novnc/", "/novnc/core", "/novnc/SHA256SUMS", "/../go.mod", "/api/other", "/nothing"} {
+	for _, p := range []string{"/novnc/", "/novnc/core", "/novnc/SHA256SUMS", "/third_party/novnc/core/rfb.js", "/../go.mod", "/api/other", "/nothing"} {
 		if w := get(http.MethodGet, p, "127.0.0.1:8443"); w.Code != http.StatusNotFound {
 			t.Errorf("%s: %d, want 404", p, w.Code)
 		}
