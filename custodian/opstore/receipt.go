@@ -108,6 +108,19 @@ type Receipt struct {
 	// (terminal/output and wait_for_exit on the replayed terminal). nil
 	// when the output was never observed, or did not fit (Note says so).
 	Output *ExecOutput `json:"output,omitempty"`
+
+	// Exec is what an exec (terminal/create) ran, as its request digest
+	// covers it: what a routine saved from this receipt re-runs.
+	Exec *ExecRequest `json:"exec,omitempty"`
+}
+
+// ExecRequest is what an exec ran: argv as exec'd, the cwd relative to
+// the tuple's root, and the env the request merged over the computer's
+// default environment.
+type ExecRequest struct {
+	Argv []string          `json:"argv"`
+	Cwd  string            `json:"cwd"`
+	Env  map[string]string `json:"env,omitempty"`
 }
 
 // ExecOutput is an exec's final output, as terminal/output answered it.
