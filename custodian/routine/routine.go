@@ -10,6 +10,7 @@
 package routine
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -186,9 +187,18 @@ func cleanRel(p string) bool {
 // maxTemplateBytes bounds a stored template.
 const maxTemplateBytes = 1 << 20
 
-// Marshal returns t's stored bytes: its JSON (maps in key order), so equal
-// templates have equal bytes.
-func (t *Template) Marshal() ([]byte, error) { return json.Marshal(t) }
+// Marshal returns t's stored bytes: its JSON (maps in key order, no HTML
+// escaping, so a shell line reads as written, no trailing newline), so
+// equal templates have equal bytes.
+func (t *Template) Marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(t); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
 
 // Digest is the lowercase hex SHA-256 of t's stored bytes: what the audit
 // log records for a save and for each run.
