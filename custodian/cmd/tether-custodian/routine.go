@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/custodian"
@@ -137,24 +140,28 @@ func cmdRoutineShow(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// cmdRoutineRun checks a run request and refuses it: a routine runs only
-// on a session a running custodian has bound (Conn.RunRoutine), which
-// this command cannot reach yet (docs/custodian.md "Routines").
+// cmdRoutineRun asks the custodian running on the state directory to run
+// a routine once on one of its bound sessions (routine.Ask), and prints
+// the run's receipt.
 func cmdRoutineRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("routine run", flag.ContinueOnError)
 	state := fs.String("state", "", "custodian state directory (required)")
 	opKey := fs.String("op-key", "", "a fresh operation key for this run (required)")
 	session := fs.String("session-id", "", "the bound session to run on (required)")
-	usageFor(fs, "routine run NAME --op-key K --session-id ID --state DIR",
-		"Runs routine NAME once on session ID of the custodian running on DIR, through the\n"+
-			"agent's own custody path (admission, the session's current tuple, op key K,\n"+
-			"a receipt). A retry of K replays its receipt and runs nothing.")
+	wait := fs.Duration("wait", time.Minute, "how long the running custodian may take to claim and run it")
+	usageFor(fs, "routine run NAME --op-key K --session-id ID --state DIR [--wait D]",
+		"Asks the custodian running on DIR (tether-custodian run) to run routine NAME once\n"+
+			"on its bound session ID, through the agent's own custody path (admission, the\n"+
+			"session's current tuple, op key K, a receipt), and prints the receipt. A retry of\n"+
+			"K replays its receipt and runs nothing; K used for another request is\n"+
+			"op_key_conflict. With no custodian running on DIR nothing runs. Exits 0 when the\n"+
+			"run is verified, 1 when it is not or was refused.")
 	first, rest := nameFirst(args)
 	if code, ok := parse(fs, rest, stdout, stderr); !ok {
 		return code
 	}
 	name := routineName(fs, first)
-	if name == "" || *state == "" || *opKey == "" || *session == "" {
+	if name == "" || *state == "" || *opKey == "" || *session == "" || *wait <= 0 {
 		fs.Usage()
 		return exitUsage
 	}
@@ -171,6 +178,63 @@ func cmdRoutineRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, exitFailed, "routine run: %v", err)
 	}
-	return fail(stderr, exitRuntime, "routine run: no bound session: session %q is bound only inside the "+
-		"`tether-custodian run` that serves it, and this command does not reach one; nothing was run", *session)
+	return askRun(*state, routine.RunRequest{Name: name, OpKey: *opKey, SessionID: *session}, *wait, stdout, stderr)
+}
+
+// askRun refuses when no custodian holds the state directory, else asks
+// it and prints its answer.
+func askRun(state string, req routine.RunRequest, wait time.Duration, stdout, stderr io.Writer) int {
+	_, err := opstore.ReadOnly(filepath.Join(state, custodian.OpKeysDir))
+	switch {
+	case err == nil:
+		return fail(stderr, exitRuntime, "routine run: no custodian runs on %s: a routine runs only on a session a running "+
+			"`tether-custodian run` has bound; nothing was run", state)
+	case !errors.Is(err, opstore.ErrLocked):
+		return fail(stderr, exitRuntime, "routine run: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	ans, err := routine.Ask(ctx, state, req, 50*time.Millisecond)
+	if err != nil {
+		return fail(stderr, exitRuntime, "routine run: %v (op key %s)", err, req.OpKey)
+	}
+	if ans.Receipt == nil {
+		return fail(stderr, exitFailed, "routine run: refused: %s: %s", ans.Code, ans.Message)
+	}
+	fmt.Fprintf(stdout, "%s\n", ans.Receipt)
+	r, err := opstore.Unmarshal(ans.Receipt)
+	if err != nil || r.Outcome != opstore.Verified {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// serveRoutines answers `routine run` requests for conn's sessions until
+// the returned stop is called (it waits for a run in progress to end).
+func (r *runner) serveRoutines(ctx context.Context, conn *custodian.Conn) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := routine.Serve(ctx, r.cfg.StateDir, routine.DefaultPoll, func(ctx context.Context, req routine.RunRequest) routine.RunAnswer {
+			return runAnswer(conn.RunRoutine(ctx, req.SessionID, req.Name, req.OpKey))
+		})
+		if err != nil && ctx.Err() == nil {
+			fmt.Fprintf(r.stderr, "tether-custodian: routine runs are not served: %v\n", err)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// runAnswer is the answer to a run: its receipt as stored, or its refusal.
+func runAnswer(rc *opstore.Receipt, err error) routine.RunAnswer {
+	if err != nil {
+		code, _ := acpmeta.CodeOf(err)
+		return routine.RunAnswer{Code: string(code), Message: err.Error()}
+	}
+	data, err := rc.Marshal()
+	if err != nil {
+		return routine.RunAnswer{Code: "internal", Message: err.Error()}
+	}
+	return routine.RunAnswer{Receipt: data}
 }
