@@ -246,8 +246,10 @@ func TestIntegrationRoutineSaveRefusals(t *testing.T) {
 }
 
 // TestIntegrationRoutineRunRefusals: a run on a session not bound here is
-// not_admitted, a malformed op key invalid, an unknown routine not found;
-// none of them runs anything.
+// not_admitted, a malformed op key invalid, an unknown routine not found,
+// a routine of another owner than the session's principal denied; none
+// of them runs anything (TestIntegrationRoutineSaveRunReplay is the
+// positive control: the same routine of the right owner runs).
 func TestIntegrationRoutineRunRefusals(t *testing.T) {
 	rr := startReceiver(t)
 	s := newRoutineSession(t, rr)
@@ -262,6 +264,14 @@ func TestIntegrationRoutineRunRefusals(t *testing.T) {
 	if _, err = s.conn.RunRoutine(ctx, routineSID, "missing", "k2"); !errors.Is(err, routine.ErrNotFound) {
 		t.Fatalf("unknown routine: %v, want ErrNotFound", err)
 	}
+	st, err := routine.OpenStore(s.dir)
+	must(t, err)
+	tmpl, err := st.Load("build")
+	must(t, err)
+	tmpl.Owner = "mallory"
+	must(t, st.Save(tmpl, true))
+	_, err = s.conn.RunRoutine(ctx, routineSID, "build", "k3")
+	wantCode(t, err, errcode.CodeDenied)
 	if s.runs(t) != 1 {
 		t.Fatalf("refused runs ran the routine (%d runs)", s.runs(t))
 	}

@@ -84,7 +84,9 @@ func saveRoutine(cfg *custodian.Config, name, from string, replace bool, stdout,
 	if err != nil {
 		return fail(stderr, exitRuntime, "routine save: audit key: %v", err)
 	}
-	c, err := custodian.New(custodian.Options{StateDir: cfg.StateDir, AuditKey: key})
+	// The config's retention, so opening the store to save prunes nothing
+	// its own custodian would keep.
+	c, err := custodian.New(custodian.Options{StateDir: cfg.StateDir, AuditKey: key, Retention: time.Duration(cfg.Retention)})
 	if errors.Is(err, opstore.ErrLocked) {
 		return fail(stderr, exitRuntime, "routine save: a custodian runs on %s (%v); save once it has stopped", cfg.StateDir, err)
 	}
