@@ -55,3 +55,26 @@ func TestAskServed(t *testing.T) {
 		t.Fatalf("answer %+v, err %v, ran %d", ans, err, ran.Load())
 	}
 }
+
+// FuzzRunRequest: whatever a request file holds, answering it never
+// panics, and run is called only for a request that decodes strictly.
+func FuzzRunRequest(f *testing.F) {
+	f.Add([]byte(`{"name":"build","op_key":"k1","session_id":"s1"}`))
+	f.Add([]byte(`{"name":"build","op_key":"k1","session_id":"s1","extra":1}`))
+	f.Add([]byte(`{"name":1}`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := filepath.Join(dir, "run-x"+extClaimed)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		called := false
+		ans := answer(context.Background(), p, func(context.Context, RunRequest) RunAnswer {
+			called = true
+			return RunAnswer{Code: "ok"}
+		})
+		if called != (ans.Code == "ok") || (!called && ans.Code != "invalid") {
+			t.Fatalf("answer %+v, run called %v", ans, called)
+		}
+	})
+}
