@@ -15,12 +15,26 @@ import (
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/custodian/routine"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Routines (custodian/routine): a template saved from a verified exec
 // receipt and submitted again, with a fresh op key, through the same
 // custody path as the agent's own terminal/create. Nothing here runs on
 // its own: no schedule, no standing permission, no background re-run.
+
+// execRecord is what an exec's receipt keeps of its request, for a
+// routine to be saved from it: nil for a plain agent's call (its key was
+// minted by the custodian for that request alone, and a plain agent
+// never asks for a verified outcome, so no routine could be saved from
+// it) and for a request too large to keep (opstore.ExecRequest.Small).
+func (cl *call) execRecord(args *wire.ExecStartArgs) *opstore.ExecRequest {
+	e := &opstore.ExecRequest{Argv: args.Argv, Cwd: args.Cwd, Env: args.Env}
+	if cl.taggedBy == TaggedByCustodian || !e.Small() {
+		return nil
+	}
+	return e
+}
 
 // Audit outcomes of KindRoutine records.
 const (

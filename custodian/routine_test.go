@@ -205,7 +205,8 @@ func (s *routineSession) auditNamesTemplate(t *testing.T, digest string) {
 
 // TestIntegrationRoutineSaveRefusals: save refuses, naming the check, an
 // unknown op key, an exec that is not verified, a receipt that is not an
-// exec, another owner's receipt, a bad name, and an existing name unless
+// exec, another owner's receipt, a bad name, a verified exec whose request
+// was too large to keep in its receipt, and an existing name unless
 // replace is asked; nothing is written for a refusal.
 func TestIntegrationRoutineSaveRefusals(t *testing.T) {
 	rr := startReceiver(t)
@@ -231,6 +232,13 @@ func TestIntegrationRoutineSaveRefusals(t *testing.T) {
 		if _, _, err := s.c.SaveRoutine(tc.name, tc.key, tc.owner, false); !errors.Is(err, tc.want) {
 			t.Errorf("save %s from %s for %s: %v, want %v", tc.name, tc.key, tc.owner, err, tc.want)
 		}
+	}
+	big := s.exec(t, "big", "true # "+strings.Repeat("x", opstore.MaxExecBytes), map[string]string{"out.txt": sha256Hex([]byte("ok"))})
+	if big.Outcome != opstore.Verified || big.Exec != nil {
+		t.Fatalf("exec past the kept bound: %s, exec kept %v; want verified with no exec kept", big.Outcome, big.Exec != nil)
+	}
+	if _, _, err := s.c.SaveRoutine("r5", "big", owner, false); !errors.Is(err, routine.ErrNotExec) {
+		t.Errorf("save from an exec whose request was not kept: %v, want ErrNotExec", err)
 	}
 	entries, err := os.ReadDir(filepath.Join(s.dir, routine.Dir))
 	if err == nil && len(entries) != 0 {

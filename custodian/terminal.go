@@ -33,7 +33,7 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 		settle: func() (any, *opstore.Receipt) {
 			return acp.CreateTerminalResponse{TerminalId: res.TerminalID},
 				&opstore.Receipt{Outcome: opstore.Pending, TerminalID: res.TerminalID,
-					Exec: &opstore.ExecRequest{Argv: args.Argv, Cwd: args.Cwd, Env: args.Env}}
+					Exec: cl.execRecord(args)}
 		},
 		annotate: func(r *audit.Record) {
 			r.Digests = map[string]string{"argv": digestJSON(args.Argv), "cwd": sha256Hex([]byte(args.Cwd))}
