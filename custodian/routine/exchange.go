@@ -129,23 +129,10 @@ func awaitAnswer(ctx context.Context, base string, poll time.Duration) (*RunAnsw
 	}
 }
 
-// writeExchange writes data to path through a temp file and a rename, so
-// a reader never sees a part of it.
+// writeExchange writes a request or answer file whole (writeFileAtomic);
+// it need not survive a crash, since its asker would not either.
 func writeExchange(path string, data []byte) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("routine: write %s: %w", filepath.Base(path), err)
-	}
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
+	if err := writeFileAtomic(path, data, false); err != nil {
 		return fmt.Errorf("routine: write %s: %w", filepath.Base(path), err)
 	}
 	return nil

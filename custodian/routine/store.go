@@ -72,33 +72,44 @@ func (s *Store) Save(t *Template, replace bool) error {
 	return s.writeAtomic(t.Name, data)
 }
 
-// writeAtomic writes data to name's file: temp file (0600, O_EXCL), fsync,
-// rename, directory fsync.
+// writeAtomic writes data to name's template file, durably.
 func (s *Store) writeAtomic(name string, data []byte) error {
-	tmp := filepath.Join(s.dir, "."+name+".tmp")
+	if err := writeFileAtomic(s.path(name), data, true); err != nil {
+		return fmt.Errorf("routine: write %q: %w", name, err)
+	}
+	return nil
+}
+
+// writeFileAtomic writes data to path through a temp file beside it
+// (0600, O_EXCL, no symlink followed) renamed into place, so a reader
+// never sees a part of it; with sync, the file is fsynced before the
+// rename and its directory after it, so a crash leaves the old content
+// or the new one. The one temp-and-rename writer of this package.
+func writeFileAtomic(path string, data []byte, sync bool) error {
+	dir := filepath.Dir(path)
+	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp")
 	_ = os.Remove(tmp) // a crash's leftover
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return fmt.Errorf("routine: write %q: %w", name, err)
+		return err
 	}
 	_, err = f.Write(data)
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, s.path(name))
+		err = os.Rename(tmp, path)
 	}
-	if err == nil {
-		err = durable.SyncDir(s.dir)
+	if err == nil && sync {
+		err = durable.SyncDir(dir)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("routine: write %q: %w", name, err)
 	}
-	return nil
+	return err
 }
 
 // Load reads and checks the template name: ErrBadName, ErrNotFound, or
