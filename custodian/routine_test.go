@@ -20,6 +20,7 @@ import (
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/custodian/routine"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // routineSession is a custodian bound to a real receiver, with the
@@ -282,5 +283,45 @@ func TestIntegrationRoutineRunRefusals(t *testing.T) {
 	wantCode(t, err, errcode.CodeDenied)
 	if s.runs(t) != 1 {
 		t.Fatalf("refused runs ran the routine (%d runs)", s.runs(t))
+	}
+}
+
+// TestExecRecordNotKeptForPlainAgents: a tether agent's exec receipt keeps
+// what it ran (the positive control); a plain agent's, keyed by an op key
+// the custodian minted, keeps none, so no routine is saved from it.
+func TestExecRecordNotKeptForPlainAgents(t *testing.T) {
+	for _, plain := range []bool{false, true} {
+		h := newHarness(t)
+		h.fr.on(wire.OpExecStart, func(context.Context, *wire.Request, any) (any, error) {
+			return wire.ExecStartResult{TerminalID: "t-1", PID: 7}, nil
+		})
+		h.fr.on(wire.OpExecRelease, func(context.Context, *wire.Request, any) (any, error) { return wire.Empty{}, nil })
+		req := acp.CreateTerminalRequest{Command: "make"}
+		if plain {
+			h.connectAgent(false)
+			h.bindPlain()
+		} else {
+			h.bind()
+			req.Meta = h.op("k1")
+		}
+		req.SessionId = sid(h)
+		_, err := h.agent.conn.CreateTerminal(context.Background(), req)
+		must(t, err)
+		rs, err := h.c.store.List()
+		must(t, err)
+		var execs []*opstore.Receipt
+		for _, r := range rs {
+			if r.Method == acp.ClientMethodTerminalCreate {
+				execs = append(execs, r)
+			}
+		}
+		switch {
+		case len(execs) != 1:
+			t.Fatalf("plain=%v: %d exec receipts, want 1", plain, len(execs))
+		case plain && execs[0].Exec != nil:
+			t.Fatalf("a plain agent's exec receipt keeps its request: %+v", execs[0].Exec)
+		case !plain && (execs[0].Exec == nil || execs[0].Exec.Argv[2] != "make"):
+			t.Fatalf("a tether agent's exec receipt keeps %+v, want argv [/bin/sh -c make]", execs[0].Exec)
+		}
 	}
 }
