@@ -32,7 +32,8 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	k := keyed{op: wire.OpExecStart, args: args, result: &res,
 		settle: func() (any, *opstore.Receipt) {
 			return acp.CreateTerminalResponse{TerminalId: res.TerminalID},
-				&opstore.Receipt{Outcome: opstore.Pending, TerminalID: res.TerminalID}
+				&opstore.Receipt{Outcome: opstore.Pending, TerminalID: res.TerminalID,
+					Exec: cl.execRecord(args)}
 		},
 		annotate: func(r *audit.Record) {
 			r.Digests = map[string]string{"argv": digestJSON(args.Argv), "cwd": sha256Hex([]byte(args.Cwd))}

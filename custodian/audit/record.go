@@ -52,10 +52,14 @@ const (
 	// audit budget in one window: per outcome, how many there were and
 	// the time of the first and last (Folded).
 	KindFolded Kind = "folded"
+	// KindRoutine: a routine was saved (Outcome "saved", OpKey the source
+	// receipt's) or run (Outcome "run", OpKey the run's own); its
+	// template's digest is Digests["template"] (custodian/routine).
+	KindRoutine Kind = "routine"
 )
 
 var kinds = []Kind{KindBind, KindAttach, KindRefusal, KindDispatch, KindResult, KindCancel, KindFence, KindLease, KindAgent,
-	KindPermission, KindRefusals, KindClaim, KindFolded}
+	KindPermission, KindRefusals, KindClaim, KindFolded, KindRoutine}
 
 // Valid reports whether k is in the closed set.
 func (k Kind) Valid() bool {

@@ -108,6 +108,38 @@ type Receipt struct {
 	// (terminal/output and wait_for_exit on the replayed terminal). nil
 	// when the output was never observed, or did not fit (Note says so).
 	Output *ExecOutput `json:"output,omitempty"`
+
+	// Exec is what an exec (terminal/create) ran, as its request digest
+	// covers it: what a routine saved from this receipt re-runs.
+	Exec *ExecRequest `json:"exec,omitempty"`
+}
+
+// ExecRequest is what an exec ran: argv as exec'd, the cwd relative to
+// the tuple's root, and the env the request merged over the computer's
+// default environment.
+type ExecRequest struct {
+	Argv []string          `json:"argv"`
+	Cwd  string            `json:"cwd"`
+	Env  map[string]string `json:"env,omitempty"`
+}
+
+// MaxExecBytes bounds what a receipt keeps of an exec's request: an
+// ExecRequest that is not Small is not kept (a routine cannot be saved
+// from that receipt).
+const MaxExecBytes = 64 << 10
+
+// Small reports whether e, JSON-encoded, surely stays within MaxExecBytes:
+// every byte of its strings counts six (the longest JSON escape), plus
+// the quotes and separators of each.
+func (e *ExecRequest) Small() bool {
+	n := 6*len(e.Cwd) + 64
+	for _, a := range e.Argv {
+		n += 6*len(a) + 3
+	}
+	for k, v := range e.Env {
+		n += 6*(len(k)+len(v)) + 6
+	}
+	return n <= MaxExecBytes
 }
 
 // ExecOutput is an exec's final output, as terminal/output answered it.
@@ -122,7 +154,8 @@ type ExecOutput struct {
 // whose response and output are clearly small is not encoded to tell.
 func (r *Receipt) Fits() bool {
 	if len(r.Response) <= maxRecordBytes/4 && (r.Output == nil || 6*len(r.Output.Output) <= maxRecordBytes/4) &&
-		len(r.Files) <= 1024 && len(r.Note) <= 4<<10 && (r.Error == nil || len(r.Error.Message) <= 4<<10) {
+		len(r.Files) <= 1024 && len(r.Note) <= 4<<10 && (r.Error == nil || len(r.Error.Message) <= 4<<10) &&
+		(r.Exec == nil || r.Exec.Small()) {
 		return true // a quarter each, the rest bounded by the checks on them: well within
 	}
 	b, err := r.Marshal()

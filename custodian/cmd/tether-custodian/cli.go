@@ -22,6 +22,9 @@ Usage:
   tether-custodian run --config FILE [--agent PROFILE] [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]
   tether-custodian agents
   tether-custodian receipts show (--state DIR | --config FILE) [--key K] [--wait D]
+  tether-custodian routine save NAME --from OP_KEY --config FILE [--replace]
+  tether-custodian routine show NAME --state DIR
+  tether-custodian routine run NAME --op-key K --session-id ID --state DIR
   tether-custodian audit verify --state DIR --pubkey FILE [--checkpoint FILE] [--witness KEY... [--witness-quorum K]]
   tether-custodian audit witness --state DIR --pubkey FILE --witness URL=KEY... [--quorum K]
   tether-custodian audit keygen --name NAME --out PREFIX
@@ -46,6 +49,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cmdAgents(rest, stdout, stderr)
 	case "receipts":
 		return sub(rest, stdout, stderr, "receipts", map[string]func([]string, io.Writer, io.Writer) int{"show": cmdReceiptsShow})
+	case "routine":
+		return sub(rest, stdout, stderr, "routine", routineCmds)
 	case "audit":
 		return sub(rest, stdout, stderr, "audit", map[string]func([]string, io.Writer, io.Writer) int{
 			"verify": cmdAuditVerify, "keygen": cmdAuditKeygen, "witness": cmdAuditWitness})

@@ -1,7 +1,8 @@
 // Command tether-custodian runs an ACP agent whose file and terminal
 // callbacks go to one isolated computer, and inspects what it recorded:
-// run, receipts show, audit verify, audit keygen. Run it with --help, or
-// any subcommand with --help. docs/custodian.md is its reference.
+// run, receipts show, routine save/show/run, audit verify, audit keygen.
+// Run it with --help, or any subcommand with --help. docs/custodian.md is
+// its reference.
 package main
 
 import (

@@ -329,6 +329,7 @@ func (r *runner) session(ctx context.Context, conn *custodian.Conn, recv *custod
 	if err != nil {
 		return fail(r.stderr, exitFailed, "run: bind: %v", r.agent.explain(err, agentExitWait))
 	}
+	defer r.serveRoutines(ctx, conn)() // `routine run` requests (routine.go)
 	for i := 0; ; i++ {
 		text, ok, err := r.next(ctx)
 		if err != nil {

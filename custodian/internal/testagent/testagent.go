@@ -22,6 +22,7 @@
 //
 // A line may start with modifiers: key=K (op key base, for retries),
 // nometa (no `_meta["tether/op"]`), wrongtuple (another tuple's digest),
+// verify=PATH:SHA256 (exec: `_meta["tether/verify"]` for that file),
 // session=ID (another session id). Results read "ok ..." or
 // "error CODE ...", where CODE is the tether code of the refusal. The
 // word ROOT in a line stands for the bound tuple's root.
@@ -199,6 +200,8 @@ type call struct {
 	sid  acp.SessionId
 	key  string
 	meta func(step string) map[string]any
+	// verify is the files an exec asks to verify (verify= modifiers).
+	verify map[string]string
 }
 
 func (a *Agent) do(ctx context.Context, sid, line string) string {
@@ -209,8 +212,14 @@ func (a *Agent) do(ctx context.Context, sid, line string) string {
 	c := call{a: a, sid: acp.SessionId(sid), key: fresh()}
 	digest := a.digestOf(sid)
 	mode := ""
-	for len(f) > 0 && (strings.HasPrefix(f[0], "key=") || strings.HasPrefix(f[0], "session=") || f[0] == "nometa" || f[0] == "wrongtuple") {
+	for len(f) > 0 && (strings.HasPrefix(f[0], "key=") || strings.HasPrefix(f[0], "session=") || f[0] == "nometa" || f[0] == "wrongtuple" || strings.HasPrefix(f[0], "verify=")) {
 		switch {
+		case strings.HasPrefix(f[0], "verify="):
+			p, d, _ := strings.Cut(strings.TrimPrefix(f[0], "verify="), ":")
+			if c.verify == nil {
+				c.verify = map[string]string{}
+			}
+			c.verify[p] = d
 		case strings.HasPrefix(f[0], "key="):
 			c.key = strings.TrimPrefix(f[0], "key=")
 		case strings.HasPrefix(f[0], "session="):
@@ -308,6 +317,9 @@ func (c call) ask(ctx context.Context, title string) string {
 // cwd, an explicit PATH) or, plain, what ACP agents send (no cwd, no env).
 func (c call) createRequest(argv []string) acp.CreateTerminalRequest {
 	req := acp.CreateTerminalRequest{SessionId: c.sid, Command: argv[0], Args: argv[1:], Meta: c.meta("create")}
+	if c.verify != nil {
+		req.Meta = acpmeta.MergeMeta(req.Meta, acpmeta.Verify{Files: c.verify}.Meta())
+	}
 	if c.a.plain {
 		return req
 	}
