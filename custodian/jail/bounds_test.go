@@ -188,6 +188,7 @@ type serveReport struct {
 	MPTCP   string `json:"mptcp"`   // a Multipath TCP socket: bind, then listen
 	IOUring string `json:"iouring"` // io_uring_setup
 	Connect string `json:"connect"` // connect to the host's loopback listener
+	Unix    string `json:"unix"`    // listen on a unix socket in the jail's /tmp (go-plugin's way)
 	Ports   []int  `json:"ports"`
 }
 
@@ -227,6 +228,12 @@ func serveMain(hostAddr string) int {
 		c.Close()
 	}
 	r.Connect = errName(err)
+	r.Unix = errName(nil)
+	if l, err := net.Listen("unix", filepath.Join(os.TempDir(), "serve.sock")); err != nil {
+		r.Unix = errName(err)
+	} else {
+		defer l.Close()
+	}
 	json.NewEncoder(os.Stdout).Encode(r)
 	io.Copy(io.Discard, os.Stdin)
 	return 0
@@ -247,9 +254,25 @@ func TestIntegrationJailNoServe(t *testing.T) {
 	if err := json.NewDecoder(out).Decode(&r); err != nil {
 		t.Fatalf("the agent's report: %v\nstderr:\n%s", err, stderr)
 	}
-	want := serveReport{Bind: "EACCES", Listen: "EPERM", MPTCP: "EPERM", IOUring: "EPERM", Connect: "ok"}
-	if r.Bind != want.Bind || r.Listen != want.Listen || r.MPTCP != want.MPTCP || r.IOUring != want.IOUring || r.Connect != want.Connect || len(r.Ports) != 0 {
+	want := serveReport{Bind: "EACCES", Listen: "EPERM", MPTCP: "EPERM", IOUring: "EPERM", Connect: "ok", Unix: "EPERM"}
+	if r.Bind != want.Bind || r.Listen != want.Listen || r.MPTCP != want.MPTCP || r.IOUring != want.IOUring ||
+		r.Connect != want.Connect || r.Unix != want.Unix || len(r.Ports) != 0 {
 		t.Errorf("network host: %+v, want %+v", r, want)
+	}
+	proc.Stdin.Close()
+	mustDo(t, proc.Wait())
+
+	// A tether agent (Options.Listen): its plugin's unix socket listens;
+	// bind, Multipath TCP and io_uring stay refused.
+	listenOpt = true
+	proc, stderr, out = startRole(t, s, Config{}, envServe, tcp)
+	listenOpt = false
+	r = serveReport{}
+	if err := json.NewDecoder(out).Decode(&r); err != nil {
+		t.Fatalf("with Listen: the agent's report: %v\nstderr:\n%s", err, stderr)
+	}
+	if r.Bind != "EACCES" || r.MPTCP != "EPERM" || r.IOUring != "EPERM" || r.Connect != "ok" || r.Unix != "ok" || r.Listen != "ok" {
+		t.Errorf("network host with Listen: %+v; want bind EACCES, mptcp and iouring EPERM, connect, unix and listen ok", r)
 	}
 	proc.Stdin.Close()
 	mustDo(t, proc.Wait())
@@ -283,6 +306,9 @@ func TestIntegrationJailNoServe(t *testing.T) {
 		c.Close()
 	}
 }
+
+// listenOpt is the Options.Listen of the next startRole.
+var listenOpt bool
 
 // hostHas reports whether the file (a sysctl) holds value.
 func hostHas(path, value string) bool {
@@ -320,7 +346,8 @@ func cgroupDirs(p *Process) []string {
 // startRole starts a jail whose agent plays role (envHog, envForks).
 func startRole(t *testing.T, s *scene, cfg Config, role, value string) (*Process, *syncBuffer, *bufio.Reader) {
 	t.Helper()
-	spec, err := Build(Options{Config: cfg, Argv: []string{s.exe, "jail-" + role}, Root: s.root, Env: holdEnv(role, value), Helper: s.exe})
+	spec, err := Build(Options{Config: cfg, Argv: []string{s.exe, "jail-" + role}, Root: s.root, Env: holdEnv(role, value), Helper: s.exe,
+		Listen: listenOpt})
 	mustDo(t, err)
 	stderr := &syncBuffer{}
 	proc, err := Start(spec, stderr)

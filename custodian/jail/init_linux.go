@@ -28,6 +28,8 @@ type initSpec struct {
 	// DenyServe (network host) refuses TCP bind (Landlock) and listen,
 	// Multipath TCP and io_uring (seccomp, serve_linux.go).
 	DenyServe bool `json:"deny_serve"`
+	// AllowListen leaves listen(2) out of that filter (Options.Listen).
+	AllowListen bool `json:"allow_listen"`
 }
 
 // maxInitSpec bounds the spec the init reads.
@@ -90,7 +92,7 @@ func initMain() int {
 		fmt.Fprintf(os.Stderr, "tether jail: init: set RLIMIT_NPROC %d: %v; the agent was not started\n", spec.NProc, err)
 		return 127
 	}
-	if err := restrictExec(spec.Exec, spec.DenyServe); err != nil {
+	if err := restrictExec(spec.Exec, spec.DenyServe, spec.AllowListen); err != nil {
 		fmt.Fprintf(os.Stderr, "tether jail: init: %v; the agent was not started\n", err)
 		return 127
 	}
@@ -128,8 +130,9 @@ func readInitSpec() (*initSpec, error) {
 // writable, a few devices are usable, and only exec is executable.
 // Signals and abstract unix sockets cannot reach outside the jail. With
 // denyServe it also handles TCP bind (ABI 4) with no port allowed, and
-// installs the seccomp filter against serving on the host (installNoServe).
-func restrictExec(exec []string, denyServe bool) error {
+// installs the seccomp filter against serving on the host (installNoServe),
+// which refuses listen(2) too unless allowListen.
+func restrictExec(exec []string, denyServe, allowListen bool) error {
 	cfg := landlock.Config{HandledAccessFS: landlock.V6.HandledAccessFS, Scoped: landlock.V6.Scoped}
 	if denyServe {
 		cfg.HandledAccessNet = landlock.AccessNetSet(ll.AccessNetBindTCP)
@@ -151,7 +154,7 @@ func restrictExec(exec []string, denyServe bool) error {
 		return fmt.Errorf("%w: restrict: %w", ErrLandlock, err)
 	}
 	if denyServe {
-		return installNoServe()
+		return installNoServe(allowListen)
 	}
 	return nil
 }

@@ -28,8 +28,9 @@ const ipprotoMPTCP = 262
 // is built for.
 var seccompArch = map[string]uint32{"amd64": unix.AUDIT_ARCH_X86_64, "arm64": unix.AUDIT_ARCH_AARCH64}
 
-// noServeFilter returns the filter's program for this architecture.
-func noServeFilter() ([]unix.SockFilter, error) {
+// noServeFilter returns the filter's program for this architecture;
+// allowListen leaves listen(2) out of it (Options.Listen).
+func noServeFilter(allowListen bool) ([]unix.SockFilter, error) {
 	arch, ok := seccompArch[runtime.GOARCH]
 	if !ok {
 		return nil, fmt.Errorf("no seccomp filter for %s: the jail cannot keep the agent from serving on the host's network; use jail.network %q", runtime.GOARCH, NetworkNone)
@@ -44,26 +45,38 @@ func noServeFilter() ([]unix.SockFilter, error) {
 		offArg2 = 32 // the low 32 bits of seccomp_data.args[2] (little-endian)
 		x32Bit  = 0x40000000
 	)
-	// Jump offsets count from the next instruction: allow is 9, deny 10.
-	return []unix.SockFilter{
+	denied := []uint32{unix.SYS_LISTEN, unix.SYS_IO_URING_SETUP}
+	if allowListen {
+		denied = denied[1:]
+	}
+	// The program: the arch check, the number, the x32 check, one test per
+	// denied number, the socket(2) protocol test, allow, deny. toDeny(i)
+	// is the jump from instruction i to deny (offsets count from the next
+	// instruction).
+	deny := 8 + len(denied)
+	toDeny := func(i int) uint8 { return uint8(deny - i - 1) }
+	prog := []unix.SockFilter{
 		{Code: ld, K: offArch},
-		{Code: jeq, K: arch, Jt: 0, Jf: 8},
+		{Code: jeq, K: arch, Jt: 0, Jf: toDeny(1)},
 		{Code: ld, K: offNr},
-		{Code: jge, K: x32Bit, Jt: 6},
-		{Code: jeq, K: unix.SYS_LISTEN, Jt: 5},
-		{Code: jeq, K: unix.SYS_IO_URING_SETUP, Jt: 4},
-		{Code: jeq, K: unix.SYS_SOCKET, Jt: 0, Jf: 2},
-		{Code: ld, K: offArg2},
-		{Code: jeq, K: ipprotoMPTCP, Jt: 1, Jf: 0},
-		{Code: ret, K: unix.SECCOMP_RET_ALLOW},
-		{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
-	}, nil
+		{Code: jge, K: x32Bit, Jt: toDeny(3)},
+	}
+	for _, nr := range denied {
+		prog = append(prog, unix.SockFilter{Code: jeq, K: nr, Jt: toDeny(len(prog))})
+	}
+	return append(prog,
+		unix.SockFilter{Code: jeq, K: unix.SYS_SOCKET, Jt: 0, Jf: 2},
+		unix.SockFilter{Code: ld, K: offArg2},
+		unix.SockFilter{Code: jeq, K: ipprotoMPTCP, Jt: 1, Jf: 0},
+		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ALLOW},
+		unix.SockFilter{Code: ret, K: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
+	), nil
 }
 
 // installNoServe installs noServeFilter on the calling thread, which must
 // have no_new_privs set; the program it executes inherits it.
-func installNoServe() error {
-	prog, err := noServeFilter()
+func installNoServe(allowListen bool) error {
+	prog, err := noServeFilter(allowListen)
 	if err != nil {
 		return err
 	}

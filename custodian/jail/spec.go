@@ -36,6 +36,12 @@ type Options struct {
 	// Helper is the host path of this binary (the init and the shell
 	// stubs); "" means os.Executable().
 	Helper string
+	// Listen lets the agent listen(2) under NetworkHost: a tether agent's
+	// plugin serves go-plugin's unix socket. Binding a TCP socket stays
+	// refused (Landlock), but a TCP socket listened on without a bind
+	// gets an ephemeral port on the host (SECURITY.md, "The agent
+	// process"). Plain agents never get it.
+	Listen bool
 	// ScratchParent is the host directory in which a per-jail directory is
 	// made for the private tmpfs (mounted only in the jail's mount
 	// namespace); "" means os.TempDir().
@@ -77,6 +83,8 @@ type Spec struct {
 	Cgroup             string
 	// Network is NetworkHost or NetworkNone.
 	Network string
+	// Listen allows listen(2) under NetworkHost (Options.Listen).
+	Listen bool
 	// Bwrap is bubblewrap's path.
 	Bwrap string
 	// Read is shown read-only; Exec is shown read-only and allowed to
@@ -100,7 +108,7 @@ type Spec struct {
 // but reads of the named paths. Errors name the failed check and wrap
 // ErrConfig or ErrHidden.
 func Build(o Options) (*Spec, error) {
-	s := &Spec{Argv: slices.Clone(o.Argv), Network: o.Config.Network, Bwrap: o.Config.Bwrap,
+	s := &Spec{Argv: slices.Clone(o.Argv), Network: o.Config.Network, Listen: o.Listen, Bwrap: o.Config.Bwrap,
 		UIDs: IDRange{DefaultUIDFirst, DefaultUIDLast}, MaxMemory: DefaultMaxMemory, MaxPids: DefaultMaxPids,
 		Cgroup: CgroupRequired, Helper: o.Helper, ScratchParent: o.ScratchParent, LockDir: o.LockDir, TmpSize: DefaultTmpSize}
 	if err := s.fillDefaults(o.Config); err != nil {

@@ -109,6 +109,9 @@ func (p *Process) bounds() string {
 	switch {
 	case s.Network == NetworkHost && skipServeBounds:
 		serve = "; network host: serving on the host is NOT refused (a test's positive control)"
+	case s.Network == NetworkHost && s.Listen:
+		serve = fmt.Sprintf("; network host: TCP bind refused (Landlock ABI %d), Multipath TCP and io_uring refused (seccomp), "+
+			"listen allowed for the plugin's socket (a TCP listen without bind would get an ephemeral port), connect allowed", LandlockABI())
 	case s.Network == NetworkHost:
 		serve = fmt.Sprintf("; network host: TCP bind refused (Landlock ABI %d), listen, Multipath TCP and io_uring refused (seccomp), connect allowed", LandlockABI())
 	}
@@ -125,7 +128,7 @@ var skipServeBounds bool
 func (p *Process) command(stderr io.Writer) error {
 	s := p.spec
 	spec, err := json.Marshal(initSpec{Path: s.Path, Argv: s.Argv, Exec: s.execAllowed(), Banner: s.Banner(), NProc: s.MaxPids,
-		DenyServe: s.Network == NetworkHost && !skipServeBounds})
+		DenyServe: s.Network == NetworkHost && !skipServeBounds, AllowListen: s.Listen})
 	if err != nil {
 		return fmt.Errorf("%w: encode the init's spec: %w", ErrStart, err)
 	}

@@ -131,8 +131,10 @@ func (r *runner) jailSpec() (*jail.Spec, error) {
 	if rc.Path != "" {
 		hidden = append(hidden, rc.Path)
 	}
+	// A tether agent loads the plugin, which serves go-plugin's unix
+	// socket: it may listen (bind stays refused); a plain agent may not.
 	return jail.Build(jail.Options{Config: cfg, Argv: r.argv, Root: r.cfg.Tuple.Root, Env: r.env,
-		Hidden: hidden, Helper: jailHelper})
+		Hidden: hidden, Helper: jailHelper, Listen: r.cfg.Agent != custodian.AgentPlain})
 }
 
 // appendAbs appends the flag paths, made absolute, to the config's.
