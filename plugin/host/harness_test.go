@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 			}
 			args = append(args, a)
 		}
-		os.Exit(impl.Main(context.Background(), args, os.Stderr, cfg))
+		os.Exit(impl.Main(context.Background(), args, os.Stdout, os.Stderr, cfg))
 	}
 	os.Exit(m.Run())
 }

@@ -118,9 +118,9 @@ func TestLoadVersionMismatchNamesBothSides(t *testing.T) {
 }
 
 // TestPluginRunByHandExplainsAndFails runs the real command's code path
-// by hand: bare, and asking for help (also with the handshake environment
-// a host sets). Each explains itself on stderr, prints nothing on stdout
-// (go-plugin's handshake channel) and exits 2.
+// by hand: bare, with a stray argument, and asking for help with the
+// handshake environment a host sets. Each explains itself on stderr,
+// prints nothing on stdout (go-plugin's handshake channel) and exits 2.
 func TestPluginRunByHandExplainsAndFails(t *testing.T) {
 	path, _ := selfBinary(t)
 	cookie := shared.Handshake.MagicCookieKey + "=" + shared.Handshake.MagicCookieValue
@@ -128,25 +128,59 @@ func TestPluginRunByHandExplainsAndFails(t *testing.T) {
 		args []string
 		env  []string
 	}{
-		{nil, nil}, {[]string{"--help"}, nil}, {[]string{"-h"}, nil}, {[]string{"-help"}, nil},
-		{[]string{"--help"}, []string{cookie}}, {[]string{"stray"}, []string{cookie}},
+		{nil, nil}, {[]string{"stray"}, nil}, {[]string{"--bogus"}, nil},
+		{[]string{"--help"}, []string{cookie}}, {[]string{"-h"}, []string{cookie}}, {[]string{"stray"}, []string{cookie}},
 	} {
-		cmd := exec.Command(path, append([]string{helperArg}, c.args...)...)
-		cmd.Env = append([]string{}, c.env...)
-		var stdout, stderr strings.Builder
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 {
-			t.Fatalf("tether-plugin %v (env %v): err=%v, want exit 2", c.args, c.env, err)
+		stdout, stderr, code := runPlugin(t, path, c.args, c.env)
+		if code != 2 {
+			t.Fatalf("tether-plugin %v (env %v): exit %d, want 2", c.args, c.env, code)
 		}
-		if out := stderr.String(); !strings.Contains(out, "not meant to be run by hand") || !strings.Contains(out, "plugin/host.Load") {
-			t.Fatalf("tether-plugin %v printed %q on stderr", c.args, out)
+		if c.args == nil || c.env != nil {
+			if !strings.Contains(stderr, "not meant to be run by hand") || !strings.Contains(stderr, "plugin/host.Load") {
+				t.Fatalf("tether-plugin %v printed %q on stderr", c.args, stderr)
+			}
+		} else if stderr == "" {
+			t.Fatalf("tether-plugin %v printed nothing on stderr", c.args)
 		}
-		if stdout.Len() != 0 {
-			t.Fatalf("tether-plugin %v printed %q on stdout", c.args, stdout.String())
+		if stdout != "" {
+			t.Fatalf("tether-plugin %v printed %q on stdout", c.args, stdout)
 		}
 	}
+}
+
+// TestPluginHelpByHand: asked for help without go-plugin's cookie (run by
+// hand, not by a host), the plugin prints its usage on stdout and exits 0,
+// like every tether binary (admission/cli).
+func TestPluginHelpByHand(t *testing.T) {
+	path, _ := selfBinary(t)
+	for _, h := range []string{"--help", "-h", "-help"} {
+		stdout, stderr, code := runPlugin(t, path, []string{h}, nil)
+		if code != 0 || stderr != "" {
+			t.Fatalf("tether-plugin %s: exit %d, stderr %q; want 0 and nothing", h, code, stderr)
+		}
+		if !strings.Contains(stdout, "not meant to be run by hand") || strings.Count(stdout, "Usage: tether-plugin") != 1 {
+			t.Fatalf("tether-plugin %s printed %q on stdout", h, stdout)
+		}
+	}
+}
+
+// runPlugin runs the plugin's helper binary with args and only env.
+func runPlugin(t *testing.T, path string, args, env []string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(path, append([]string{helperArg}, args...)...)
+	cmd.Env = append([]string{}, env...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("tether-plugin %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
 }
 
 // TestPluginRefusesWithoutMutualTLS: a host that does not enable AutoMTLS

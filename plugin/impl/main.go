@@ -17,6 +17,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/tetherdev/tether/admission/cli"
 	"github.com/tetherdev/tether/plugin/shared"
 )
 
@@ -48,28 +49,37 @@ Usage: tether-plugin [--procs N] [--help]
 const DefaultProcs = 1
 
 // Main runs tether-plugin with the command-line arguments after the program
-// name and returns the exit code. Run by hand, or with --help or -h, it
-// prints how it is meant to be used to stderr and returns 2: the plugin is
-// never meant to be run directly, and stdout carries only go-plugin's
-// handshake line.
-func Main(ctx context.Context, args []string, stderr io.Writer, cfg Config) int {
+// name and returns the exit code. Asked for help (-h, -help, --help) by
+// hand, without go-plugin's magic cookie in its environment, it prints its
+// usage to stdout and returns 0 (admission/cli). Under go-plugin (the
+// cookie set) stdout carries only go-plugin's handshake line, so help goes
+// to stderr and it returns 2. Any other run by hand prints the usage to
+// stderr and returns 2: the plugin is never meant to be run directly.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer, cfg Config) int {
 	if len(cfg.Versions) == 0 {
 		cfg.Versions = shared.ProtocolVersions
 	}
+	underHost := os.Getenv(shared.Handshake.MagicCookieKey) == shared.Handshake.MagicCookieValue
 	fs := flag.NewFlagSet("tether-plugin", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintf(stderr, usage, cfg.Versions) }
+	fs.Usage = func() { fmt.Fprintf(fs.Output(), usage, cfg.Versions) }
 	procs := fs.Int("procs", DefaultProcs, "")
-	if err := fs.Parse(args); err != nil {
-		return 2 // --help and -h too: fs.Usage went to stderr, nothing is served
+	helpOut := stdout
+	if underHost {
+		helpOut = stderr // stdout is go-plugin's handshake channel
+	}
+	if code, done := cli.Parse(fs, args, helpOut, stderr); done {
+		if underHost {
+			return cli.ExitUsage // nothing is served
+		}
+		return code
 	}
 	if *procs < 1 {
-		fmt.Fprintf(stderr, "tether-plugin: --procs must be at least 1\n")
-		return 2
+		return cli.UsageError(stderr, "tether-plugin", "--procs must be at least 1")
 	}
-	if fs.NArg() > 0 || os.Getenv(shared.Handshake.MagicCookieKey) != shared.Handshake.MagicCookieValue {
+	if fs.NArg() > 0 || !underHost {
+		fs.SetOutput(stderr)
 		fs.Usage()
-		return 2
+		return cli.ExitUsage
 	}
 	if err := checkLaunch(os.Getenv("PLUGIN_PROTOCOL_VERSIONS"), os.Getenv("PLUGIN_CLIENT_CERT"), cfg.Versions); err != nil {
 		fmt.Fprintf(stderr, "tether-plugin: %v\n", err)

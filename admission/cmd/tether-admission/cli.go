@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/cli"
 	"github.com/tetherdev/tether/admission/coordinator"
 	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
@@ -51,49 +52,35 @@ var commands = map[string]command{
 // run dispatches to a subcommand and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return cli.UsageError(stderr, "tether-admission", "no command given")
 	}
-	switch args[0] {
-	case "-h", "-help", "--help", "help":
+	if cli.IsHelp(args[0]) || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}
 	c, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "tether-admission: unknown command %q\n\n%s", args[0], usage)
-		return exitUsage
+		return cli.UsageError(stderr, "tether-admission", "unknown command %q", args[0])
 	}
 	return c.run(ctx, args[1:], stdout, stderr)
 }
 
-// newFlags returns a flag set whose --help prints to stdout and whose
-// errors print to stderr.
+// newFlags returns the flag set of subcommand name (admission/cli: --help
+// prints to stdout, errors print to stderr with a hint).
 func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := cli.NewFlagSet("tether-admission "+name, "tether-admission "+synopsis, "")
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: tether-admission %s\n\n", synopsis)
-		fs.PrintDefaults()
-	}
 	return fs
 }
 
 // parse parses args; done is true when the caller must return code.
 func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bool) {
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return exitOK, true
-	}
-	if err != nil {
-		return exitUsage, true
+	stderr := fs.Output()
+	if code, done := cli.Parse(fs, args, stdout, stderr); done {
+		return code, true
 	}
 	if fs.NArg() != 0 {
-		fmt.Fprintf(fs.Output(), "tether-admission %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		fs.Usage()
-		return exitUsage, true
+		return cli.UsageError(stderr, fs.Name(), "unexpected argument %q", fs.Arg(0)), true
 	}
 	return 0, false
 }
@@ -102,8 +89,7 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (code int, done bo
 func require(fs *flag.FlagSet, names ...string) bool {
 	for _, n := range names {
 		if fs.Lookup(n).Value.String() == "" {
-			fmt.Fprintf(fs.Output(), "tether-admission %s: --%s is required\n", fs.Name(), n)
-			fs.Usage()
+			cli.UsageError(fs.Output(), fs.Name(), "--%s is required", n)
 			return false
 		}
 	}

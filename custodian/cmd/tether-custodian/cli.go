@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strings"
+
+	cliconv "github.com/tetherdev/tether/admission/cli"
 )
 
 // Exit codes.
@@ -36,13 +38,13 @@ receipts and audit verification.
 // run dispatches a subcommand and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return cliconv.UsageError(stderr, "tether-custodian", "no command given")
 	}
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "-h", "--help", "help":
+	if cliconv.IsHelp(args[0]) || args[0] == "help" {
 		fmt.Fprint(stdout, usage)
 		return exitOK
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
 		return cmdRun(ctx, rest, stdin, stdout, stderr)
 	case "agents":
@@ -55,47 +57,48 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return sub(rest, stdout, stderr, "audit", map[string]func([]string, io.Writer, io.Writer) int{
 			"verify": cmdAuditVerify, "keygen": cmdAuditKeygen, "witness": cmdAuditWitness})
 	default:
-		fmt.Fprintf(stderr, "tether-custodian: unknown command %q\n\n%s", cmd, usage)
-		return exitUsage
+		return cliconv.UsageError(stderr, "tether-custodian", "unknown command %q", cmd)
 	}
 }
 
 func sub(args []string, stdout, stderr io.Writer, group string, cmds map[string]func([]string, io.Writer, io.Writer) int) int {
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" {
-		fmt.Fprintf(stderr, "usage: tether-custodian %s SUBCOMMAND [--help]\n\n%s", group, usage)
-		if len(args) > 0 {
-			return exitOK
-		}
-		return exitUsage
+	prog := "tether-custodian " + group
+	if len(args) == 0 {
+		return cliconv.UsageError(stderr, prog, "no subcommand given")
+	}
+	if cliconv.IsHelp(args[0]) {
+		groupUsage(stdout, prog)
+		return exitOK
 	}
 	f, ok := cmds[args[0]]
 	if !ok {
-		fmt.Fprintf(stderr, "tether-custodian %s: unknown subcommand %q\n", group, args[0])
-		return exitUsage
+		return cliconv.UsageError(stderr, prog, "unknown subcommand %q", args[0])
 	}
 	return f(args[1:], stdout, stderr)
 }
 
-// parse parses fs's flags; it prints the usage for --help (exit 0) and
-// for errors (exit 2). ok is false when the caller should return code.
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK, false
+// groupUsage prints the synopsis of a group's subcommands, the lines of
+// usage that start with prog.
+func groupUsage(w io.Writer, prog string) {
+	fmt.Fprintf(w, "usage: %s SUBCOMMAND [--help]\n\n", prog)
+	for _, l := range strings.Split(usage, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), prog+" ") {
+			fmt.Fprintln(w, l)
 		}
-		return exitUsage, false
 	}
-	return 0, true
 }
 
+// parse parses fs's flags (admission/cli: --help prints the usage on
+// stdout, exit 0; a flag error prints a hint on stderr, exit 2). ok is
+// false when the caller should return code.
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, ok bool) {
+	code, done := cliconv.Parse(fs, args, stdout, stderr)
+	return code, !done
+}
+
+// usageFor names fs "tether-custodian NAME" and sets its usage.
 func usageFor(fs *flag.FlagSet, synopsis, text string) {
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: tether-custodian %s\n\n%s\n\nflags:\n", synopsis, text)
-		fs.PrintDefaults()
-	}
+	cliconv.SetUsage(fs, "tether-custodian "+fs.Name(), "tether-custodian "+synopsis, text)
 }
 
 func fail(stderr io.Writer, code int, format string, args ...any) int {

@@ -69,7 +69,7 @@ func writePolicy(p *agentprofile.Policy) (string, error) {
 
 // cmdAgents lists the agent profiles and what each one sets.
 func cmdAgents(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] != "--help" && args[0] != "-h" {
+	if len(args) > 0 && args[0] != "--help" && args[0] != "-help" && args[0] != "-h" {
 		return fail(stderr, exitUsage, "agents: takes no arguments")
 	}
 	for _, p := range agentprofile.All() {

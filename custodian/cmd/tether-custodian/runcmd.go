@@ -45,7 +45,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md; required)")
 	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
-	agent := fs.String("agent", "", "a profile: claude-code, gemini, plain (any agent that knows nothing of tether) or tether (the strict protocol, the default); overrides the config's agent; `tether-custodian agents` lists what each sets")
+	agent := fs.String("agent", "", "a profile: claude-code, gemini, plain (any agent that knows nothing of tether) or tether (the strict protocol, the default); overrides the config's agent; \"tether-custodian agents\" lists what each sets")
 	standby := fs.Bool("standby", false, "wait until no live custodian owns --session-id, take it over (its keys left in flight become interrupted), then run; needs an etcd op_store")
 	var ps prompts
 	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line, each sent as it arrives)")

@@ -1,5 +1,6 @@
 // Command tether-plugin is the go-plugin binary a host agent loads with
-// plugin/host.Load. Run by hand it explains itself and exits non-zero.
+// plugin/host.Load. Run by hand it explains itself and exits non-zero;
+// asked for --help by hand it prints its usage on stdout and exits 0.
 package main
 
 import (
@@ -14,5 +15,5 @@ func main() {
 }
 
 func run(ctx context.Context) int {
-	return impl.Main(ctx, os.Args[1:], os.Stderr, impl.Config{})
+	return impl.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, impl.Config{})
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tetherdev/tether/admission/cli"
 	"github.com/tetherdev/tether/qmpinput/auditlog"
 )
 
@@ -18,13 +19,15 @@ Prints {"ok","entries","head","kinds"}; exits 1 on any failure.
 `
 
 func cmdAudit(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] != "verify" {
-		if len(args) > 0 && (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-			fmt.Fprint(stdout, auditUsage)
-			return exitOK
-		}
-		fmt.Fprint(stderr, auditUsage)
-		return exitUsage
+	if len(args) == 0 {
+		return cli.UsageError(stderr, "tether-qmp audit", "no subcommand given")
+	}
+	if cli.IsHelp(args[0]) || args[0] == "help" {
+		fmt.Fprint(stdout, auditUsage)
+		return exitOK
+	}
+	if args[0] != "verify" {
+		return cli.UsageError(stderr, "tether-qmp audit", "unknown subcommand %q", args[0])
 	}
 	fs := newFlagSet("audit verify", "audit verify --state DIR [--checkpoint N:HASH]...")
 	state := fs.String("state", "", "the view's state directory (required)")

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherdev/tether/admission/cli"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/qmpinput"
 	"github.com/tetherdev/tether/qmpinput/bundle"
@@ -44,8 +45,11 @@ Run 'tether-qmp <command> --help' for a command's flags.
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return exitUsage
+		return cli.UsageError(stderr, "tether-qmp", "no command given")
+	}
+	if cli.IsHelp(args[0]) || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return exitOK
 	}
 	switch args[0] {
 	case "capture":
@@ -60,12 +64,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cmdToken(args[1:], stdout, stderr)
 	case "audit":
 		return cmdAudit(args[1:], stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage)
-		return exitOK
 	}
-	fmt.Fprintf(stderr, "tether-qmp: unknown command %q\n\n%s", args[0], usage)
-	return exitUsage
+	return cli.UsageError(stderr, "tether-qmp", "unknown command %q", args[0])
 }
 
 // adapterFlags are the connection flags capture and run share.
@@ -126,35 +126,22 @@ func parseVersion(s string) (qmpinput.Version, error) {
 	return qmpinput.Version{Major: n[0], Minor: n[1], Micro: n[2]}, nil
 }
 
-// parse parses flags; it returns an exit code when the caller must stop.
+// parse parses flags (admission/cli: --help prints the usage once on
+// stdout; a usage error prints a hint on stderr); it returns an exit code
+// when the caller must stop.
 func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (int, bool) {
-	fs.SetOutput(io.Discard) // Parse would print usage itself; we choose where
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return exitOK, false
-	}
-	fs.SetOutput(stderr)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-		fs.Usage()
-		return exitUsage, false
+	if code, done := cli.Parse(fs, args, stdout, stderr); done {
+		return code, false
 	}
 	if fs.NArg() != 0 {
-		fmt.Fprintf(stderr, "%s: unexpected arguments %q\n", fs.Name(), fs.Args())
-		return exitUsage, false
+		return cli.UsageError(stderr, fs.Name(), "unexpected arguments %q", fs.Args()), false
 	}
 	return 0, true
 }
 
+// newFlagSet returns the flag set of "tether-qmp NAME".
 func newFlagSet(name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: tether-qmp %s\n\nflags:\n", synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
+	return cli.NewFlagSet("tether-qmp "+name, "tether-qmp "+synopsis, "")
 }
 
 // emit prints a command's JSON result; a result that cannot be written is

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/tetherdev/tether/admission/cli"
 	"github.com/tetherdev/tether/qmpinput/auditlog"
 	"github.com/tetherdev/tether/qmpinput/statedir"
 	"github.com/tetherdev/tether/qmpinput/token"
@@ -24,8 +25,11 @@ const tokenUsage = `usage: tether-qmp token <mint|revoke|list> --state DIR [flag
 
 func cmdToken(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, tokenUsage)
-		return exitUsage
+		return cli.UsageError(stderr, "tether-qmp token", "no subcommand given")
+	}
+	if cli.IsHelp(args[0]) || args[0] == "help" {
+		fmt.Fprint(stdout, tokenUsage)
+		return exitOK
 	}
 	switch args[0] {
 	case "mint":
@@ -34,12 +38,8 @@ func cmdToken(args []string, stdout, stderr io.Writer) int {
 		return tokenRevoke(args[1:], stdout, stderr)
 	case "list":
 		return tokenList(args[1:], stdout, stderr)
-	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, tokenUsage)
-		return exitOK
 	}
-	fmt.Fprintf(stderr, "tether-qmp token: unknown command %q\n\n%s", args[0], tokenUsage)
-	return exitUsage
+	return cli.UsageError(stderr, "tether-qmp token", "unknown subcommand %q", args[0])
 }
 
 // operator names the person running the CLI in the audit log.

@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/tetherdev/tether/admission/cli"
 	"github.com/tetherdev/tether/receiver"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/spawn"
@@ -33,10 +33,9 @@ func main() {
 	os.Exit(code)
 }
 
-const usage = `usage:
-  tether-receiver --config FILE   run the receiver daemon
-  tether-receiver check-caps      check uid 0 and the seven capabilities, print the result
-`
+const usageText = `Runs the receiver daemon (docs/receiver.md).
+
+  tether-receiver check-caps   checks uid 0 and the seven capabilities, prints the result`
 
 // Exit codes.
 const (
@@ -50,16 +49,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "check-caps" {
 		return checkCaps(args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("tether-receiver", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	fs := cli.NewFlagSet("tether-receiver", "tether-receiver --config FILE", usageText)
 	config := fs.String("config", "", "daemon configuration `FILE` (JSON)")
-	if err := fs.Parse(args); err != nil {
-		return helpOrUsage(err)
+	if code, done := cli.Parse(fs, args, stdout, stderr); done {
+		return code
 	}
-	if *config == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return exitUsage
+	if *config == "" {
+		return cli.UsageError(stderr, fs.Name(), "--config is required")
+	}
+	if fs.NArg() > 0 {
+		return cli.UsageError(stderr, fs.Name(), "unexpected argument %q", fs.Arg(0))
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil))
 	if err := runDaemon(ctx, *config, log); err != nil {
@@ -86,18 +85,15 @@ func runDaemon(ctx context.Context, path string, log *slog.Logger) error {
 }
 
 func checkCaps(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("tether-receiver check-caps", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, "usage: tether-receiver check-caps\n\nChecks that this process runs as uid 0 with CHOWN, DAC_OVERRIDE, FOWNER,\n"+
-			"KILL, SETGID, SETUID and SETPCAP in its effective, permitted and bounding\nsets, prints each, and exits 0 only when all are present (3 otherwise).\n")
-	}
-	if err := fs.Parse(args); err != nil {
-		return helpOrUsage(err)
+	fs := cli.NewFlagSet("tether-receiver check-caps", "tether-receiver check-caps",
+		"Checks that this process runs as uid 0 with CHOWN, DAC_OVERRIDE, FOWNER,\n"+
+			"KILL, SETGID, SETUID and SETPCAP in its effective, permitted and bounding\n"+
+			"sets, prints each, and exits 0 only when all are present (3 otherwise).")
+	if code, done := cli.Parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if fs.NArg() > 0 {
-		fs.Usage()
-		return exitUsage
+		return cli.UsageError(stderr, fs.Name(), "unexpected argument %q", fs.Arg(0))
 	}
 	err := caps.Check()
 	printCaps(stdout, err)
@@ -133,11 +129,4 @@ func printCaps(w io.Writer, err error) {
 		return
 	}
 	fmt.Fprintln(w, "OK: uid 0 with all seven capabilities")
-}
-
-func helpOrUsage(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	return exitUsage
 }
