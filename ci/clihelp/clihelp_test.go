@@ -22,7 +22,7 @@ import (
 // CMDS not listed has none.
 var subcommands = map[string][]string{
 	"tether-admission":   {"keygen", "publish", "inspect", "coordinate"},
-	"tether-custodian":   {"run", "receipts", "receipts show", "audit", "audit verify", "audit witness", "audit keygen"},
+	"tether-custodian":   {"run", "receipts", "receipts show", "audit", "audit verify", "audit witness", "audit keygen", "routine", "routine save", "routine show", "routine run"},
 	"tether-demo":        {"run", "up", "down", "admission", "view"},
 	"tether-qmp":         {"capture", "run", "verify-bundle", "view", "token", "token mint", "token revoke", "token list", "audit", "audit verify"},
 	"tether-modelserver": {"anthropic", "gemini"},
