@@ -34,7 +34,7 @@ var allowed = map[string]string{
 	"custodian/dispatch.go:decodeResponse":             "a stored ACP response the custodian encoded itself and the receipt store decoded strictly",
 	"custodian/opstore/etcd_claim.go:createOwner":      "only the name of another custodian, for an error message; the claim itself is decided by etcd's revisions",
 	"plugin/acptest/client.go:HandleExtensionMethod":   "the plugin tests' ACP client (a test double, not a parser the product runs)",
-	"plugin/shared/errors.go:jsonRPCErrorFromPB":       "the data of an ACP error, shown to the caller as it came",
+	"plugin/contract/errors.go:jsonRPCErrorFromPB":     "the data of an ACP error, shown to the caller as it came",
 	"qmpinput/keys.go:qcode":                           "a quoted key name already checked against the allowlist, to reuse the QKeyCode table's own JSON names",
 	"qmpinput/transport.go:deliverEvent":               "a QMP event from QEMU (QEMU's protocol, not ours); an event that does not decode is dropped",
 	"qmpinput/cmd/tether-qmp/view.go:readViewOrigin":   "the view's own status line, to print its origin; nothing is decided on it",

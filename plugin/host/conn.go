@@ -13,13 +13,13 @@ import (
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/binding"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // Conn is one ACP connection named to the plugin. It is closed (and its
 // bindings fenced) when the ACP connection ends or Close is called.
 type Conn struct {
-	plugin shared.Plugin
+	plugin contract.Plugin
 	asc    *acp.AgentSideConnection
 	id     string
 
@@ -38,7 +38,7 @@ func (p *Plugin) Connect(ctx context.Context, asc *acp.AgentSideConnection, prin
 	return connect(ctx, p.impl, asc, principal)
 }
 
-func connect(ctx context.Context, plugin shared.Plugin, asc *acp.AgentSideConnection, principal string) (*Conn, error) {
+func connect(ctx context.Context, plugin contract.Plugin, asc *acp.AgentSideConnection, principal string) (*Conn, error) {
 	id, err := plugin.Connect(ctx, principal)
 	if err != nil {
 		return nil, fmt.Errorf("plugin connect: %w", err)
@@ -85,7 +85,7 @@ func (c *Conn) disconnect() error {
 // acpmeta.NewError).
 func (c *Conn) OpenSession(ctx context.Context, m Method, sessionID string, meta map[string]any) (SessionStatus, error) {
 	method := map[Method]binding.Method{MethodNew: binding.MethodNew, MethodLoad: binding.MethodLoad}[m]
-	st, err := c.plugin.OpenSession(ctx, shared.OpenRequest{ConnID: c.id, SessionID: sessionID, Method: method, Meta: meta}, c.attach)
+	st, err := c.plugin.OpenSession(ctx, contract.OpenRequest{ConnID: c.id, SessionID: sessionID, Method: method, Meta: meta}, c.attach)
 	if err != nil {
 		return SessionStatus{}, err
 	}
@@ -107,7 +107,7 @@ func (c *Conn) transport(err error) error {
 	}
 	select {
 	case <-c.asc.Done():
-		return fmt.Errorf("%w: ACP connection closed: %v", shared.ErrTransport, err)
+		return fmt.Errorf("%w: ACP connection closed: %v", contract.ErrTransport, err)
 	default:
 		return err
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/host"
-	"github.com/tetherdev/tether/plugin/impl"
+	"github.com/tetherdev/tether/plugin/server"
 )
 
 // helperArg makes the test binary act as tether-plugin (the helper-process
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		os.Exit(hostHelper())
 	}
 	if len(os.Args) > 1 && os.Args[1] == helperArg {
-		cfg := impl.Config{}
+		cfg := server.Config{}
 		var args []string // the rest are tether-plugin's own arguments
 		for _, a := range os.Args[2:] {
 			if file, ok := strings.CutPrefix(a, "clock="); ok {
@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 			}
 			args = append(args, a)
 		}
-		os.Exit(impl.Main(context.Background(), args, os.Stdout, os.Stderr, cfg))
+		os.Exit(server.Main(context.Background(), args, os.Stdout, os.Stderr, cfg))
 	}
 	os.Exit(m.Run())
 }

@@ -15,13 +15,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // Plugin is a running, verified tether-plugin process. Close kills it.
 type Plugin struct {
 	client *goplugin.Client
-	impl   shared.Plugin
+	impl   contract.Plugin
 
 	closeOnce sync.Once
 }
@@ -33,7 +33,7 @@ type Plugin struct {
 // sealed in-memory copy of the bytes that were hashed. ctx bounds the
 // start; the plugin lives until Close.
 func Load(ctx context.Context, path, sha256Hex string, opts ...Option) (*Plugin, error) {
-	o := options{startTimeout: 30 * time.Second, versions: shared.ProtocolVersions}
+	o := options{startTimeout: 30 * time.Second, versions: contract.ProtocolVersions}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -68,13 +68,13 @@ func clientConfig(o options, exe *os.File, want []byte, tail *tailBuffer) *goplu
 	}
 	cmd := &exec.Cmd{Path: execPath(exe), Args: append([]string{"tether-plugin"}, o.args...), Env: []string{}}
 	return &goplugin.ClientConfig{
-		HandshakeConfig:  shared.Handshake,
-		VersionedPlugins: shared.PluginSets(o.versions, nil),
+		HandshakeConfig:  contract.Handshake,
+		VersionedPlugins: contract.PluginSets(o.versions, nil),
 		Cmd:              cmd,
 		SecureConfig:     &goplugin.SecureConfig{Checksum: want, Hash: sha256.New()},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		AutoMTLS:         true,
-		GRPCDialOptions:  shared.DialOptions(),
+		GRPCDialOptions:  contract.DialOptions(),
 		SkipHostEnv:      true,
 		StartTimeout:     o.startTimeout,
 		Stderr:           stderr,
@@ -84,9 +84,9 @@ func clientConfig(o options, exe *os.File, want []byte, tail *tailBuffer) *goplu
 
 // start runs the handshake and dispenses the plugin, giving up when ctx
 // ends (go-plugin's Client has no ctx; the caller kills on error).
-func start(ctx context.Context, client *goplugin.Client) (*shared.PluginClient, error) {
+func start(ctx context.Context, client *goplugin.Client) (*contract.PluginClient, error) {
 	type result struct {
-		impl *shared.PluginClient
+		impl *contract.PluginClient
 		err  error
 	}
 	done := make(chan result, 1)
@@ -96,14 +96,14 @@ func start(ctx context.Context, client *goplugin.Client) (*shared.PluginClient, 
 			done <- result{err: err}
 			return
 		}
-		raw, err := rpc.Dispense(shared.PluginName)
+		raw, err := rpc.Dispense(contract.PluginName)
 		if err != nil {
 			done <- result{err: err}
 			return
 		}
-		impl, ok := raw.(*shared.PluginClient)
+		impl, ok := raw.(*contract.PluginClient)
 		if !ok {
-			done <- result{err: fmt.Errorf("dispensed %T, want *shared.PluginClient", raw)}
+			done <- result{err: fmt.Errorf("dispensed %T, want *contract.PluginClient", raw)}
 			return
 		}
 		done <- result{impl: impl}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/host"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // TestIntegrationReadTextFileThroughPlugin is the vertical slice: a real
@@ -123,7 +123,7 @@ func TestLoadVersionMismatchNamesBothSides(t *testing.T) {
 // prints nothing on stdout (go-plugin's handshake channel) and exits 2.
 func TestPluginRunByHandExplainsAndFails(t *testing.T) {
 	path, _ := selfBinary(t)
-	cookie := shared.Handshake.MagicCookieKey + "=" + shared.Handshake.MagicCookieValue
+	cookie := contract.Handshake.MagicCookieKey + "=" + contract.Handshake.MagicCookieValue
 	for _, c := range []struct {
 		args []string
 		env  []string
@@ -189,7 +189,7 @@ func TestPluginRefusesWithoutMutualTLS(t *testing.T) {
 	path, _ := selfBinary(t)
 	cmd := exec.Command(path, helperArg)
 	cmd.Env = []string{"TETHER_PLUGIN_COOKIE=c0a1d2b7-tether-plugin-v1-5f0e9c4a",
-		fmt.Sprintf("PLUGIN_PROTOCOL_VERSIONS=%d", shared.ProtocolVersions[0])}
+		fmt.Sprintf("PLUGIN_PROTOCOL_VERSIONS=%d", contract.ProtocolVersions[0])}
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 3 || !strings.Contains(string(out), "mutual TLS") {

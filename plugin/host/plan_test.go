@@ -18,8 +18,8 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/binding"
-	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/plugin/tools"
+	"github.com/tetherdev/tether/plugin/contract"
+	"github.com/tetherdev/tether/plugin/toolplan"
 )
 
 // These tests drive the host library against a plugin that stands in for
@@ -33,17 +33,17 @@ var errUnexpected = errors.New("unexpected call to the stand-in plugin")
 
 type standIn struct {
 	t    *testing.T
-	plan func(shared.ToolCall) (shared.Plan, error)
+	plan func(contract.ToolCall) (contract.Plan, error)
 
 	mu      sync.Mutex
-	reports []shared.Report
+	reports []contract.Report
 }
 
-var _ shared.Plugin = &standIn{}
+var _ contract.Plugin = &standIn{}
 
 func (s *standIn) Connect(context.Context, string) (string, error) { return "conn-test", nil }
 func (s *standIn) Disconnect(context.Context, string) error        { return nil }
-func (s *standIn) OpenSession(context.Context, shared.OpenRequest, shared.Attacher) (binding.Status, error) {
+func (s *standIn) OpenSession(context.Context, contract.OpenRequest, contract.Attacher) (binding.Status, error) {
 	s.t.Error("OpenSession: " + errUnexpected.Error())
 	return binding.Status{}, errUnexpected
 }
@@ -55,20 +55,20 @@ func (s *standIn) ToolPolicy(context.Context, string, string, string, binding.Ho
 	s.t.Error("ToolPolicy: " + errUnexpected.Error())
 	return errUnexpected
 }
-func (s *standIn) Authorize(_ context.Context, c shared.ToolCall) (shared.Plan, error) {
+func (s *standIn) Authorize(_ context.Context, c contract.ToolCall) (contract.Plan, error) {
 	return s.plan(c)
 }
-func (s *standIn) Report(_ context.Context, r shared.Report) error {
+func (s *standIn) Report(_ context.Context, r contract.Report) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.reports = append(s.reports, r)
 	return nil
 }
 
-func (s *standIn) reported() []shared.Report {
+func (s *standIn) reported() []contract.Report {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]shared.Report(nil), s.reports...)
+	return append([]contract.Report(nil), s.reports...)
 }
 
 // idle is the agent side of the rig; the client never calls it.
@@ -78,7 +78,7 @@ type rig struct {
 	conn   *Conn
 	client *acptest.Client
 	plugin *standIn
-	call   tools.Call // builds plans as tether-plugin does
+	call   toolplan.Call // builds plans as tether-plugin does
 	cut    func()
 }
 
@@ -105,7 +105,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cut(); _ = conn.Close() })
-	call := tools.Call{SessionID: "s1", Root: root, TupleSHA256: testDigest, OpKey: "op-test", Deadline: time.Now().Add(time.Minute)}
+	call := toolplan.Call{SessionID: "s1", Root: root, TupleSHA256: testDigest, OpKey: "op-test", Deadline: time.Now().Add(time.Minute)}
 	return &rig{conn: conn, client: client, plugin: p, call: call, cut: cut}
 }
 
@@ -113,8 +113,8 @@ var fenceCodes = []errcode.Code{errcode.CodeFateUnknown, errcode.CodeFenced, err
 	errcode.CodeNotAdmitted, errcode.CodeTupleMismatch, errcode.CodeUnavailable}
 
 // plan wraps a step as the plugin would.
-func (r *rig) plan(st shared.Step) shared.Plan {
-	return shared.Plan{Ticket: "ticket", SessionID: r.call.SessionID, OpKey: r.call.OpKey, Deadline: r.call.Deadline,
+func (r *rig) plan(st contract.Step) contract.Plan {
+	return contract.Plan{Ticket: "ticket", SessionID: r.call.SessionID, OpKey: r.call.OpKey, Deadline: r.call.Deadline,
 		FenceCodes: fenceCodes, Step: st}
 }
 
@@ -135,9 +135,9 @@ func TestBadPlanSendsNothing(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	read := must(r.call.Read("f.txt", 0, 0))
-	pwn := must(r.call.Run(shared.RunTool{Command: "/bin/sh", Args: []string{"-c", "touch pwned"}}))
-	withKey := func(m shared.Meta, k string) shared.Meta {
-		out := shared.Meta{k: []byte(`{"x":1}`)}
+	pwn := must(r.call.Run(contract.RunTool{Command: "/bin/sh", Args: []string{"-c", "touch pwned"}}))
+	withKey := func(m contract.Meta, k string) contract.Meta {
+		out := contract.Meta{k: []byte(`{"x":1}`)}
 		for key, v := range m {
 			out[key] = v
 		}
@@ -147,34 +147,34 @@ func TestBadPlanSendsNothing(t *testing.T) {
 	glob := must(r.call.Glob("*", "."))
 	edit := must(r.call.Edit("f.txt", "a", "b"))
 	for name, c := range map[string]struct {
-		tool shared.Tool
-		plan shared.Plan
+		tool contract.Tool
+		plan contract.Plan
 	}{
-		"another_session": {shared.ReadTool{Path: "f.txt"}, func() shared.Plan { p := r.plan(read); p.SessionID = "s2"; return p }()},
-		"another_tool":    {shared.ReadTool{Path: "f.txt"}, r.plan(pwn)},
-		"foreign_meta":    {shared.ReadTool{Path: "f.txt"}, r.plan(shared.ReadStep{Path: read.Path, Meta: withKey(read.Meta, acpmeta.KeyBind)})},
-		"no_op_tag":       {shared.ReadTool{Path: "f.txt"}, r.plan(shared.ReadStep{Path: read.Path, Meta: shared.Meta{}})},
-		"no_ticket":       {shared.ReadTool{Path: "f.txt"}, func() shared.Plan { p := r.plan(read); p.Ticket = ""; return p }()},
-		"verify_on_list": {shared.ListTool{}, r.plan(func() shared.TerminalStep {
+		"another_session": {contract.ReadTool{Path: "f.txt"}, func() contract.Plan { p := r.plan(read); p.SessionID = "s2"; return p }()},
+		"another_tool":    {contract.ReadTool{Path: "f.txt"}, r.plan(pwn)},
+		"foreign_meta":    {contract.ReadTool{Path: "f.txt"}, r.plan(contract.ReadStep{Path: read.Path, Meta: withKey(read.Meta, acpmeta.KeyBind)})},
+		"no_op_tag":       {contract.ReadTool{Path: "f.txt"}, r.plan(contract.ReadStep{Path: read.Path, Meta: contract.Meta{}})},
+		"no_ticket":       {contract.ReadTool{Path: "f.txt"}, func() contract.Plan { p := r.plan(read); p.Ticket = ""; return p }()},
+		"verify_on_list": {contract.ListTool{}, r.plan(func() contract.TerminalStep {
 			list.CreateMeta = withKey(list.CreateMeta, acpmeta.KeyVerify)
 			return list
 		}())},
-		"long_cleanup":     {shared.RunTool{Command: "/bin/true"}, r.plan(func() shared.TerminalStep { p := pwn; p.CleanupTimeout = 2 * time.Minute; return p }())},
-		"glob_without_dir": {shared.GlobTool{Pattern: "*"}, r.plan(func() shared.TerminalStep { g := glob; g.Dir = ""; return g }())},
-		"expect_from_plugin": {shared.EditTool{Path: "f.txt", OldText: "a", NewText: "b"}, r.plan(func() shared.EditStep {
+		"long_cleanup":     {contract.RunTool{Command: "/bin/true"}, r.plan(func() contract.TerminalStep { p := pwn; p.CleanupTimeout = 2 * time.Minute; return p }())},
+		"glob_without_dir": {contract.GlobTool{Pattern: "*"}, r.plan(func() contract.TerminalStep { g := glob; g.Dir = ""; return g }())},
+		"expect_from_plugin": {contract.EditTool{Path: "f.txt", OldText: "a", NewText: "b"}, r.plan(func() contract.EditStep {
 			e := edit
 			e.WriteMeta = withKey(e.WriteMeta, acpmeta.KeyExpect)
 			return e
 		}())},
 	} {
-		r.plugin.plan = func(shared.ToolCall) (shared.Plan, error) { return c.plan, nil }
+		r.plugin.plan = func(contract.ToolCall) (contract.Plan, error) { return c.plan, nil }
 		_, err := r.conn.authorize(ctx, "s1", CallOptions{}, c.tool)
 		if !errors.Is(err, ErrBadPlan) {
 			t.Errorf("%s: %v, want ErrBadPlan", name, err)
 		}
 	}
 	// Through the exported calls too: nothing reached the client.
-	r.plugin.plan = func(shared.ToolCall) (shared.Plan, error) { return r.plan(pwn), nil }
+	r.plugin.plan = func(contract.ToolCall) (contract.Plan, error) { return r.plan(pwn), nil }
 	if _, err := r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "f.txt", 0, 0); !errors.Is(err, ErrBadPlan) {
 		t.Fatalf("read answered with a run: %v", err)
 	}
@@ -188,7 +188,7 @@ func TestBadPlanSendsNothing(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(r.call.Root, "f.txt"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.plugin.plan = func(shared.ToolCall) (shared.Plan, error) { return r.plan(read), nil }
+	r.plugin.plan = func(contract.ToolCall) (contract.Plan, error) { return r.plan(read), nil }
 	if res, err := r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "f.txt", 0, 0); err != nil || res.Content != "x" {
 		t.Fatalf("a fitting plan: %+v %v", res, err)
 	}
@@ -211,7 +211,7 @@ func TestTerminalSequence(t *testing.T) {
 	ctx := context.Background()
 	run := func(t *testing.T, r *rig, ctx context.Context, argv []string, deadline time.Duration) terminalRun {
 		r.call.Deadline = time.Now().Add(deadline)
-		st := must(r.call.Run(shared.RunTool{Command: argv[0], Args: argv[1:]}))
+		st := must(r.call.Run(contract.RunTool{Command: argv[0], Args: argv[1:]}))
 		x := &toolCall{c: r.conn, tool: "run_command", plan: r.plan(st)}
 		return x.terminal(ctx, st)
 	}
@@ -255,10 +255,10 @@ func TestTerminalSequence(t *testing.T) {
 	// out exactly as if the host's timer had fired first.
 	t.Run("wait_late", func(t *testing.T) {
 		r := newRig(t)
-		st := must(r.call.Run(shared.RunTool{Command: "/bin/sleep", Args: []string{"30"}}))
+		st := must(r.call.Run(contract.RunTool{Command: "/bin/sleep", Args: []string{"30"}}))
 		late := r.call
 		late.Deadline = time.Now().Add(-time.Millisecond)
-		st.WaitMeta = must(late.Run(shared.RunTool{Command: "/bin/sleep", Args: []string{"30"}})).WaitMeta
+		st.WaitMeta = must(late.Run(contract.RunTool{Command: "/bin/sleep", Args: []string{"30"}})).WaitMeta
 		x := &toolCall{c: r.conn, tool: "run_command", plan: r.plan(st)}
 		got := x.terminal(ctx, st)
 		if !got.timedOut || got.cancelled || got.wait.err != nil || got.exit.Signal == nil || *got.exit.Signal != "killed" ||
@@ -268,10 +268,10 @@ func TestTerminalSequence(t *testing.T) {
 	})
 	t.Run("wait_refused_fences", func(t *testing.T) {
 		r := newRig(t)
-		st := must(r.call.Run(shared.RunTool{Command: "/bin/sleep", Args: []string{"30"}}))
+		st := must(r.call.Run(contract.RunTool{Command: "/bin/sleep", Args: []string{"30"}}))
 		other := r.call
 		other.TupleSHA256 = strings.Repeat("0", 64)
-		st.WaitMeta = must(other.Run(shared.RunTool{Command: "/bin/true"})).WaitMeta
+		st.WaitMeta = must(other.Run(contract.RunTool{Command: "/bin/true"})).WaitMeta
 		x := &toolCall{c: r.conn, tool: "run_command", plan: r.plan(st)}
 		_, err := x.commandResult(ctx, x.terminal(ctx, st))
 		if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch || methods(r.client) != "create,wait_for_exit,release" ||
@@ -293,7 +293,7 @@ func TestOnlyFenceCodesAreReported(t *testing.T) {
 	r := newRig(t)
 	ctx := context.Background()
 	read := must(r.call.Read("missing.txt", 0, 0))
-	r.plugin.plan = func(shared.ToolCall) (shared.Plan, error) { return r.plan(read), nil }
+	r.plugin.plan = func(contract.ToolCall) (contract.Plan, error) { return r.plan(read), nil }
 	_, err := r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "missing.txt", 0, 0)
 	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound || len(r.plugin.reported()) != 0 {
 		t.Fatalf("not_found: %v, %d reports", err, len(r.plugin.reported()))

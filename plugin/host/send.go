@@ -9,8 +9,8 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/plugin/tools"
+	"github.com/tetherdev/tether/plugin/contract"
+	"github.com/tetherdev/tether/plugin/toolplan"
 )
 
 // The fs requests of a plan. Each is sent only while the caller has not
@@ -60,12 +60,12 @@ func (x *toolCall) write(ctx context.Context, path, content string, meta map[str
 // edit runs an EditStep: the read, then (unless the caller cancelled) the
 // write of the edited content, which the client refuses if the file
 // changed since the read (`tether/expect`).
-func (x *toolCall) edit(ctx context.Context, st shared.EditStep) (EditResult, error) {
+func (x *toolCall) edit(ctx context.Context, st contract.EditStep) (EditResult, error) {
 	content, err := x.read(ctx, st.Path, nil, nil, st.ReadMeta.ACP())
 	if err != nil {
 		return EditResult{}, err
 	}
-	updated, prev, err := tools.ApplyEdit(st.Path, content, st.OldText, st.NewText)
+	updated, prev, err := toolplan.ApplyEdit(st.Path, content, st.OldText, st.NewText)
 	if err != nil {
 		return EditResult{}, err
 	}
@@ -73,14 +73,14 @@ func (x *toolCall) edit(ctx context.Context, st shared.EditStep) (EditResult, er
 	if err := x.write(ctx, st.Path, updated, meta); err != nil {
 		return EditResult{}, err
 	}
-	return EditResult{OpKey: x.plan.OpKey, Path: st.Path, PreviousSHA256: prev, SHA256: tools.SHA256Hex(updated)}, nil
+	return EditResult{OpKey: x.plan.OpKey, Path: st.Path, PreviousSHA256: prev, SHA256: toolplan.SHA256Hex(updated)}, nil
 }
 
 // failed turns a request's error into the tool's: the plugin is told first
 // if it must fence.
 func (x *toolCall) failed(ctx context.Context, request string, err error) error {
 	err = x.c.transport(err)
-	var failures []shared.Failure
+	var failures []contract.Failure
 	if f, ok := x.failure(request, err); ok {
 		failures = append(failures, f)
 	}
@@ -96,21 +96,21 @@ type stepError struct {
 }
 
 func (e *stepError) Error() string {
-	return fmt.Sprintf("run_command: %s of terminal %s failed: %s", e.step, e.terminalID, shared.PeerMessage(e.err))
+	return fmt.Sprintf("run_command: %s of terminal %s failed: %s", e.step, e.terminalID, contract.PeerMessage(e.err))
 }
 
 // Unwrap returns the step's error, so its tether code reads through.
 func (e *stepError) Unwrap() error { return e.err }
 
 // toolError turns a request's failure into a *errcode.Error with a code from
-// the closed set and the client's own message (shared.PeerMessage), never
+// the closed set and the client's own message (contract.PeerMessage), never
 // its whole JSON-RPC error as text.
 func toolError(err error) error {
 	var we *errcode.Error
 	if errors.As(err, &we) {
 		return we
 	}
-	msg := shared.PeerMessage(err)
+	msg := contract.PeerMessage(err)
 	var se *stepError
 	if errors.As(err, &se) {
 		msg = se.Error()
@@ -120,7 +120,7 @@ func toolError(err error) error {
 	}
 	var re *acp.RequestError
 	switch {
-	case errors.Is(err, shared.ErrTransport):
+	case errors.Is(err, contract.ErrTransport):
 		return errcode.Errorf(errcode.CodeFateUnknown, "%s", msg)
 	case errors.As(err, &re):
 		return errcode.Errorf(jsonRPCCode(re.Code), "%s", msg)

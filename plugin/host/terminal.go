@@ -9,8 +9,8 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/plugin/tools"
+	"github.com/tetherdev/tether/plugin/contract"
+	"github.com/tetherdev/tether/plugin/toolplan"
 )
 
 // terminalSlack is how long past its clean-up a terminal run's create may
@@ -20,7 +20,7 @@ const terminalSlack = 5 * time.Second
 // step is how one request of a terminal run went.
 type step struct {
 	sent bool
-	err  error // the client's answer, or the loss of the connection (wraps shared.ErrTransport)
+	err  error // the client's answer, or the loss of the connection (wraps contract.ErrTransport)
 }
 
 // terminalRun is what a TerminalStep's run showed.
@@ -47,7 +47,7 @@ var errStopped = errors.New("the tool call's caller cancelled")
 // ended, whatever became of ctx, so a command that started is never left
 // running or unreleased. If ctx has ended before anything is sent, nothing
 // is sent.
-func (x *toolCall) terminal(ctx context.Context, st shared.TerminalStep) terminalRun {
+func (x *toolCall) terminal(ctx context.Context, st contract.TerminalStep) terminalRun {
 	var r terminalRun
 	if ctx.Err() != nil {
 		r.cancelled = true
@@ -77,7 +77,7 @@ func (x *toolCall) terminal(ctx context.Context, st shared.TerminalStep) termina
 	return r
 }
 
-func (x *toolCall) createRequest(st shared.TerminalStep) acp.CreateTerminalRequest {
+func (x *toolCall) createRequest(st contract.TerminalStep) acp.CreateTerminalRequest {
 	req := acp.CreateTerminalRequest{SessionId: x.sid(), Command: st.Command, Args: st.Args, Env: st.Env, Meta: st.CreateMeta.ACP()}
 	if st.Cwd != "" {
 		req.Cwd = &st.Cwd
@@ -91,7 +91,7 @@ func (x *toolCall) createRequest(st shared.TerminalStep) acp.CreateTerminalReque
 // waitExit sends terminal/wait_for_exit bounded by the plan's deadline,
 // base and the caller's stop, and records how the wait ended. It reports
 // whether the client refused the wait (its error is then in r.wait).
-func (x *toolCall) waitExit(base, stop context.Context, st shared.TerminalStep, r *terminalRun) (refused bool) {
+func (x *toolCall) waitExit(base, stop context.Context, st contract.TerminalStep, r *terminalRun) (refused bool) {
 	wctx, cancelDeadline := context.WithDeadline(base, x.plan.Deadline)
 	defer cancelDeadline()
 	wctx, cancel := context.WithCancelCause(wctx)
@@ -130,7 +130,7 @@ func lateWait(err error) bool {
 
 // readOutput sends terminal/output; the exit comes from it when the wait
 // did not give one.
-func (x *toolCall) readOutput(ctx context.Context, st shared.TerminalStep, r *terminalRun) {
+func (x *toolCall) readOutput(ctx context.Context, st contract.TerminalStep, r *terminalRun) {
 	out, err := x.c.asc.TerminalOutput(ctx, acp.TerminalOutputRequest{SessionId: x.sid(), TerminalId: r.terminalID, Meta: st.OutputMeta.ACP()})
 	r.output = step{sent: true, err: x.c.transport(err)}
 	if err != nil {
@@ -146,7 +146,7 @@ func (x *toolCall) readOutput(ctx context.Context, st shared.TerminalStep, r *te
 // run's own error: nothing started, the client refused create, wait or
 // output, or the kill or release failed (a *stepError: never a success).
 func (x *toolCall) settle(ctx context.Context, r terminalRun) error {
-	var failures []shared.Failure
+	var failures []contract.Failure
 	for _, s := range []struct {
 		name string
 		step step
@@ -194,13 +194,13 @@ func (x *toolCall) commandResult(ctx context.Context, r terminalRun) (CommandRes
 // shellRun is a shell tool's run (list_directory, glob, grep), settled:
 // a cancelled one is a *CancelledError once its command was killed and
 // released.
-func (x *toolCall) shellRun(ctx context.Context, r terminalRun) (tools.ShellRun, error) {
+func (x *toolCall) shellRun(ctx context.Context, r terminalRun) (toolplan.ShellRun, error) {
 	if err := x.settle(ctx, r); err != nil {
-		return tools.ShellRun{}, err
+		return toolplan.ShellRun{}, err
 	}
 	if r.cancelled {
-		return tools.ShellRun{}, x.cancelled(ctx)
+		return toolplan.ShellRun{}, x.cancelled(ctx)
 	}
-	return tools.ShellRun{Output: r.out, Truncated: r.truncated, TimedOut: r.timedOut,
+	return toolplan.ShellRun{Output: r.out, Truncated: r.truncated, TimedOut: r.timedOut,
 		ExitCode: r.exit.ExitCode, Signal: r.exit.Signal}, nil
 }

@@ -5,8 +5,8 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/plugin/tools"
+	"github.com/tetherdev/tether/plugin/contract"
+	"github.com/tetherdev/tether/plugin/toolplan"
 )
 
 // The tool calls. Each runs only in a bound session, as one call to the
@@ -21,11 +21,11 @@ import (
 // ReadTextFile runs read_text_file: line is 1-based (0 = from the start),
 // limit a line count (0 = to the end).
 func (c *Conn) ReadTextFile(ctx context.Context, sessionID string, o CallOptions, path string, line, limit int) (ReadResult, error) {
-	x, err := c.authorize(ctx, sessionID, o, shared.ReadTool{Path: path, Line: line, Limit: limit})
+	x, err := c.authorize(ctx, sessionID, o, contract.ReadTool{Path: path, Line: line, Limit: limit})
 	if err != nil {
 		return ReadResult{}, err
 	}
-	st := x.plan.Step.(shared.ReadStep)
+	st := x.plan.Step.(contract.ReadStep)
 	content, err := x.read(ctx, st.Path, st.Line, st.Limit, st.Meta.ACP())
 	if err != nil {
 		return ReadResult{}, err
@@ -36,11 +36,11 @@ func (c *Conn) ReadTextFile(ctx context.Context, sessionID string, o CallOptions
 // WriteTextFile runs write_text_file (empty content is refused: ACP cannot
 // carry it).
 func (c *Conn) WriteTextFile(ctx context.Context, sessionID string, o CallOptions, path, content string) (WriteResult, error) {
-	x, err := c.authorize(ctx, sessionID, o, shared.WriteTool{Path: path, Content: content})
+	x, err := c.authorize(ctx, sessionID, o, contract.WriteTool{Path: path, Content: content})
 	if err != nil {
 		return WriteResult{}, err
 	}
-	st := x.plan.Step.(shared.WriteStep)
+	st := x.plan.Step.(contract.WriteStep)
 	if err := x.write(ctx, st.Path, st.Content, st.Meta.ACP()); err != nil {
 		return WriteResult{}, err
 	}
@@ -51,26 +51,26 @@ func (c *Conn) WriteTextFile(ctx context.Context, sessionID string, o CallOption
 // the write is refused (precondition_failed) if the file changed after it
 // was read, so no update is lost.
 func (c *Conn) EditTextFile(ctx context.Context, sessionID string, o CallOptions, path, oldText, newText string) (EditResult, error) {
-	x, err := c.authorize(ctx, sessionID, o, shared.EditTool{Path: path, OldText: oldText, NewText: newText})
+	x, err := c.authorize(ctx, sessionID, o, contract.EditTool{Path: path, OldText: oldText, NewText: newText})
 	if err != nil {
 		return EditResult{}, err
 	}
-	return x.edit(ctx, x.plan.Step.(shared.EditStep))
+	return x.edit(ctx, x.plan.Step.(contract.EditStep))
 }
 
 // ListDirectory runs list_directory inside the computer (never host
 // metadata).
 func (c *Conn) ListDirectory(ctx context.Context, sessionID string, o CallOptions, path string) (ListResult, error) {
-	x, err := c.authorize(ctx, sessionID, o, shared.ListTool{Path: path})
+	x, err := c.authorize(ctx, sessionID, o, contract.ListTool{Path: path})
 	if err != nil {
 		return ListResult{}, err
 	}
-	st := x.plan.Step.(shared.TerminalStep)
+	st := x.plan.Step.(contract.TerminalStep)
 	run, err := x.shellRun(ctx, x.terminal(ctx, st))
 	if err != nil {
 		return ListResult{}, err
 	}
-	entries, err := tools.FinishList(st.Dir, run)
+	entries, err := toolplan.FinishList(st.Dir, run)
 	if err != nil {
 		return ListResult{}, err
 	}
@@ -86,7 +86,7 @@ func (c *Conn) ListDirectory(ctx context.Context, sessionID string, o CallOption
 // kill's exit, the output so far, the op key) together with a
 // *CancelledError whose Run is that result.
 func (c *Conn) RunCommand(ctx context.Context, sessionID string, o CallOptions, cmd Command) (CommandResult, error) {
-	t := shared.RunTool{Command: cmd.Command, Args: cmd.Args, Cwd: cmd.Cwd, OutputLimit: cmd.OutputByteLimit, Verify: cmd.Verify}
+	t := contract.RunTool{Command: cmd.Command, Args: cmd.Args, Cwd: cmd.Cwd, OutputLimit: cmd.OutputByteLimit, Verify: cmd.Verify}
 	for _, e := range cmd.Env {
 		t.Env = append(t.Env, acp.EnvVariable{Name: e.Name, Value: e.Value})
 	}
@@ -94,7 +94,7 @@ func (c *Conn) RunCommand(ctx context.Context, sessionID string, o CallOptions, 
 	if err != nil {
 		return CommandResult{}, err
 	}
-	return x.commandResult(ctx, x.terminal(ctx, x.plan.Step.(shared.TerminalStep)))
+	return x.commandResult(ctx, x.terminal(ctx, x.plan.Step.(contract.TerminalStep)))
 }
 
 // Glob runs glob: the absolute paths below dir that match pattern ("**"
@@ -102,16 +102,16 @@ func (c *Conn) RunCommand(ctx context.Context, sessionID string, o CallOptions, 
 // command: a binding lost in between fails the call (fenced), never a
 // partial result.
 func (c *Conn) Glob(ctx context.Context, sessionID string, o CallOptions, pattern, dir string) (GlobResult, error) {
-	x, err := c.authorize(ctx, sessionID, o, shared.GlobTool{Pattern: pattern, Dir: dir})
+	x, err := c.authorize(ctx, sessionID, o, contract.GlobTool{Pattern: pattern, Dir: dir})
 	if err != nil {
 		return GlobResult{}, err
 	}
-	st := x.plan.Step.(shared.TerminalStep)
+	st := x.plan.Step.(contract.TerminalStep)
 	run, err := x.shellRun(ctx, x.terminal(ctx, st))
 	if err != nil {
 		return GlobResult{}, err
 	}
-	matches, err := tools.FinishGlob(st.Dir, pattern, run)
+	matches, err := toolplan.FinishGlob(st.Dir, pattern, run)
 	if err == nil {
 		err = x.report(ctx, nil, true)
 	}
@@ -123,16 +123,16 @@ func (c *Conn) Glob(ctx context.Context, sessionID string, o CallOptions, patter
 
 // Grep runs grep below dir, with the same check after the command as Glob.
 func (c *Conn) Grep(ctx context.Context, sessionID string, o CallOptions, pattern, dir string, g GrepOptions) (GrepResult, error) {
-	x, err := c.authorize(ctx, sessionID, o, shared.GrepTool{Pattern: pattern, Dir: dir, Fixed: g.Fixed, IgnoreCase: g.IgnoreCase})
+	x, err := c.authorize(ctx, sessionID, o, contract.GrepTool{Pattern: pattern, Dir: dir, Fixed: g.Fixed, IgnoreCase: g.IgnoreCase})
 	if err != nil {
 		return GrepResult{}, err
 	}
-	st := x.plan.Step.(shared.TerminalStep)
+	st := x.plan.Step.(contract.TerminalStep)
 	run, err := x.shellRun(ctx, x.terminal(ctx, st))
 	if err != nil {
 		return GrepResult{}, err
 	}
-	ms, err := tools.FinishGrep(st.Dir, run)
+	ms, err := toolplan.FinishGrep(st.Dir, run)
 	if err == nil {
 		err = x.report(ctx, nil, true)
 	}

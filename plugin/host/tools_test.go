@@ -14,7 +14,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/host"
-	"github.com/tetherdev/tether/plugin/tools"
+	"github.com/tetherdev/tether/plugin/toolplan"
 )
 
 // bound returns a link with session "s1" bound to a tuple rooted at the
@@ -73,7 +73,7 @@ func TestIntegrationFiveToolsAndGlobGrep(t *testing.T) {
 		t.Fatalf("read line 2: %q %v", r.Content, err)
 	}
 	e, err := l.conn.EditTextFile(ctx, "s1", host.CallOptions{}, "src/main.go", "func main() {}", "func main() { println(1) }")
-	if err != nil || e.PreviousSHA256 != tools.SHA256Hex("package main\n\nfunc main() {}\n") {
+	if err != nil || e.PreviousSHA256 != toolplan.SHA256Hex("package main\n\nfunc main() {}\n") {
 		t.Fatalf("edit: %v %v", e, err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(root, "src/main.go")); string(b) != "package main\n\nfunc main() { println(1) }\n" {
@@ -153,7 +153,7 @@ func TestEditLosesNoUpdate(t *testing.T) {
 		t.Fatalf("concurrent update lost: %q", b)
 	}
 	w := callsOf(l.client, "fs/write_text_file")
-	if len(w) != 1 || w[0].Expect == nil || w[0].Expect.SHA256 != tools.SHA256Hex("alpha beta\n") {
+	if len(w) != 1 || w[0].Expect == nil || w[0].Expect.SHA256 != toolplan.SHA256Hex("alpha beta\n") {
 		t.Fatalf("write did not carry the expected hash: %+v", w)
 	}
 	l.client.AfterRead = nil
@@ -228,7 +228,7 @@ func TestRunCommandVerifySentAsTetherVerify(t *testing.T) {
 	p := loadPlugin(t)
 	l, _ := bound(t, p)
 	ctx, root := ctxT(t), l.client.Root
-	sum := tools.SHA256Hex("built\n")
+	sum := toolplan.SHA256Hex("built\n")
 	run, err := l.conn.RunCommand(ctx, "s1", host.CallOptions{}, host.Command{Command: "/bin/sh",
 		Args: []string{"-c", "printf 'built\\n' > out.txt"}, Verify: map[string]string{
 			"out.txt": strings.ToUpper(sum), filepath.Join(root, "sub/../other.txt"): sum}})

@@ -7,7 +7,7 @@ import (
 	"context"
 	"os"
 
-	"github.com/tetherdev/tether/plugin/impl"
+	"github.com/tetherdev/tether/plugin/server"
 )
 
 func main() {
@@ -15,5 +15,5 @@ func main() {
 }
 
 func run(ctx context.Context) int {
-	return impl.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, impl.Config{})
+	return server.Main(ctx, os.Args[1:], os.Stdout, os.Stderr, server.Config{})
 }

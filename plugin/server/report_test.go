@@ -1,4 +1,4 @@
-package impl
+package server
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/binding"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // clock is a settable time source.
@@ -29,7 +29,7 @@ func (c *clock) add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func admit(lease time.Time) shared.Attacher {
+func admit(lease time.Time) contract.Attacher {
 	return func(context.Context, string, string) (json.RawMessage, error) {
 		return json.Marshal(acpmeta.AttachResponse{LeaseNotAfter: lease, GrantGeneration: 1})
 	}
@@ -49,7 +49,7 @@ func boundServer(t *testing.T) (*Server, *clock, string) {
 	lease := clk.now.Add(2 * time.Hour)
 	tu := admission.Tuple{Owner: "alice", Allocation: "a", Session: "s", Workspace: "w", Sandbox: "x",
 		Generation: 1, Executor: "e", Site: "t", Root: "/r"}
-	if _, err := s.OpenSession(ctx, shared.OpenRequest{ConnID: conn, SessionID: "s1", Method: binding.MethodNew,
+	if _, err := s.OpenSession(ctx, contract.OpenRequest{ConnID: conn, SessionID: "s1", Method: binding.MethodNew,
 		Meta: acpmeta.Bind{Tuple: tu, LeaseNotAfter: lease}.Meta()}, admit(lease)); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func state(t *testing.T, s *Server, conn string) binding.Status {
 	return st
 }
 
-var mismatch = shared.Failure{Request: "fs/read_text_file", Code: errcode.CodeTupleMismatch, Message: "digest is not the binding's"}
+var mismatch = contract.Failure{Request: "fs/read_text_file", Code: errcode.CodeTupleMismatch, Message: "digest is not the binding's"}
 
 // TestReportNeedsTheCallsTicket attacks Report: a ticket another plugin
 // minted, an altered ticket, or a genuine one presented on another
@@ -81,7 +81,7 @@ var mismatch = shared.Failure{Request: "fs/read_text_file", Code: errcode.CodeTu
 func TestReportNeedsTheCallsTicket(t *testing.T) {
 	s, _, conn := boundServer(t)
 	ctx := context.Background()
-	plan, err := s.Authorize(ctx, shared.ToolCall{ConnID: conn, SessionID: "s1", Tool: shared.ReadTool{Path: "f"}})
+	plan, err := s.Authorize(ctx, contract.ToolCall{ConnID: conn, SessionID: "s1", Tool: contract.ReadTool{Path: "f"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +93,11 @@ func TestReportNeedsTheCallsTicket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, r := range map[string]shared.Report{
-		"forged":             {ConnID: conn, Ticket: forged, Failures: []shared.Failure{mismatch}},
-		"altered":            {ConnID: conn, Ticket: altered, Failures: []shared.Failure{mismatch}},
-		"another_connection": {ConnID: conn2, Ticket: plan.Ticket, Failures: []shared.Failure{mismatch}},
-		"garbage":            {ConnID: conn, Ticket: "x", Failures: []shared.Failure{mismatch}},
+	for name, r := range map[string]contract.Report{
+		"forged":             {ConnID: conn, Ticket: forged, Failures: []contract.Failure{mismatch}},
+		"altered":            {ConnID: conn, Ticket: altered, Failures: []contract.Failure{mismatch}},
+		"another_connection": {ConnID: conn2, Ticket: plan.Ticket, Failures: []contract.Failure{mismatch}},
+		"garbage":            {ConnID: conn, Ticket: "x", Failures: []contract.Failure{mismatch}},
 	} {
 		wantCode(t, s.Report(ctx, r), errcode.CodeInvalid)
 		if st := state(t, s, conn); st.State != binding.Bound {
@@ -105,21 +105,21 @@ func TestReportNeedsTheCallsTicket(t *testing.T) {
 		}
 	}
 	// A failure without a fence code fences nothing.
-	notFound := shared.Failure{Request: "fs/read_text_file", Code: errcode.CodeNotFound, Message: "no such file"}
-	if err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: plan.Ticket, Failures: []shared.Failure{notFound}}); err != nil {
+	notFound := contract.Failure{Request: "fs/read_text_file", Code: errcode.CodeNotFound, Message: "no such file"}
+	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: plan.Ticket, Failures: []contract.Failure{notFound}}); err != nil {
 		t.Fatal(err)
 	}
 	if st := state(t, s, conn); st.State != binding.Bound {
 		t.Fatalf("not_found fenced the binding: %v", st.State)
 	}
-	if err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: plan.Ticket, Failures: []shared.Failure{mismatch}}); err != nil {
+	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: plan.Ticket, Failures: []contract.Failure{mismatch}}); err != nil {
 		t.Fatal(err)
 	}
 	st := state(t, s, conn)
 	if st.State != binding.Fenced || st.Code != errcode.CodeTupleMismatch || !strings.Contains(st.Message, "is not the binding's") {
 		t.Fatalf("after the genuine report: %+v", st)
 	}
-	_, err = s.Authorize(ctx, shared.ToolCall{ConnID: conn, SessionID: "s1", Tool: shared.ReadTool{Path: "f"}})
+	_, err = s.Authorize(ctx, contract.ToolCall{ConnID: conn, SessionID: "s1", Tool: contract.ReadTool{Path: "f"}})
 	wantCode(t, err, errcode.CodeFenced)
 }
 
@@ -130,20 +130,20 @@ func TestReportNeedsTheCallsTicket(t *testing.T) {
 func TestReportCheckAndStaleTickets(t *testing.T) {
 	s, clk, conn := boundServer(t)
 	ctx := context.Background()
-	authorize := func() shared.Plan {
-		p, err := s.Authorize(ctx, shared.ToolCall{ConnID: conn, SessionID: "s1", Timeout: time.Second,
-			Tool: shared.GlobTool{Pattern: "*"}})
+	authorize := func() contract.Plan {
+		p, err := s.Authorize(ctx, contract.ToolCall{ConnID: conn, SessionID: "s1", Timeout: time.Second,
+			Tool: contract.GlobTool{Pattern: "*"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 	old := authorize()
-	if err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: old.Ticket, Check: true}); err != nil {
+	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: old.Ticket, Check: true}); err != nil {
 		t.Fatalf("check of a live binding: %v", err)
 	}
-	lost := shared.Failure{Request: "terminal/create", Transport: true, Message: "closed"}
-	if err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: old.Ticket, Failures: []shared.Failure{lost}}); err != nil {
+	lost := contract.Failure{Request: "terminal/create", Transport: true, Message: "closed"}
+	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: old.Ticket, Failures: []contract.Failure{lost}}); err != nil {
 		t.Fatal(err)
 	}
 	if st := state(t, s, conn); st.State != binding.Fenced || st.Code != errcode.CodeFateUnknown {
@@ -152,20 +152,20 @@ func TestReportCheckAndStaleTickets(t *testing.T) {
 	lease := clk.Now().Add(2 * time.Hour)
 	tu := admission.Tuple{Owner: "alice", Allocation: "a", Session: "s", Workspace: "w", Sandbox: "x",
 		Generation: 1, Executor: "e", Site: "t", Root: "/r"}
-	if _, err := s.OpenSession(ctx, shared.OpenRequest{ConnID: conn, SessionID: "s1", Method: binding.MethodLoad,
+	if _, err := s.OpenSession(ctx, contract.OpenRequest{ConnID: conn, SessionID: "s1", Method: binding.MethodLoad,
 		Meta: acpmeta.Bind{Tuple: tu, LeaseNotAfter: lease}.Meta()}, admit(lease)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: old.Ticket, Failures: []shared.Failure{mismatch}}); err != nil {
+	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: old.Ticket, Failures: []contract.Failure{mismatch}}); err != nil {
 		t.Fatal(err)
 	}
 	if st := state(t, s, conn); st.State != binding.Bound {
 		t.Fatalf("a stale ticket fenced the reattached binding: %+v", st)
 	}
-	wantCode(t, s.Report(ctx, shared.Report{ConnID: conn, Ticket: old.Ticket, Check: true}), errcode.CodeFenced)
+	wantCode(t, s.Report(ctx, contract.Report{ConnID: conn, Ticket: old.Ticket, Check: true}), errcode.CodeFenced)
 	fresh := authorize()
 	clk.add(time.Minute) // past the call's deadline, clean-up and slack
-	err := s.Report(ctx, shared.Report{ConnID: conn, Ticket: fresh.Ticket, Check: true})
+	err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: fresh.Ticket, Check: true})
 	if wantCode(t, err, errcode.CodeTimeout); errors.Is(err, context.DeadlineExceeded) {
 		t.Fatal("untyped timeout")
 	}

@@ -1,4 +1,4 @@
-package tools
+package toolplan
 
 import (
 	"crypto/sha256"
@@ -6,20 +6,20 @@ import (
 	"strings"
 
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // Read plans one fs/read_text_file. line is 1-based (0 = from the start);
 // limit is a line count (0 = to the end).
-func (c Call) Read(p string, line, limit int) (shared.ReadStep, error) {
+func (c Call) Read(p string, line, limit int) (contract.ReadStep, error) {
 	abs, err := c.Resolve(p)
 	if err != nil {
-		return shared.ReadStep{}, err
+		return contract.ReadStep{}, err
 	}
 	if line < 0 || limit < 0 {
-		return shared.ReadStep{}, errcode.Errorf(errcode.CodeInvalid, "line and limit must not be negative")
+		return contract.ReadStep{}, errcode.Errorf(errcode.CodeInvalid, "line and limit must not be negative")
 	}
-	st := shared.ReadStep{Path: abs, Meta: c.meta("read", c.Deadline)}
+	st := contract.ReadStep{Path: abs, Meta: c.meta("read", c.Deadline)}
 	if line > 0 {
 		st.Line = &line
 	}
@@ -35,30 +35,30 @@ const emptyContentMsg = "empty content cannot travel over ACP: acp-go-sdk's Writ
 
 // Write plans one fs/write_text_file. Empty content is refused here,
 // before anything is sent (see emptyContentMsg).
-func (c Call) Write(p, content string) (shared.WriteStep, error) {
+func (c Call) Write(p, content string) (contract.WriteStep, error) {
 	abs, err := c.Resolve(p)
 	if err != nil {
-		return shared.WriteStep{}, err
+		return contract.WriteStep{}, err
 	}
 	if content == "" {
-		return shared.WriteStep{}, errcode.Errorf(errcode.CodeInvalid, "write_text_file %s: %s", abs, emptyContentMsg)
+		return contract.WriteStep{}, errcode.Errorf(errcode.CodeInvalid, "write_text_file %s: %s", abs, emptyContentMsg)
 	}
-	return shared.WriteStep{Path: abs, Content: content, Meta: c.meta("write", c.Deadline)}, nil
+	return contract.WriteStep{Path: abs, Content: content, Meta: c.meta("write", c.Deadline)}, nil
 }
 
 // Edit plans edit_text_file: a read, then the write ApplyEdit computes,
 // carrying `_meta["tether/expect"]` with the SHA-256 of the content read,
 // so that if the file changed in between the client refuses the write
 // (precondition_failed) and no update is lost.
-func (c Call) Edit(p, oldText, newText string) (shared.EditStep, error) {
+func (c Call) Edit(p, oldText, newText string) (contract.EditStep, error) {
 	abs, err := c.Resolve(p)
 	if err != nil {
-		return shared.EditStep{}, err
+		return contract.EditStep{}, err
 	}
 	if oldText == "" {
-		return shared.EditStep{}, errcode.Errorf(errcode.CodeInvalid, "edit_text_file: old_text must not be empty")
+		return contract.EditStep{}, errcode.Errorf(errcode.CodeInvalid, "edit_text_file: old_text must not be empty")
 	}
-	return shared.EditStep{Path: abs, OldText: oldText, NewText: newText,
+	return contract.EditStep{Path: abs, OldText: oldText, NewText: newText,
 		ReadMeta: c.meta("read", c.Deadline), WriteMeta: c.meta("write", c.Deadline)}, nil
 }
 

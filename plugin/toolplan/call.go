@@ -1,12 +1,12 @@
-// Package tools is the plugin's five tools (read_text_file,
+// Package toolplan is the plugin's five tools (read_text_file,
 // write_text_file, edit_text_file, list_directory, run_command) and the
 // secondary glob and grep, on both sides of a plan: the plugin builds each
 // call's plan here (Call.Read, Call.Run, ...: every request with its
 // `_meta["tether/op"]`, malformed arguments refused before anything is
 // sent), and plugin/host shapes the client's answers into the tool's
 // result with the rules here (ApplyEdit, FinishList, FinishGlob,
-// FinishGrep). Binding checks are plugin/impl's.
-package tools
+// FinishGrep). Binding checks are plugin/server's.
+package toolplan
 
 import (
 	"crypto/rand"
@@ -19,7 +19,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // MaxCallerOpKey is the longest operation key a caller may supply: the
@@ -58,18 +58,18 @@ func OpKey(callerKey string) (string, error) {
 // meta returns the `_meta` of the request for step, with deadline. The op
 // tag is encoded once, here; it crosses to the host and out on ACP as those
 // bytes.
-func (c Call) meta(step string, deadline time.Time) shared.Meta {
+func (c Call) meta(step string, deadline time.Time) contract.Meta {
 	return encodeMeta(acpmeta.KeyOp, acpmeta.Op{TupleSHA256: c.TupleSHA256, OpKey: c.OpKey + ":" + step, Deadline: deadline.UTC()})
 }
 
 // encodeMeta returns a one-entry `_meta` whose value is encoded once, now.
-func encodeMeta(key string, v any) shared.Meta {
+func encodeMeta(key string, v any) contract.Meta {
 	b, err := json.Marshal(v)
 	if err != nil {
 		// Every value the tools encode is plain JSON data.
 		panic(fmt.Sprintf("tools: marshal _meta[%q]: %v", key, err))
 	}
-	return shared.Meta{key: b}
+	return contract.Meta{key: b}
 }
 
 // Resolve maps a tool path to the absolute path inside the computer: a

@@ -1,4 +1,4 @@
-package impl
+package server
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/binding"
-	"github.com/tetherdev/tether/plugin/shared"
-	"github.com/tetherdev/tether/plugin/tools"
+	"github.com/tetherdev/tether/plugin/contract"
+	"github.com/tetherdev/tether/plugin/toolplan"
 )
 
 // fenceCodes are the client's answers that mean the binding itself is in
@@ -22,35 +22,35 @@ var fenceCodes = []errcode.Code{errcode.CodeFateUnknown, errcode.CodeFenced, err
 // accepted.
 const reportSlack = 5 * time.Second
 
-// Authorize implements shared.Plugin: the session must be bound, attached
+// Authorize implements contract.Plugin: the session must be bound, attached
 // on this connection, unfenced and within its lease (binding.Authorize);
 // the arguments are checked and every request built with its op tag
 // before anything may be sent. The plan's deadline is the tool's
 // (default 60 s, at most 1 h), capped by the lease.
-func (s *Server) Authorize(ctx context.Context, tc shared.ToolCall) (shared.Plan, error) {
+func (s *Server) Authorize(ctx context.Context, tc contract.ToolCall) (contract.Plan, error) {
 	if _, err := s.principal(tc.ConnID); err != nil {
-		return shared.Plan{}, err
+		return contract.Plan{}, err
 	}
 	g, err := s.table.Authorize(tc.ConnID, tc.SessionID)
 	if err != nil {
-		return shared.Plan{}, err
+		return contract.Plan{}, err
 	}
-	key, err := tools.OpKey(tc.OpKey)
+	key, err := toolplan.OpKey(tc.OpKey)
 	if err != nil {
-		return shared.Plan{}, err
+		return contract.Plan{}, err
 	}
 	deadline, err := s.deadline(tc.Timeout, g)
 	if err != nil {
-		return shared.Plan{}, err
+		return contract.Plan{}, err
 	}
-	c := tools.Call{SessionID: g.SessionID, Root: g.Tuple.Root, TupleSHA256: g.TupleSHA256, OpKey: key, Deadline: deadline}
+	c := toolplan.Call{SessionID: g.SessionID, Root: g.Tuple.Root, TupleSHA256: g.TupleSHA256, OpKey: key, Deadline: deadline}
 	step, err := planStep(c, tc.Tool)
 	if err != nil {
-		return shared.Plan{}, err
+		return contract.Plan{}, err
 	}
 	tk := ticket{Conn: tc.ConnID, Session: g.SessionID, Epoch: g.Epoch,
-		Expires: deadline.Add(tools.CleanupTimeout + reportSlack).UnixMilli()}
-	return shared.Plan{Ticket: s.tickets.mint(tk), SessionID: g.SessionID, OpKey: key, Deadline: deadline,
+		Expires: deadline.Add(toolplan.CleanupTimeout + reportSlack).UnixMilli()}
+	return contract.Plan{Ticket: s.tickets.mint(tk), SessionID: g.SessionID, OpKey: key, Deadline: deadline,
 		FenceCodes: slices.Clone(fenceCodes), Step: step}, nil
 }
 
@@ -70,33 +70,33 @@ func (s *Server) deadline(timeout time.Duration, g binding.Grant) (time.Time, er
 }
 
 // planStep builds the step of one tool.
-func planStep(c tools.Call, t shared.Tool) (shared.Step, error) {
+func planStep(c toolplan.Call, t contract.Tool) (contract.Step, error) {
 	switch t := t.(type) {
-	case shared.ReadTool:
+	case contract.ReadTool:
 		return c.Read(t.Path, t.Line, t.Limit)
-	case shared.WriteTool:
+	case contract.WriteTool:
 		return c.Write(t.Path, t.Content)
-	case shared.EditTool:
+	case contract.EditTool:
 		return c.Edit(t.Path, t.OldText, t.NewText)
-	case shared.ListTool:
+	case contract.ListTool:
 		return c.List(t.Path)
-	case shared.RunTool:
+	case contract.RunTool:
 		return c.Run(t)
-	case shared.GlobTool:
+	case contract.GlobTool:
 		return c.Glob(t.Pattern, t.Dir)
-	case shared.GrepTool:
+	case contract.GrepTool:
 		return c.Grep(t.Pattern, t.Dir, t.Fixed, t.IgnoreCase)
 	}
 	return nil, errcode.Errorf(errcode.CodeInvalid, "unknown tool %T", t)
 }
 
-// Report implements shared.Plugin. The ticket must be one this plugin
+// Report implements contract.Plugin. The ticket must be one this plugin
 // issued on this connection. Each failure with a fence code, or a lost
 // connection, fences the binding the call was authorized under (if it is
 // still that binding: a later reattach is not undone by a stale failure).
 // Check then refuses unless that binding still holds: not fenced or
 // reattached since, lease current, the call not over.
-func (s *Server) Report(ctx context.Context, r shared.Report) error {
+func (s *Server) Report(ctx context.Context, r contract.Report) error {
 	tk, err := s.tickets.open(r.ConnID, r.Ticket)
 	if err != nil {
 		return err
@@ -119,7 +119,7 @@ func (s *Server) Report(ctx context.Context, r shared.Report) error {
 
 // fenceCode is the code a failure fences with: a lost connection is
 // fate_unknown.
-func fenceCode(f shared.Failure) errcode.Code {
+func fenceCode(f contract.Failure) errcode.Code {
 	if f.Transport {
 		return errcode.CodeFateUnknown
 	}

@@ -1,4 +1,4 @@
-// Package shared is the contract between a host agent and tether-plugin:
+// Package contract is the contract between a host agent and tether-plugin:
 // the handshake, the plugin map, the Go interface the plugin serves
 // (Plugin), the Go types of a plan (plan.go) and the two gRPC adapters
 // (grpc.go). plugin/proto is the same contract for hosts in other
@@ -8,7 +8,7 @@
 // plugin to Authorize it and gets back a Plan, the exact ACP requests of
 // that call with their `_meta`, which the host sends on its own ACP
 // connection. The plugin never calls the host.
-package shared
+package contract
 
 import (
 	"context"

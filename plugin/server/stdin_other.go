@@ -1,6 +1,6 @@
 //go:build !linux
 
-package impl
+package server
 
 import "errors"
 

@@ -1,9 +1,9 @@
-// Package impl is tether-plugin's implementation of shared.Plugin: it keeps
+// Package server is tether-plugin's implementation of contract.Plugin: it keeps
 // the principals of the host's ACP connections and the binding table
 // (plugin/binding), decides every tool call (Authorize returns its plan,
-// built by plugin/tools) and applies what the host reports back (fences,
+// built by plugin/toolplan) and applies what the host reports back (fences,
 // the check after glob and grep). Main serves it over go-plugin.
-package impl
+package server
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/plugin/binding"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // Timeouts of a tool call.
@@ -27,7 +27,7 @@ const (
 	MaxToolTimeout     = time.Hour
 )
 
-// Server implements shared.Plugin. The zero value is not usable; call New.
+// Server implements contract.Plugin. The zero value is not usable; call New.
 type Server struct {
 	table   *binding.Table
 	tickets *ticketer
@@ -37,7 +37,7 @@ type Server struct {
 	conns map[string]string // connection id -> principal
 }
 
-var _ shared.Plugin = &Server{}
+var _ contract.Plugin = &Server{}
 
 // New returns a Server reading time from now (time.Now if nil).
 func New(now func() time.Time) *Server {
@@ -55,7 +55,7 @@ func randomID(prefix string) (string, error) {
 	return prefix + hex.EncodeToString(b[:]), nil
 }
 
-// Connect implements shared.Plugin. The principal is the host's
+// Connect implements contract.Plugin. The principal is the host's
 // authenticated identity for the connection; an empty one is refused.
 func (s *Server) Connect(ctx context.Context, principal string) (string, error) {
 	if principal == "" {
@@ -71,7 +71,7 @@ func (s *Server) Connect(ctx context.Context, principal string) (string, error) 
 	return id, nil
 }
 
-// Disconnect implements shared.Plugin: bindings on the connection fence.
+// Disconnect implements contract.Plugin: bindings on the connection fence.
 func (s *Server) Disconnect(ctx context.Context, connID string) error {
 	s.mu.Lock()
 	_, ok := s.conns[connID]
@@ -95,8 +95,8 @@ func (s *Server) principal(connID string) (string, error) {
 	return p, nil
 }
 
-// OpenSession implements shared.Plugin.
-func (s *Server) OpenSession(ctx context.Context, req shared.OpenRequest, attach shared.Attacher) (binding.Status, error) {
+// OpenSession implements contract.Plugin.
+func (s *Server) OpenSession(ctx context.Context, req contract.OpenRequest, attach contract.Attacher) (binding.Status, error) {
 	principal, err := s.principal(req.ConnID)
 	if err != nil {
 		return binding.Status{}, err
@@ -109,9 +109,9 @@ func (s *Server) OpenSession(ctx context.Context, req shared.OpenRequest, attach
 // result strictly. A refusal comes back as a *errcode.Error with the client's
 // tether code (or not_admitted when it named none) and the client's own
 // message.
-func attachFunc(attach shared.Attacher) binding.AttachFunc {
+func attachFunc(attach contract.Attacher) binding.AttachFunc {
 	return func(ctx context.Context, sid, sha string) (time.Time, uint64, error) {
-		ctx, cancel := context.WithTimeout(ctx, shared.AttachTimeout)
+		ctx, cancel := context.WithTimeout(ctx, contract.AttachTimeout)
 		defer cancel()
 		raw, err := attach(ctx, sid, sha)
 		if err != nil {
@@ -131,17 +131,17 @@ func attachRefusal(err error) *errcode.Error {
 	code, ok := acpmeta.CodeOf(err)
 	switch {
 	case ok:
-	case errors.Is(err, shared.ErrTransport):
+	case errors.Is(err, contract.ErrTransport):
 		code = errcode.CodeFateUnknown
 	case errors.Is(err, context.DeadlineExceeded):
-		return errcode.Errorf(errcode.CodeTimeout, "no answer within %v", shared.AttachTimeout)
+		return errcode.Errorf(errcode.CodeTimeout, "no answer within %v", contract.AttachTimeout)
 	default:
 		code = errcode.CodeNotAdmitted
 	}
-	return &errcode.Error{Code: code, Message: shared.PeerMessage(err)}
+	return &errcode.Error{Code: code, Message: contract.PeerMessage(err)}
 }
 
-// Status implements shared.Plugin. Only the principal that opened the
+// Status implements contract.Plugin. Only the principal that opened the
 // session may read its state.
 func (s *Server) Status(ctx context.Context, connID, sessionID string) (binding.Status, error) {
 	principal, err := s.principal(connID)
@@ -151,7 +151,7 @@ func (s *Server) Status(ctx context.Context, connID, sessionID string) (binding.
 	return s.table.Status(principal, sessionID)
 }
 
-// ToolPolicy implements shared.Plugin: a refusal names the tool.
+// ToolPolicy implements contract.Plugin: a refusal names the tool.
 func (s *Server) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error {
 	err := s.table.Policy(connID, sessionID, kind)
 	var we *errcode.Error

@@ -1,4 +1,4 @@
-package tools
+package toolplan
 
 import (
 	"path"
@@ -9,7 +9,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // The scripts list_directory, glob and grep run inside the computer with
@@ -42,7 +42,7 @@ const ShellOutputLimit = 4 << 20
 
 // shell plans the run of script with args in dir (resolved), with
 // LC_ALL=C and the default PATH.
-func (c Call) shell(dir, script string, args ...string) shared.TerminalStep {
+func (c Call) shell(dir, script string, args ...string) contract.TerminalStep {
 	env := withDefaultPath([]acp.EnvVariable{{Name: "LC_ALL", Value: "C"}})
 	st := c.terminal("/bin/sh", append([]string{"-c", script, "tether"}, args...), env, ShellOutputLimit)
 	st.Cwd, st.Dir = c.Root, dir
@@ -84,10 +84,10 @@ type Entry struct {
 
 // List plans list_directory: a terminal command lists dir inside the
 // computer; host metadata is never looked at.
-func (c Call) List(dir string) (shared.TerminalStep, error) {
+func (c Call) List(dir string) (contract.TerminalStep, error) {
 	abs, err := c.Resolve(orDot(dir))
 	if err != nil {
-		return shared.TerminalStep{}, err
+		return contract.TerminalStep{}, err
 	}
 	return c.shell(abs, listScript, abs), nil
 }
@@ -127,13 +127,13 @@ func ParseListing(out string) ([]Entry, error) {
 
 // Glob plans glob: every path below dir is listed inside the computer;
 // FinishGlob keeps those that match pattern (see Match).
-func (c Call) Glob(pattern, dir string) (shared.TerminalStep, error) {
+func (c Call) Glob(pattern, dir string) (contract.TerminalStep, error) {
 	if err := ValidPattern(pattern); err != nil {
-		return shared.TerminalStep{}, err
+		return contract.TerminalStep{}, err
 	}
 	abs, err := c.Resolve(orDot(dir))
 	if err != nil {
-		return shared.TerminalStep{}, err
+		return contract.TerminalStep{}, err
 	}
 	return c.shell(abs, findScript, abs), nil
 }
@@ -171,13 +171,13 @@ type GrepMatch struct {
 
 // Grep plans grep below dir; fixed (-F) and ignoreCase (-i) select the
 // flags from a closed set.
-func (c Call) Grep(pattern, dir string, fixed, ignoreCase bool) (shared.TerminalStep, error) {
+func (c Call) Grep(pattern, dir string, fixed, ignoreCase bool) (contract.TerminalStep, error) {
 	if pattern == "" {
-		return shared.TerminalStep{}, errcode.Errorf(errcode.CodeInvalid, "grep: pattern is required")
+		return contract.TerminalStep{}, errcode.Errorf(errcode.CodeInvalid, "grep: pattern is required")
 	}
 	abs, err := c.Resolve(orDot(dir))
 	if err != nil {
-		return shared.TerminalStep{}, err
+		return contract.TerminalStep{}, err
 	}
 	return c.shell(abs, grepFlags(fixed, ignoreCase), pattern, abs), nil
 }

@@ -1,4 +1,4 @@
-package impl
+package server
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package tools
+package toolplan
 
 import (
 	"strings"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // Output limits of terminal/create (bytes kept; the client truncates from
@@ -26,7 +26,7 @@ const CleanupTimeout = 10 * time.Second
 // receiver builds a child's environment from nothing.
 const DefaultPath = "/usr/local/bin:/usr/bin:/bin"
 
-func validate(cmd shared.RunTool) error {
+func validate(cmd contract.RunTool) error {
 	switch {
 	case cmd.Command == "":
 		return errcode.Errorf(errcode.CodeInvalid, "run_command: command is required")
@@ -50,17 +50,17 @@ func withDefaultPath(env []acp.EnvVariable) []acp.EnvVariable {
 // output, release), each request with its op tag. The working directory is
 // resolved inside the root; verify travels as `_meta["tether/verify"]` on
 // terminal/create.
-func (c Call) Run(cmd shared.RunTool) (shared.TerminalStep, error) {
+func (c Call) Run(cmd contract.RunTool) (contract.TerminalStep, error) {
 	if err := validate(cmd); err != nil {
-		return shared.TerminalStep{}, err
+		return contract.TerminalStep{}, err
 	}
 	cwd, err := c.Resolve(orDot(cmd.Cwd))
 	if err != nil {
-		return shared.TerminalStep{}, err
+		return contract.TerminalStep{}, err
 	}
 	verify, err := c.verifyMeta(cmd.Verify)
 	if err != nil {
-		return shared.TerminalStep{}, err
+		return contract.TerminalStep{}, err
 	}
 	limit := cmd.OutputLimit
 	if limit == 0 {
@@ -77,9 +77,9 @@ func (c Call) Run(cmd shared.RunTool) (shared.TerminalStep, error) {
 // terminal is the run of argv with every request's op tag: create and wait
 // carry the tool's deadline, kill, output and release that deadline plus
 // the clean-up time.
-func (c Call) terminal(command string, args []string, env []acp.EnvVariable, limit int) shared.TerminalStep {
+func (c Call) terminal(command string, args []string, env []acp.EnvVariable, limit int) contract.TerminalStep {
 	cleanup := c.Deadline.Add(CleanupTimeout)
-	return shared.TerminalStep{Command: command, Args: args, Env: env, OutputLimit: limit, CleanupTimeout: CleanupTimeout,
+	return contract.TerminalStep{Command: command, Args: args, Env: env, OutputLimit: limit, CleanupTimeout: CleanupTimeout,
 		CreateMeta: c.meta("create", c.Deadline), WaitMeta: c.meta("wait", c.Deadline), KillMeta: c.meta("kill", cleanup),
 		OutputMeta: c.meta("output", cleanup), ReleaseMeta: c.meta("release", cleanup)}
 }
@@ -95,7 +95,7 @@ func orDot(p string) string {
 // `_meta["tether/verify"]` entry (nil when there are none): each path is
 // resolved inside the root and sent relative to it, each digest must be a
 // hex SHA-256 (sent lowercase), at most acpmeta.MaxVerifyFiles.
-func (c Call) verifyMeta(files map[string]string) (shared.Meta, error) {
+func (c Call) verifyMeta(files map[string]string) (contract.Meta, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}

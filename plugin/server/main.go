@@ -1,4 +1,4 @@
-package impl
+package server
 
 import (
 	"context"
@@ -18,10 +18,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tetherdev/tether/admission/cli"
-	"github.com/tetherdev/tether/plugin/shared"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
-// Config is what Main serves. Versions defaults to shared.ProtocolVersions;
+// Config is what Main serves. Versions defaults to contract.ProtocolVersions;
 // tests set others to exercise a mismatch.
 type Config struct {
 	Versions []int
@@ -57,9 +57,9 @@ const DefaultProcs = 1
 // stderr and returns 2: the plugin is never meant to be run directly.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer, cfg Config) int {
 	if len(cfg.Versions) == 0 {
-		cfg.Versions = shared.ProtocolVersions
+		cfg.Versions = contract.ProtocolVersions
 	}
-	underHost := os.Getenv(shared.Handshake.MagicCookieKey) == shared.Handshake.MagicCookieValue
+	underHost := os.Getenv(contract.Handshake.MagicCookieKey) == contract.Handshake.MagicCookieValue
 	fs := flag.NewFlagSet("tether-plugin", flag.ContinueOnError)
 	fs.Usage = func() { fmt.Fprintf(fs.Output(), usage, cfg.Versions) }
 	procs := fs.Int("procs", DefaultProcs, "")
@@ -146,10 +146,10 @@ func checkLaunch(offered, clientCert string, versions []int) error {
 
 func serve(ctx context.Context, stderr io.Writer, cfg Config) {
 	goplugin.Serve(&goplugin.ServeConfig{
-		HandshakeConfig:  shared.Handshake,
-		VersionedPlugins: shared.PluginSets(cfg.Versions, New(cfg.Now)),
+		HandshakeConfig:  contract.Handshake,
+		VersionedPlugins: contract.PluginSets(cfg.Versions, New(cfg.Now)),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(shared.ServerOptions(opts...)...)
+			return grpc.NewServer(contract.ServerOptions(opts...)...)
 		},
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "tether-plugin", Level: hclog.Info, Output: stderr, JSONFormat: true}),
 	})
