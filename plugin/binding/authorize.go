@@ -1,6 +1,9 @@
 package binding
 
-import "github.com/tetherdev/tether/admission/errcode"
+import (
+	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/plugin/contract"
+)
 
 // Authorize returns the grant a tool may act on for sessionID on connID, or
 // the refusal: never asked to bind or unknown (not_admitted: plugin tools
@@ -69,26 +72,16 @@ func (t *Table) Disconnect(connID string) {
 	}
 }
 
-// HostToolKind classifies a host agent's own tool.
-type HostToolKind int
-
-// The kinds. Anything else is refused.
-const (
-	HostFilesystem HostToolKind = iota + 1
-	HostProcess
-	HostOther
-)
-
 // Policy decides whether the host may run one of its own tools for the
 // session (rule 7). Tools that touch neither host files nor processes are
 // always allowed. Filesystem and process tools are allowed only in a
 // session that never asked to bind and lives on connID; an unknown session
 // is refused, so a host that forgets to report a session fails closed.
-func (t *Table) Policy(connID, sessionID string, kind HostToolKind) error {
+func (t *Table) Policy(connID, sessionID string, kind contract.HostToolKind) error {
 	switch kind {
-	case HostOther:
+	case contract.HostOther:
 		return nil
-	case HostFilesystem, HostProcess:
+	case contract.HostFilesystem, contract.HostProcess:
 	default:
 		return refuse(errcode.CodeInvalid, "host tool kind %d is not filesystem, process or other", kind)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // OpenRequest reports one session/new or session/load.
@@ -17,7 +18,7 @@ type OpenRequest struct {
 	// Principal is the identity the host authenticated for the connection
 	// (rule 1). It is never read from the bind meta.
 	Principal string
-	Method    Method
+	Method    contract.Method
 	// Meta is the request's whole `_meta`; only acpmeta.KeyBind is read.
 	Meta map[string]any
 	// Attach confirms a bind with the client on ConnID.
@@ -30,16 +31,16 @@ type OpenRequest struct {
 // must come from the tuple's owner (rules 1, 5), name the pinned tuple if
 // one is pinned (rule 3), and be confirmed by `_tether/attach` on this
 // connection (rule 4). Every refusal is a *errcode.Error naming the check.
-func (t *Table) Open(ctx context.Context, req OpenRequest) (Status, error) {
+func (t *Table) Open(ctx context.Context, req OpenRequest) (contract.Status, error) {
 	if req.SessionID == "" || req.ConnID == "" {
-		return Status{}, refuse(errcode.CodeInvalid, "session id and connection id are required")
+		return contract.Status{}, refuse(errcode.CodeInvalid, "session id and connection id are required")
 	}
 	if req.Principal == "" {
-		return Status{}, refuse(errcode.CodeDenied, "connection %s has no authenticated principal", req.ConnID)
+		return contract.Status{}, refuse(errcode.CodeDenied, "connection %s has no authenticated principal", req.ConnID)
 	}
 	s, err := t.lookupOrCreate(req)
 	if err != nil {
-		return Status{}, err
+		return contract.Status{}, err
 	}
 	s.open.Lock()
 	defer s.open.Unlock()
@@ -73,14 +74,14 @@ func (t *Table) lookupOrCreate(req OpenRequest) (*session, error) {
 		return nil, refuse(errcode.CodeDenied, "session %q belongs to another principal; %q may not open it",
 			req.SessionID, req.Principal)
 	}
-	if req.Method == MethodNew {
+	if req.Method == contract.MethodNew {
 		return nil, refuse(errcode.CodeInvalid, "session/new reused existing session id %q", req.SessionID)
 	}
 	return s, nil
 }
 
 // openUnbound handles a request without bind meta.
-func (t *Table) openUnbound(s *session, req OpenRequest) (Status, error) {
+func (t *Table) openUnbound(s *session, req OpenRequest) (contract.Status, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s.intent {
@@ -93,7 +94,7 @@ func (t *Table) openUnbound(s *session, req OpenRequest) (Status, error) {
 }
 
 // refuseBind records the sticky intent and refuses.
-func (t *Table) refuseBind(s *session, code errcode.Code, format string, args ...any) (Status, error) {
+func (t *Table) refuseBind(s *session, code errcode.Code, format string, args ...any) (contract.Status, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s.intent = true
@@ -138,7 +139,7 @@ func (s *session) pin(tu admission.Tuple) {
 }
 
 // finishAttach applies the client's answer to `_tether/attach`.
-func (t *Table) finishAttach(s *session, req OpenRequest, bind acpmeta.Bind, lease time.Time, gen uint64, aerr error) (Status, error) {
+func (t *Table) finishAttach(s *session, req OpenRequest, bind acpmeta.Bind, lease time.Time, gen uint64, aerr error) (contract.Status, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var err error

@@ -11,63 +11,12 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/errcode"
-)
-
-// State is a session's binding state.
-type State int
-
-// The states. The zero value is never used.
-const (
-	// Unbound: the session never asked to bind; the host keeps its tools.
-	Unbound State = iota + 1
-	// Pending: the session asked to bind; no bind has succeeded yet.
-	Pending
-	// Bound: tuple pinned, attached on one connection, lease current.
-	Bound
-	// Fenced: was bound; refused until an explicit reattach.
-	Fenced
-)
-
-func (s State) String() string {
-	switch s {
-	case Unbound:
-		return "unbound"
-	case Pending:
-		return "pending"
-	case Bound:
-		return "bound"
-	case Fenced:
-		return "fenced"
-	}
-	return "invalid"
-}
-
-// Method is the ACP method that opened a session.
-type Method int
-
-// The two methods that may carry `_meta["tether/bind"]`.
-const (
-	MethodNew Method = iota + 1
-	MethodLoad
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 // AttachFunc calls `_tether/attach` for sessionID on the connection that
 // asked to bind, and returns the client's confirmation.
 type AttachFunc func(ctx context.Context, sessionID, tupleSHA256 string) (leaseNotAfter time.Time, grantGeneration uint64, err error)
-
-// Status is a snapshot of one session.
-type Status struct {
-	SessionID       string
-	Principal       string // who opened the session
-	State           State
-	Tuple           admission.Tuple // zero unless a tuple is pinned
-	TupleSHA256     string
-	LeaseNotAfter   time.Time
-	GrantGeneration uint64
-	// Code and Message describe the last refusal or fence.
-	Code    errcode.Code
-	Message string
-}
 
 // Grant is what a tool may act on: valid for one epoch of one binding.
 type Grant struct {
@@ -101,20 +50,20 @@ type session struct {
 	message    string
 }
 
-func (s *session) state() State {
+func (s *session) state() contract.State {
 	switch {
 	case !s.intent:
-		return Unbound
+		return contract.Unbound
 	case s.fenced:
-		return Fenced
+		return contract.Fenced
 	case s.attached:
-		return Bound
+		return contract.Bound
 	}
-	return Pending
+	return contract.Pending
 }
 
-func (s *session) status() Status {
-	st := Status{SessionID: s.id, Principal: s.principal, State: s.state(), LeaseNotAfter: s.notAfter,
+func (s *session) status() contract.Status {
+	st := contract.Status{SessionID: s.id, Principal: s.principal, State: s.state(), LeaseNotAfter: s.notAfter,
 		GrantGeneration: s.generation, Code: s.code, Message: s.message}
 	if s.tuple != nil {
 		st.Tuple = *s.tuple
@@ -145,7 +94,7 @@ func refuse(code errcode.Code, format string, args ...any) error {
 	return errcode.Errorf(code, format, args...)
 }
 
-func (t *Table) snapshot(s *session) Status {
+func (t *Table) snapshot(s *session) contract.Status {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return s.status()
@@ -156,15 +105,15 @@ func (t *Table) snapshot(s *session) Status {
 // (rule 5) and left untouched. A bound session whose lease has passed is
 // fenced first (lease_expired, the fence Authorize applies), so Status never
 // reports Bound for a lease that has ended.
-func (t *Table) Status(principal, sessionID string) (Status, error) {
+func (t *Table) Status(principal, sessionID string) (contract.Status, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s, ok := t.sessions[sessionID]
 	switch {
 	case !ok:
-		return Status{}, refuse(errcode.CodeNotAdmitted, "session %q is unknown to the plugin", sessionID)
+		return contract.Status{}, refuse(errcode.CodeNotAdmitted, "session %q is unknown to the plugin", sessionID)
 	case s.principal != principal:
-		return Status{}, refuse(errcode.CodeDenied, "session %q belongs to another principal", sessionID)
+		return contract.Status{}, refuse(errcode.CodeDenied, "session %q belongs to another principal", sessionID)
 	}
 	_ = t.expireLocked(s) // the refusal is in the snapshot's code and message
 	return s.status(), nil

@@ -10,6 +10,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/plugin/contract"
 )
 
 func tu(owner string) admission.Tuple {
@@ -21,7 +22,7 @@ func admitAll(ctx context.Context, sid, sha string) (time.Time, uint64, error) {
 	return time.Now().Add(time.Hour), 1, nil
 }
 
-func open(t *Table, conn, sid, who string, m Method, meta map[string]any) (Status, error) {
+func open(t *Table, conn, sid, who string, m contract.Method, meta map[string]any) (contract.Status, error) {
 	return t.Open(context.Background(), OpenRequest{ConnID: conn, SessionID: sid, Principal: who, Method: m, Meta: meta, Attach: admitAll})
 }
 
@@ -33,7 +34,7 @@ func bindMeta(x admission.Tuple) map[string]any {
 // not fence the new binding (epochs).
 func TestStaleFenceDoesNotUndoReattach(t *testing.T) {
 	tb := New(nil)
-	if _, err := open(tb, "c1", "s", "alice", MethodNew, bindMeta(tu("alice"))); err != nil {
+	if _, err := open(tb, "c1", "s", "alice", contract.MethodNew, bindMeta(tu("alice"))); err != nil {
 		t.Fatal(err)
 	}
 	old, err := tb.Authorize("c1", "s")
@@ -41,7 +42,7 @@ func TestStaleFenceDoesNotUndoReattach(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb.Disconnect("c1")
-	if _, err := open(tb, "c2", "s", "alice", MethodLoad, bindMeta(tu("alice"))); err != nil {
+	if _, err := open(tb, "c2", "s", "alice", contract.MethodLoad, bindMeta(tu("alice"))); err != nil {
 		t.Fatal(err)
 	}
 	tb.Fence(old, errcode.CodeTupleMismatch, "stale")
@@ -60,18 +61,18 @@ func TestAttachFailureStates(t *testing.T) {
 	fail := func(ctx context.Context, sid, sha string) (time.Time, uint64, error) {
 		return time.Time{}, 0, errcode.Errorf(errcode.CodeFateUnknown, "lost")
 	}
-	req := OpenRequest{ConnID: "c", SessionID: "s", Principal: "alice", Method: MethodNew, Meta: bindMeta(tu("alice")), Attach: fail}
+	req := OpenRequest{ConnID: "c", SessionID: "s", Principal: "alice", Method: contract.MethodNew, Meta: bindMeta(tu("alice")), Attach: fail}
 	st, err := tb.Open(context.Background(), req)
 	var we *errcode.Error
-	if !errors.As(err, &we) || we.Code != errcode.CodeFateUnknown || st.State != Pending {
+	if !errors.As(err, &we) || we.Code != errcode.CodeFateUnknown || st.State != contract.Pending {
 		t.Fatalf("first attach lost: %v %v", st.State, err)
 	}
-	req.Method, req.Attach = MethodLoad, admitAll
-	if st, err := tb.Open(context.Background(), req); err != nil || st.State != Bound {
+	req.Method, req.Attach = contract.MethodLoad, admitAll
+	if st, err := tb.Open(context.Background(), req); err != nil || st.State != contract.Bound {
 		t.Fatalf("bind: %v %v", st.State, err)
 	}
 	req.Attach = fail
-	if st, _ := tb.Open(context.Background(), req); st.State != Fenced {
+	if st, _ := tb.Open(context.Background(), req); st.State != contract.Fenced {
 		t.Fatalf("failed reattach of a bound session: %v", st.State)
 	}
 }
@@ -86,11 +87,11 @@ func TestConcurrentUse(t *testing.T) {
 			defer wg.Done()
 			conn := []string{"c1", "c2"}[i%2]
 			for j := 0; j < 50; j++ {
-				_, _ = open(tb, conn, "s", "alice", MethodLoad, bindMeta(tu("alice")))
+				_, _ = open(tb, conn, "s", "alice", contract.MethodLoad, bindMeta(tu("alice")))
 				if g, err := tb.Authorize(conn, "s"); err == nil {
 					tb.Fence(g, errcode.CodeFenced, "x")
 				}
-				_ = tb.Policy(conn, "s", HostFilesystem)
+				_ = tb.Policy(conn, "s", contract.HostFilesystem)
 				if j%10 == 0 {
 					tb.Disconnect(conn)
 				}
@@ -98,7 +99,7 @@ func TestConcurrentUse(t *testing.T) {
 		}(i)
 	}
 	wg.Wait()
-	if err := tb.Policy("c1", "s", HostProcess); err == nil {
+	if err := tb.Policy("c1", "s", contract.HostProcess); err == nil {
 		t.Fatal("bound-scope session allowed a host tool")
 	}
 }
@@ -112,10 +113,10 @@ func TestStatusFencesPassedLease(t *testing.T) {
 	now := time.Now()
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	tb := New(clock)
-	if _, err := open(tb, "c1", "s", "alice", MethodNew, bindMeta(tu("alice"))); err != nil {
+	if _, err := open(tb, "c1", "s", "alice", contract.MethodNew, bindMeta(tu("alice"))); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := tb.Status("alice", "s"); err != nil || st.State != Bound {
+	if st, err := tb.Status("alice", "s"); err != nil || st.State != contract.Bound {
 		t.Fatalf("status with a current lease: %v %v", st.State, err)
 	}
 	mu.Lock()
@@ -129,7 +130,7 @@ func TestStatusFencesPassedLease(t *testing.T) {
 		t.Fatal("another principal's read fenced the session")
 	}
 	st, err := tb.Status("alice", "s")
-	if err != nil || st.State != Fenced || st.Code != errcode.CodeLeaseExpired || st.Message != "lease ended at "+rfc3339(st.LeaseNotAfter) {
+	if err != nil || st.State != contract.Fenced || st.Code != errcode.CodeLeaseExpired || st.Message != "lease ended at "+rfc3339(st.LeaseNotAfter) {
 		t.Fatalf("status after the lease: %v %q %q %v", st.State, st.Code, st.Message, err)
 	}
 	if _, err := tb.Authorize("c1", "s"); !errors.As(err, &we) || we.Code != errcode.CodeFenced {

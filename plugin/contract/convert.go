@@ -9,29 +9,28 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/binding"
 	pb "github.com/tetherdev/tether/plugin/proto"
 )
 
 // The conversions between the Go contract and plugin/proto, used by the
 // two adapters only.
 
-var methods = map[binding.Method]pb.SessionMethod{
-	binding.MethodNew:  pb.SessionMethod_SESSION_METHOD_NEW,
-	binding.MethodLoad: pb.SessionMethod_SESSION_METHOD_LOAD,
+var methods = map[Method]pb.SessionMethod{
+	MethodNew:  pb.SessionMethod_SESSION_METHOD_NEW,
+	MethodLoad: pb.SessionMethod_SESSION_METHOD_LOAD,
 }
 
-var states = map[binding.State]pb.BindingState{
-	binding.Unbound: pb.BindingState_BINDING_STATE_UNBOUND,
-	binding.Pending: pb.BindingState_BINDING_STATE_PENDING,
-	binding.Bound:   pb.BindingState_BINDING_STATE_BOUND,
-	binding.Fenced:  pb.BindingState_BINDING_STATE_FENCED,
+var states = map[State]pb.BindingState{
+	Unbound: pb.BindingState_BINDING_STATE_UNBOUND,
+	Pending: pb.BindingState_BINDING_STATE_PENDING,
+	Bound:   pb.BindingState_BINDING_STATE_BOUND,
+	Fenced:  pb.BindingState_BINDING_STATE_FENCED,
 }
 
-var kinds = map[binding.HostToolKind]pb.HostToolKind{
-	binding.HostFilesystem: pb.HostToolKind_HOST_TOOL_KIND_FILESYSTEM,
-	binding.HostProcess:    pb.HostToolKind_HOST_TOOL_KIND_PROCESS,
-	binding.HostOther:      pb.HostToolKind_HOST_TOOL_KIND_OTHER,
+var kinds = map[HostToolKind]pb.HostToolKind{
+	HostFilesystem: pb.HostToolKind_HOST_TOOL_KIND_FILESYSTEM,
+	HostProcess:    pb.HostToolKind_HOST_TOOL_KIND_PROCESS,
+	HostOther:      pb.HostToolKind_HOST_TOOL_KIND_OTHER,
 }
 
 // reverse returns the inverse of an enum map.
@@ -49,7 +48,7 @@ var (
 	kindsPB   = reverse(kinds)
 )
 
-func statusPB(st binding.Status) *pb.SessionStatus {
+func statusPB(st Status) *pb.SessionStatus {
 	out := &pb.SessionStatus{SessionId: st.SessionID, State: states[st.State], TupleSha256: st.TupleSHA256,
 		GrantGeneration: st.GrantGeneration, Code: string(st.Code), Message: st.Message}
 	if !st.LeaseNotAfter.IsZero() {
@@ -58,16 +57,16 @@ func statusPB(st binding.Status) *pb.SessionStatus {
 	return out
 }
 
-func statusFromPB(s *pb.SessionStatus) (binding.Status, error) {
-	st := binding.Status{SessionID: s.GetSessionId(), State: statesPB[s.GetState()], TupleSHA256: s.GetTupleSha256(),
+func statusFromPB(s *pb.SessionStatus) (Status, error) {
+	st := Status{SessionID: s.GetSessionId(), State: statesPB[s.GetState()], TupleSHA256: s.GetTupleSha256(),
 		GrantGeneration: s.GetGrantGeneration(), Code: errcode.Code(s.GetCode()), Message: s.GetMessage()}
 	if st.State == 0 {
-		return binding.Status{}, fmt.Errorf("plugin sent binding state %v", s.GetState())
+		return Status{}, fmt.Errorf("plugin sent binding state %v", s.GetState())
 	}
 	if l := s.GetLeaseNotAfter(); l != "" {
 		t, err := time.Parse(time.RFC3339Nano, l)
 		if err != nil {
-			return binding.Status{}, fmt.Errorf("plugin sent lease_not_after %q: %v", l, err)
+			return Status{}, fmt.Errorf("plugin sent lease_not_after %q: %v", l, err)
 		}
 		st.LeaseNotAfter = t
 	}

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/binding"
 	pb "github.com/tetherdev/tether/plugin/proto"
 )
 
@@ -48,41 +47,41 @@ func (c *PluginClient) Disconnect(ctx context.Context, connID string) error {
 // OpenSession implements Plugin: the stream carries the request, at most
 // one attach call and its answer, and the status. An attach for any other
 // session than the one being opened is refused and nothing is sent.
-func (c *PluginClient) OpenSession(ctx context.Context, req OpenRequest, attach Attacher) (binding.Status, error) {
+func (c *PluginClient) OpenSession(ctx context.Context, req OpenRequest, attach Attacher) (Status, error) {
 	meta, err := metaJSON(req.Meta)
 	if err != nil {
-		return binding.Status{}, err
+		return Status{}, err
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream however this returns
 	stream, err := c.client.OpenSession(sctx)
 	if err != nil {
-		return binding.Status{}, toolErrorFromStatus(ctx, err)
+		return Status{}, toolErrorFromStatus(ctx, err)
 	}
 	open := &pb.OpenSessionRequest{ConnId: req.ConnID, SessionId: req.SessionID, Method: methods[req.Method], MetaJson: meta}
 	if err := stream.Send(&pb.OpenSessionUp{Msg: &pb.OpenSessionUp_Open{Open: open}}); err != nil {
-		return binding.Status{}, toolErrorFromStatus(ctx, err)
+		return Status{}, toolErrorFromStatus(ctx, err)
 	}
 	for attached := false; ; attached = true {
 		down, err := stream.Recv()
 		if err != nil {
-			return binding.Status{}, toolErrorFromStatus(ctx, err)
+			return Status{}, toolErrorFromStatus(ctx, err)
 		}
 		ac := down.GetAttach()
 		switch {
 		case down.GetStatus() != nil:
 			return statusFromPB(down.GetStatus())
 		case ac == nil:
-			return binding.Status{}, fmt.Errorf("%w: plugin sent an empty open-session message", ErrTransport)
+			return Status{}, fmt.Errorf("%w: plugin sent an empty open-session message", ErrTransport)
 		case attached || ac.GetSessionId() != req.SessionID:
-			return binding.Status{}, errcode.Errorf(errcode.CodeInternal,
+			return Status{}, errcode.Errorf(errcode.CodeInternal,
 				"plugin asked to attach session %q while opening %q (at most once, for that session): nothing sent", ac.GetSessionId(), req.SessionID)
 		}
 		actx, acancel := context.WithTimeout(ctx, AttachTimeout)
 		raw, aerr := attach(actx, req.SessionID, ac.GetTupleSha256())
 		acancel()
 		if err := stream.Send(&pb.OpenSessionUp{Msg: &pb.OpenSessionUp_AttachResult{AttachResult: attachResultPB(raw, aerr)}}); err != nil {
-			return binding.Status{}, toolErrorFromStatus(ctx, err)
+			return Status{}, toolErrorFromStatus(ctx, err)
 		}
 	}
 }
@@ -100,17 +99,17 @@ func metaJSON(m map[string]any) ([]byte, error) {
 }
 
 // Status implements Plugin.
-func (c *PluginClient) Status(ctx context.Context, connID, sessionID string) (binding.Status, error) {
+func (c *PluginClient) Status(ctx context.Context, connID, sessionID string) (Status, error) {
 	resp, err := call(ctx, c.client.Status, &pb.StatusRequest{ConnId: connID, SessionId: sessionID})
 	if err != nil {
-		return binding.Status{}, err
+		return Status{}, err
 	}
 	return statusFromPB(resp)
 }
 
 // ToolPolicy implements Plugin: a refusal is a *errcode.Error with the
 // plugin's code (denied if it named none from the closed set).
-func (c *PluginClient) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error {
+func (c *PluginClient) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind HostToolKind) error {
 	resp, err := call(ctx, c.client.ToolPolicy, &pb.ToolPolicyRequest{ConnId: connID, SessionId: sessionID, Tool: tool, Kind: kinds[kind]})
 	switch {
 	case err != nil:

@@ -13,7 +13,6 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/binding"
 	pb "github.com/tetherdev/tether/plugin/proto"
 )
 
@@ -80,9 +79,9 @@ func TestOpenSessionAttachesOnlyTheSessionBeingOpened(t *testing.T) {
 			sent = append(sent, sid+"/"+sha)
 			return json.RawMessage(`{}`), nil
 		}
-		st, err := client.OpenSession(context.Background(), OpenRequest{ConnID: "c", SessionID: "s1", Method: binding.MethodNew}, attach)
+		st, err := client.OpenSession(context.Background(), OpenRequest{ConnID: "c", SessionID: "s1", Method: MethodNew}, attach)
 		code, _ := acpmeta.CodeOf(err)
-		if len(sent) != c.sent || code != c.code || (err == nil && st.State != binding.Bound) {
+		if len(sent) != c.sent || code != c.code || (err == nil && st.State != Bound) {
 			t.Errorf("%s: sent %v, status %+v, error %v", name, sent, st, err)
 		}
 		for _, s := range sent {

@@ -1,8 +1,10 @@
 // Package contract is the contract between a host agent and tether-plugin:
 // the handshake, the plugin map, the Go interface the plugin serves
-// (Plugin), the Go types of a plan (plan.go) and the two gRPC adapters
-// (grpc.go). plugin/proto is the same contract for hosts in other
-// languages.
+// (Plugin), the session types it answers (session.go), the Go types of a
+// plan (plan.go) and the two gRPC adapters (grpc.go). plugin/proto is the
+// same contract for hosts in other languages. It imports no implementation
+// (TestContractLinksNoImplementation): plugin/binding, plugin/server and
+// plugin/host import it, never the other way.
 //
 // The plugin decides, the host sends: for each tool call the host asks the
 // plugin to Authorize it and gets back a Plan, the exact ACP requests of
@@ -18,7 +20,6 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	"github.com/tetherdev/tether/plugin/binding"
 	pb "github.com/tetherdev/tether/plugin/proto"
 )
 
@@ -63,13 +64,13 @@ type Plugin interface {
 	// OpenSession reports session/new or session/load and its `_meta`.
 	// When a bind passes every check that needs no peer, the plugin calls
 	// attach once, for req.SessionID, and decides on its answer.
-	OpenSession(ctx context.Context, req OpenRequest, attach Attacher) (binding.Status, error)
+	OpenSession(ctx context.Context, req OpenRequest, attach Attacher) (Status, error)
 	// Status reports a session's binding state to the connection's
 	// principal.
-	Status(ctx context.Context, connID, sessionID string) (binding.Status, error)
+	Status(ctx context.Context, connID, sessionID string) (Status, error)
 	// ToolPolicy decides whether the host may run its own tool: nil
 	// allows it; a refusal is a *errcode.Error.
-	ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error
+	ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind HostToolKind) error
 	// Authorize authorizes one tool call and returns its plan, or the
 	// refusal; nothing may be sent for a refused call.
 	Authorize(ctx context.Context, call ToolCall) (Plan, error)
@@ -82,7 +83,7 @@ type Plugin interface {
 type OpenRequest struct {
 	ConnID    string
 	SessionID string
-	Method    binding.Method
+	Method    Method
 	// Meta is the request's whole `_meta`; the plugin reads only
 	// `tether/bind`.
 	Meta map[string]any

@@ -12,7 +12,6 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/contract"
 )
 
@@ -84,7 +83,7 @@ func (c *Conn) disconnect() error {
 // (acpmeta.CodeOf) that the host returns to the ACP client as is (see
 // acpmeta.NewError).
 func (c *Conn) OpenSession(ctx context.Context, m Method, sessionID string, meta map[string]any) (SessionStatus, error) {
-	method := map[Method]binding.Method{MethodNew: binding.MethodNew, MethodLoad: binding.MethodLoad}[m]
+	method := map[Method]contract.Method{MethodNew: contract.MethodNew, MethodLoad: contract.MethodLoad}[m]
 	st, err := c.plugin.OpenSession(ctx, contract.OpenRequest{ConnID: c.id, SessionID: sessionID, Method: method, Meta: meta}, c.attach)
 	if err != nil {
 		return SessionStatus{}, err
@@ -122,10 +121,10 @@ func (c *Conn) Status(ctx context.Context, sessionID string) (SessionStatus, err
 	return sessionStatus(st), nil
 }
 
-var bindingStates = map[binding.State]BindingState{binding.Unbound: Unbound, binding.Pending: Pending,
-	binding.Bound: Bound, binding.Fenced: Fenced}
+var bindingStates = map[contract.State]BindingState{contract.Unbound: Unbound, contract.Pending: Pending,
+	contract.Bound: Bound, contract.Fenced: Fenced}
 
-func sessionStatus(st binding.Status) SessionStatus {
+func sessionStatus(st contract.Status) SessionStatus {
 	return SessionStatus{SessionID: st.SessionID, State: bindingStates[st.State], TupleSHA256: st.TupleSHA256,
 		LeaseNotAfter: st.LeaseNotAfter, GrantGeneration: st.GrantGeneration, Code: string(st.Code), Message: st.Message}
 }
@@ -135,8 +134,8 @@ func sessionStatus(st binding.Status) SessionStatus {
 // any failure to ask (plugin gone) is an error too, so a host that treats
 // every non-nil result as "refuse" fails closed.
 func (c *Conn) AllowHostTool(ctx context.Context, sessionID, tool string, kind HostToolKind) error {
-	k := map[HostToolKind]binding.HostToolKind{HostFilesystem: binding.HostFilesystem,
-		HostProcess: binding.HostProcess, HostOther: binding.HostOther}[kind]
+	k := map[HostToolKind]contract.HostToolKind{HostFilesystem: contract.HostFilesystem,
+		HostProcess: contract.HostProcess, HostOther: contract.HostOther}[kind]
 	err := c.plugin.ToolPolicy(ctx, c.id, sessionID, tool, k)
 	var we *errcode.Error
 	if err != nil && !errors.As(err, &we) {

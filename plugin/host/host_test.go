@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/acpmeta"
-	"github.com/tetherdev/tether/plugin/host"
 	"github.com/tetherdev/tether/plugin/contract"
+	"github.com/tetherdev/tether/plugin/host"
 )
 
 // TestIntegrationReadTextFileThroughPlugin is the vertical slice: a real

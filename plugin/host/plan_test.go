@@ -17,7 +17,6 @@ import (
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/acptest"
-	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/contract"
 	"github.com/tetherdev/tether/plugin/toolplan"
 )
@@ -43,15 +42,15 @@ var _ contract.Plugin = &standIn{}
 
 func (s *standIn) Connect(context.Context, string) (string, error) { return "conn-test", nil }
 func (s *standIn) Disconnect(context.Context, string) error        { return nil }
-func (s *standIn) OpenSession(context.Context, contract.OpenRequest, contract.Attacher) (binding.Status, error) {
+func (s *standIn) OpenSession(context.Context, contract.OpenRequest, contract.Attacher) (contract.Status, error) {
 	s.t.Error("OpenSession: " + errUnexpected.Error())
-	return binding.Status{}, errUnexpected
+	return contract.Status{}, errUnexpected
 }
-func (s *standIn) Status(context.Context, string, string) (binding.Status, error) {
+func (s *standIn) Status(context.Context, string, string) (contract.Status, error) {
 	s.t.Error("Status: " + errUnexpected.Error())
-	return binding.Status{}, errUnexpected
+	return contract.Status{}, errUnexpected
 }
-func (s *standIn) ToolPolicy(context.Context, string, string, string, binding.HostToolKind) error {
+func (s *standIn) ToolPolicy(context.Context, string, string, string, contract.HostToolKind) error {
 	s.t.Error("ToolPolicy: " + errUnexpected.Error())
 	return errUnexpected
 }

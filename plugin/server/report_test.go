@@ -12,7 +12,6 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/plugin/binding"
 	"github.com/tetherdev/tether/plugin/contract"
 )
 
@@ -49,7 +48,7 @@ func boundServer(t *testing.T) (*Server, *clock, string) {
 	lease := clk.now.Add(2 * time.Hour)
 	tu := admission.Tuple{Owner: "alice", Allocation: "a", Session: "s", Workspace: "w", Sandbox: "x",
 		Generation: 1, Executor: "e", Site: "t", Root: "/r"}
-	if _, err := s.OpenSession(ctx, contract.OpenRequest{ConnID: conn, SessionID: "s1", Method: binding.MethodNew,
+	if _, err := s.OpenSession(ctx, contract.OpenRequest{ConnID: conn, SessionID: "s1", Method: contract.MethodNew,
 		Meta: acpmeta.Bind{Tuple: tu, LeaseNotAfter: lease}.Meta()}, admit(lease)); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +62,7 @@ func wantCode(t *testing.T, err error, code errcode.Code) {
 	}
 }
 
-func state(t *testing.T, s *Server, conn string) binding.Status {
+func state(t *testing.T, s *Server, conn string) contract.Status {
 	t.Helper()
 	st, err := s.Status(context.Background(), conn, "s1")
 	if err != nil {
@@ -100,7 +99,7 @@ func TestReportNeedsTheCallsTicket(t *testing.T) {
 		"garbage":            {ConnID: conn, Ticket: "x", Failures: []contract.Failure{mismatch}},
 	} {
 		wantCode(t, s.Report(ctx, r), errcode.CodeInvalid)
-		if st := state(t, s, conn); st.State != binding.Bound {
+		if st := state(t, s, conn); st.State != contract.Bound {
 			t.Fatalf("%s: a refused report changed the binding to %v", name, st.State)
 		}
 	}
@@ -109,14 +108,14 @@ func TestReportNeedsTheCallsTicket(t *testing.T) {
 	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: plan.Ticket, Failures: []contract.Failure{notFound}}); err != nil {
 		t.Fatal(err)
 	}
-	if st := state(t, s, conn); st.State != binding.Bound {
+	if st := state(t, s, conn); st.State != contract.Bound {
 		t.Fatalf("not_found fenced the binding: %v", st.State)
 	}
 	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: plan.Ticket, Failures: []contract.Failure{mismatch}}); err != nil {
 		t.Fatal(err)
 	}
 	st := state(t, s, conn)
-	if st.State != binding.Fenced || st.Code != errcode.CodeTupleMismatch || !strings.Contains(st.Message, "is not the binding's") {
+	if st.State != contract.Fenced || st.Code != errcode.CodeTupleMismatch || !strings.Contains(st.Message, "is not the binding's") {
 		t.Fatalf("after the genuine report: %+v", st)
 	}
 	_, err = s.Authorize(ctx, contract.ToolCall{ConnID: conn, SessionID: "s1", Tool: contract.ReadTool{Path: "f"}})
@@ -146,20 +145,20 @@ func TestReportCheckAndStaleTickets(t *testing.T) {
 	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: old.Ticket, Failures: []contract.Failure{lost}}); err != nil {
 		t.Fatal(err)
 	}
-	if st := state(t, s, conn); st.State != binding.Fenced || st.Code != errcode.CodeFateUnknown {
+	if st := state(t, s, conn); st.State != contract.Fenced || st.Code != errcode.CodeFateUnknown {
 		t.Fatalf("a lost connection did not fence: %+v", st)
 	}
 	lease := clk.Now().Add(2 * time.Hour)
 	tu := admission.Tuple{Owner: "alice", Allocation: "a", Session: "s", Workspace: "w", Sandbox: "x",
 		Generation: 1, Executor: "e", Site: "t", Root: "/r"}
-	if _, err := s.OpenSession(ctx, contract.OpenRequest{ConnID: conn, SessionID: "s1", Method: binding.MethodLoad,
+	if _, err := s.OpenSession(ctx, contract.OpenRequest{ConnID: conn, SessionID: "s1", Method: contract.MethodLoad,
 		Meta: acpmeta.Bind{Tuple: tu, LeaseNotAfter: lease}.Meta()}, admit(lease)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Report(ctx, contract.Report{ConnID: conn, Ticket: old.Ticket, Failures: []contract.Failure{mismatch}}); err != nil {
 		t.Fatal(err)
 	}
-	if st := state(t, s, conn); st.State != binding.Bound {
+	if st := state(t, s, conn); st.State != contract.Bound {
 		t.Fatalf("a stale ticket fenced the reattached binding: %+v", st)
 	}
 	wantCode(t, s.Report(ctx, contract.Report{ConnID: conn, Ticket: old.Ticket, Check: true}), errcode.CodeFenced)

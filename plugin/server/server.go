@@ -96,10 +96,10 @@ func (s *Server) principal(connID string) (string, error) {
 }
 
 // OpenSession implements contract.Plugin.
-func (s *Server) OpenSession(ctx context.Context, req contract.OpenRequest, attach contract.Attacher) (binding.Status, error) {
+func (s *Server) OpenSession(ctx context.Context, req contract.OpenRequest, attach contract.Attacher) (contract.Status, error) {
 	principal, err := s.principal(req.ConnID)
 	if err != nil {
-		return binding.Status{}, err
+		return contract.Status{}, err
 	}
 	return s.table.Open(ctx, binding.OpenRequest{ConnID: req.ConnID, SessionID: req.SessionID,
 		Principal: principal, Method: req.Method, Meta: req.Meta, Attach: attachFunc(attach)})
@@ -143,16 +143,16 @@ func attachRefusal(err error) *errcode.Error {
 
 // Status implements contract.Plugin. Only the principal that opened the
 // session may read its state.
-func (s *Server) Status(ctx context.Context, connID, sessionID string) (binding.Status, error) {
+func (s *Server) Status(ctx context.Context, connID, sessionID string) (contract.Status, error) {
 	principal, err := s.principal(connID)
 	if err != nil {
-		return binding.Status{}, err
+		return contract.Status{}, err
 	}
 	return s.table.Status(principal, sessionID)
 }
 
 // ToolPolicy implements contract.Plugin: a refusal names the tool.
-func (s *Server) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind binding.HostToolKind) error {
+func (s *Server) ToolPolicy(ctx context.Context, connID, sessionID, tool string, kind contract.HostToolKind) error {
 	err := s.table.Policy(connID, sessionID, kind)
 	var we *errcode.Error
 	if errors.As(err, &we) {
