@@ -29,8 +29,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/credfile"
+	"github.com/tetherdev/tether/custodian/internal/durable"
 	"github.com/tetherdev/tether/custodian/opstore"
 )
 
@@ -232,8 +235,8 @@ func (o *Options) fill() error {
 }
 
 func ensureStateDir(dir string) error {
-	if err := mkdirPrivate(dir); err != nil {
-		return err
+	if err := durable.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("custodian: create state directory: %w", err)
 	}
 	return credfile.CheckPrivateDir(dir)
 }
@@ -278,12 +281,18 @@ func (c *Custodian) auditErr() error {
 	return nil
 }
 
+// refusalUnavailable is the custodian's refusal when its audit log cannot
+// record an act.
+func refusalUnavailable(format string, args ...any) error {
+	return acpmeta.NewError(errcode.CodeUnavailable, format, args...)
+}
+
 // Checkpoint makes the audit log durable and writes a signed checkpoint,
 // which it returns (keep a copy elsewhere to check consistency later).
 // The refusals counted so far are written first.
 func (c *Custodian) Checkpoint() ([]byte, error) {
 	c.flushRefusals()
-	return c.alog.Checkpoint(contextBackground())
+	return c.alog.Checkpoint(context.Background())
 }
 
 // Close flushes receipts, writes the final audit checkpoint and releases
