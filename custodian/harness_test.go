@@ -20,10 +20,11 @@ import (
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // fakeReceiver stands in for the receiver in unit tests of the binding
-// logic: it serves the real wire protocol (wire.Server) and answers each
+// logic: it serves the real wire protocol (wireserver.Server) and answers each
 // op with a scripted function. Any op without a script fails the test.
 // Integration tests use the real receiver.
 type fakeReceiver struct {
@@ -128,7 +129,7 @@ type harness struct {
 	t     *testing.T
 	c     *Custodian
 	fr    *fakeReceiver
-	srv   *wire.Server
+	srv   *wireserver.Server
 	recv  *Receiver
 	conn  *Conn
 	agent *testAgent
@@ -164,7 +165,7 @@ func newHarness(t *testing.T, mod ...func(*Options)) *harness {
 	if h.c, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
-	if h.srv, err = wire.NewServer(h.fr, wire.ServerConfig{}); err != nil {
+	if h.srv, err = wireserver.NewServer(h.fr, wireserver.ServerConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	h.recv = NewReceiver(h.dial, Backoff{Min: 5 * time.Millisecond, Max: 20 * time.Millisecond}, nil)

@@ -1,4 +1,4 @@
-package wire
+package wireserver
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/internal/ratelog"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Server defaults.
@@ -100,7 +101,7 @@ func NewServer(h Handler, cfg ServerConfig) (*Server, error) {
 	if h == nil {
 		return nil, errors.New("wire: NewServer: nil handler")
 	}
-	limit, err := FrameLimit(cfg.MaxFrame)
+	limit, err := wire.FrameLimit(cfg.MaxFrame)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package wire
+package wireserver
 
 import (
 	"bytes"
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // peerConn is a real socket whose remote address claims a TCP source, so
@@ -76,12 +78,12 @@ func (r *limitRig) connect(ip string) net.Conn {
 // served reports whether a request on c is answered.
 func served(t *testing.T, c net.Conn) bool {
 	t.Helper()
-	cl, err := NewClient(c, ClientConfig{})
+	cl, err := wire.NewClient(c, wire.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res StatResult
-	err = cl.Call(testCtx(t), OpStat, testDigest, testOpKey, soon(), &StatArgs{Path: "abc"}, &res)
+	var res wire.StatResult
+	err = cl.Call(testCtx(t), wire.OpStat, testDigest, testOpKey, soon(), &wire.StatArgs{Path: "abc"}, &res)
 	return err == nil && res.Size == 3
 }
 
