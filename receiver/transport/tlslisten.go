@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/receiver/internal/ratelog"
-	"github.com/tetherdev/tether/receiver/wireserver"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // DefaultHelloTimeout is how long a listener waits for a peer's
 // ClientHello before it drops the connection.
 const DefaultHelloTimeout = time.Second
 
-// maxHandshakesPerPeer bounds the handshakes one peer (wireserver.PeerOf) has
+// maxHandshakesPerPeer bounds the handshakes one peer (wire.PeerOf) has
 // in progress at once, so one peer cannot take every handshake slot.
 const maxHandshakesPerPeer = 4
 
@@ -89,7 +89,7 @@ func (l *tlsListener) acceptLoop() {
 			continue
 		}
 		backoff = 5 * time.Millisecond
-		peer := wireserver.PeerOf(raw)
+		peer := wire.PeerOf(raw)
 		if reason := l.begin(peer); reason != "" {
 			l.refused.Refused(reason, peer, nil)
 			_ = raw.Close()

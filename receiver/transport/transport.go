@@ -17,8 +17,6 @@ import (
 	"io"
 	"sync"
 	"time"
-
-	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // Transport is one configured channel. Dial returns a connection the caller
@@ -36,7 +34,11 @@ type Transport interface {
 // the listener is closed (net.ErrClosed); peers that fail a check are
 // closed inside Accept and never returned. Close is safe to call twice.
 type Listener interface {
-	wireserver.Listener
+	// Accept and Close are the method set of wireserver.Listener, which
+	// a Listener satisfies; it is spelled out here so that dialing (the
+	// custodian's side of this package) links no wire server.
+	Accept(ctx context.Context) (io.ReadWriteCloser, error)
+	Close() error
 	// Addr names the listening address, for logs.
 	Addr() string
 }

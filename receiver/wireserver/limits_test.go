@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -141,24 +139,5 @@ func TestAttackConnectionsCappedInTotal(t *testing.T) {
 	closedAtOnce(t, r.connect("10.0.0.2"))
 	if !strings.Contains(r.log.String(), "connection limit (3)") {
 		t.Fatalf("log does not name the total limit:\n%s", r.log)
-	}
-}
-
-func TestPeerOf(t *testing.T) {
-	c, _ := socketPair(t)
-	cases := map[string]any{
-		"ip:loopback":    peerConn{Conn: c, remote: tcpFrom("127.9.9.9")},
-		"ip:10.0.2.2":    peerConn{Conn: c, remote: tcpFrom("10.0.2.2")},
-		"ip:2001:db8::1": peerConn{Conn: c, remote: tcpFrom("2001:db8::1")},
-		"ip:loopback ":   peerConn{Conn: c, remote: tcpFrom("::1")},
-		"stream":         struct{ io.ReadWriteCloser }{},
-	}
-	for want, conn := range cases {
-		if got := PeerOf(conn); got != strings.TrimSpace(want) {
-			t.Errorf("PeerOf(%s) = %q", want, got)
-		}
-	}
-	if got, want := PeerOf(c), "uid:"+strconv.Itoa(os.Geteuid()); got != want {
-		t.Errorf("PeerOf(unix socket) = %q, want %q", got, want)
 	}
 }

@@ -293,7 +293,7 @@ func (s *Server) beginDrain() []*serverConn {
 // is over MaxConns or its peer's MaxConnsPerPeer (never waiting for a
 // slot), with the shutdown notice once draining.
 func (s *Server) track(ctx context.Context, conn io.ReadWriteCloser) (*serverConn, error) {
-	peer := PeerOf(conn)
+	peer := wire.PeerOf(conn)
 	s.mu.Lock()
 	if reason := s.overLimitLocked(peer); reason != "" && !s.draining {
 		s.mu.Unlock()

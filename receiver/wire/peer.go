@@ -1,4 +1,4 @@
-package wireserver
+package wire
 
 import (
 	"net"

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package wireserver
+package wire
 
 import "net"
 
