@@ -47,9 +47,10 @@ func keepOutput(r *opstore.Receipt, f *wire.ExecOutputResult) {
 // its final output (when kept) answers output and wait_for_exit, it is
 // gone from the receiver and its receipt is final.
 func replayTerminal(createKey string, r *opstore.Receipt) *terminal {
-	t := &terminal{createKey: createKey, recorded: true, goneRemote: true, replayOf: r, exit: r.Exit}
-	if r.Exit != nil && r.Output != nil {
-		t.final = &wire.ExecOutputResult{Output: r.Output.Output, Truncated: r.Output.Truncated, Exit: r.Exit}
+	exit := wireExit(r.Exit)
+	t := &terminal{createKey: createKey, recorded: true, goneRemote: true, replayOf: r, exit: exit}
+	if exit != nil && r.Output != nil {
+		t.final = &wire.ExecOutputResult{Output: r.Output.Output, Truncated: r.Output.Truncated, Exit: exit}
 	}
 	return t
 }
