@@ -15,6 +15,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -244,7 +245,7 @@ func (h *harness) attach() error {
 // wantCode asserts err carries the tether code.
 func wantCode(t *testing.T, err error, code errcode.Code) {
 	t.Helper()
-	got, ok := acpmeta.CodeOf(err)
+	got, ok := acperr.CodeOf(err)
 	if !ok || got != code {
 		t.Fatalf("err = %v; want tether code %s", err, code)
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -79,6 +79,6 @@ func (cl *call) replayLacks(t *terminal, id, what string) error {
 		code = errcode.CodeTooLarge
 	}
 	cl.refuse(code)
-	return acpmeta.NewError(code, "terminal %q answers a retry of op key %s from its receipt (%s: %s), which keeps no %s; nothing was run again",
+	return acperr.NewError(code, "terminal %q answers a retry of op key %s from its receipt (%s: %s), which keeps no %s; nothing was run again",
 		id, r.OpKey, r.Outcome, r.Note, what)
 }

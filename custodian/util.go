@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/internal/durable"
 )
@@ -17,7 +17,7 @@ func mkdirPrivate(dir string) error {
 }
 
 func refusalUnavailable(format string, args ...any) error {
-	return acpmeta.NewError(errcode.CodeUnavailable, format, args...)
+	return acperr.NewError(errcode.CodeUnavailable, format, args...)
 }
 
 func contextBackground() context.Context { return context.Background() }
