@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -24,7 +25,7 @@ func (h *client) admit(ctx context.Context, method, sessionID string, meta map[s
 	b := h.conn.table.get(sessionID)
 	if b == nil {
 		h.conn.auditRefusal(nil, method, "", errcode.CodeNotAdmitted)
-		return nil, acpmeta.NewError(errcode.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
+		return nil, acperr.NewError(errcode.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
 	}
 	op, taggedBy, err := h.tagOf(b, method, meta)
 	if err != nil {
@@ -68,7 +69,7 @@ func (h *client) tagOf(b *binding, method string, meta map[string]any) (acpmeta.
 	}
 	if err != nil {
 		h.conn.auditRefusal(b, method, "", errcode.CodeInvalid)
-		return acpmeta.Op{}, "", acpmeta.NewError(errcode.CodeInvalid, "%v", err)
+		return acpmeta.Op{}, "", acperr.NewError(errcode.CodeInvalid, "%v", err)
 	}
 	if op.TupleSHA256 != b.digest {
 		return acpmeta.Op{}, "", h.mismatch(b, method, "%s names tuple_sha256 %s, the session is bound to %s",
@@ -79,7 +80,7 @@ func (h *client) tagOf(b *binding, method string, meta map[string]any) (acpmeta.
 
 // refused audits a refusal of cl before anything was sent and returns it.
 func (cl *call) refused(err error) error {
-	code, _ := acpmeta.CodeOf(err)
+	code, _ := acperr.CodeOf(err)
 	cl.refuse(code)
 	return err
 }
@@ -98,7 +99,7 @@ func (h *client) mismatch(b *binding, method, format string, args ...any) error 
 	if b.fence(errcode.CodeTupleMismatch, "a callback named another tuple") {
 		h.c.auditFence(b, errcode.CodeTupleMismatch)
 	}
-	return acpmeta.NewError(errcode.CodeTupleMismatch, format, args...)
+	return acperr.NewError(errcode.CodeTupleMismatch, format, args...)
 }
 
 // sameDigest reports whether a malformed op tag still names digest, so a
@@ -126,9 +127,9 @@ func (c *Custodian) deadline(now, requested, lease time.Time) (time.Time, error)
 	}
 	if !d.After(now) {
 		if !lease.After(now) {
-			return time.Time{}, acpmeta.NewError(errcode.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
+			return time.Time{}, acperr.NewError(errcode.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
 		}
-		return time.Time{}, acpmeta.NewError(errcode.CodeTimeout, "request deadline %s has passed",
+		return time.Time{}, acperr.NewError(errcode.CodeTimeout, "request deadline %s has passed",
 			requested.UTC().Format(time.RFC3339Nano))
 	}
 	return d, nil

@@ -9,6 +9,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/strictjson"
@@ -37,7 +38,7 @@ const maxAttachParams = 4 << 10
 func parseAttach(params json.RawMessage) (acpmeta.AttachRequest, error) {
 	var req acpmeta.AttachRequest
 	if err := strictjson.Decode(params, maxAttachParams, &req); err != nil || req.SessionID == "" || !acpmeta.ValidDigest(req.TupleSHA256) {
-		return acpmeta.AttachRequest{}, acpmeta.NewError(errcode.CodeInvalid,
+		return acpmeta.AttachRequest{}, acperr.NewError(errcode.CodeInvalid,
 			"%s params must be exactly {session_id, tuple_sha256 (lowercase hex)}", acpmeta.MethodAttach)
 	}
 	return req, nil
@@ -50,7 +51,7 @@ func (h *client) attach(ctx context.Context, req acpmeta.AttachRequest) (any, er
 	b := h.conn.table.forAttach(req.SessionID, req.TupleSHA256)
 	if b == nil {
 		h.conn.auditRefusal(nil, acpmeta.MethodAttach, "", errcode.CodeNotAdmitted)
-		return nil, acpmeta.NewError(errcode.CodeNotAdmitted, "session %q has no bind on this connection", req.SessionID)
+		return nil, acperr.NewError(errcode.CodeNotAdmitted, "session %q has no bind on this connection", req.SessionID)
 	}
 	if req.TupleSHA256 != b.digest {
 		return nil, h.mismatch(b, acpmeta.MethodAttach, "attach names tuple_sha256 %s, the session is bound to %s",
@@ -78,13 +79,13 @@ func (cn *Conn) attachBinding(ctx context.Context, b *binding, taggedBy string) 
 		Principal: b.Principal, Method: acpmeta.MethodAttach, TaggedBy: taggedBy}
 	if b.overBudget() {
 		cn.refused(b, errcode.CodeFenced, audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
-		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeFenced,
+		return acpmeta.AttachResponse{}, acperr.NewError(errcode.CodeFenced,
 			"session %s passed its refusal budget and is fenced for good; start a new session", b.sessionID)
 	}
 	lease := b.lease()
 	if !c.now().Before(lease) {
 		cn.refused(b, errcode.CodeLeaseExpired, audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
-		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
+		return acpmeta.AttachResponse{}, acperr.NewError(errcode.CodeLeaseExpired, "lease ended at %s", lease.UTC().Format(time.RFC3339))
 	}
 	if err := c.claim(ctx, b); err != nil { // the session's fencing token, before the receiver sees it
 		cn.refused(b, codeOrInternal(err), audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
@@ -137,7 +138,7 @@ func checkGrant(res wire.AttachResult, now time.Time) error {
 }
 
 func codeOrInternal(err error) errcode.Code {
-	if code, ok := acpmeta.CodeOf(err); ok {
+	if code, ok := acperr.CodeOf(err); ok {
 		return code
 	}
 	return errcode.CodeInternal

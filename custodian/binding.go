@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/opstore"
@@ -218,18 +219,18 @@ func (b *binding) usable(now time.Time) (uint64, error) {
 	defer b.mu.Unlock()
 	switch b.state {
 	case stateAwaitAttach:
-		return 0, acpmeta.NewError(errcode.CodeFenced,
+		return 0, acperr.NewError(errcode.CodeFenced,
 			"session %s is bound but not attached; call %s first", b.sessionID, acpmeta.MethodAttach)
 	case stateFenced:
 		if b.fenceCode == codeRefusalBudget {
-			return 0, acpmeta.NewError(errcode.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
+			return 0, acperr.NewError(errcode.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
 				b.sessionID, b.fenceCode, b.fenceWhy)
 		}
-		return 0, acpmeta.NewError(errcode.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
+		return 0, acperr.NewError(errcode.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
 			b.sessionID, b.fenceCode, b.fenceWhy, acpmeta.MethodAttach)
 	}
 	if !now.Before(b.LeaseNotAfter) {
-		return 0, acpmeta.NewError(errcode.CodeLeaseExpired, "session %s: lease ended at %s",
+		return 0, acperr.NewError(errcode.CodeLeaseExpired, "session %s: lease ended at %s",
 			b.sessionID, b.LeaseNotAfter.UTC().Format(time.RFC3339))
 	}
 	return b.epoch, nil

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -101,12 +101,12 @@ func (cl *call) readChunked(ctx context.Context, conn ReceiverConn, args *wire.R
 		}
 		if got := sha256.Sum256(data); hex.EncodeToString(got[:]) == cur.SHA256 {
 			if !utf8.Valid(data) {
-				return nil, acpmeta.NewError(errcode.CodeInvalid, "read %q: the file is not valid UTF-8 text", args.Path)
+				return nil, acperr.NewError(errcode.CodeInvalid, "read %q: the file is not valid UTF-8 text", args.Path)
 			}
 			return &wire.ReadResult{Content: string(selectLines(data, args.Line, args.Limit)), Size: cur.Size, SHA256: cur.SHA256}, nil
 		}
 		if attempt == maxReadAttempts {
-			return nil, acpmeta.NewError(errcode.CodeBusy, "read %q: the file changed while it was read in chunks, %d times; retry", args.Path, attempt)
+			return nil, acperr.NewError(errcode.CodeBusy, "read %q: the file changed while it was read in chunks, %d times; retry", args.Path, attempt)
 		}
 		var again wire.ReadResult
 		if err := conn.CallFenced(ctx, wire.OpRead, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, &again); err != nil {

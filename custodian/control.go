@@ -7,7 +7,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/opstore"
@@ -105,7 +105,7 @@ func (cl *call) claimRelease(ctx context.Context, t *terminal) (bool, error) {
 		case <-ctx.Done():
 			return false, acp.NewRequestCancelled(nil)
 		case <-time.After(time.Until(cl.deadline)):
-			return false, acpmeta.NewError(errcode.CodeTimeout, "a release of this terminal was still in flight at the deadline")
+			return false, acperr.NewError(errcode.CodeTimeout, "a release of this terminal was still in flight at the deadline")
 		}
 	}
 }
@@ -158,7 +158,7 @@ func (cl *call) sendRacingWait(ctx context.Context, conn ReceiverConn, t *termin
 // once that wait has ended (bounded by ctx): the caller then checks what
 // the wait's answer kept.
 func goneAtWait(ctx context.Context, idle <-chan struct{}, err error) bool {
-	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound {
+	if code, _ := acperr.CodeOf(err); code != errcode.CodeNotFound {
 		return false
 	}
 	select {

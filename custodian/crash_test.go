@@ -18,6 +18,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -182,7 +183,7 @@ func TestIntegrationCrashAtEachStep(t *testing.T) {
 			hc.CrashAt = ""
 			p = spawnCustodian(t, hc)
 			resp, err := p.agent.conn.CreateTerminal(context.Background(), req)
-			code, _ := acpmeta.CodeOf(err)
+			code, _ := acperr.CodeOf(err)
 			switch tc.retry {
 			case "":
 				if err != nil || resp.TerminalId == "" {
@@ -265,11 +266,11 @@ func TestIntegrationCrashAtEachStepOfRelease(t *testing.T) {
 			hc.CrashAt = ""
 			p = spawnCustodian(t, hc)
 			_, err = p.agent.conn.ReleaseTerminal(context.Background(), release)
-			if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound {
+			if code, _ := acperr.CodeOf(err); code != errcode.CodeNotFound {
 				t.Fatalf("release retry after a crash at %s: %v, want not_found (an earlier process's terminal)", step, err)
 			}
 			again, err := p.agent.conn.CreateTerminal(context.Background(), create)
-			if code, _ := acpmeta.CodeOf(err); err != nil && code != errcode.CodeInterrupted || err == nil && again.TerminalId != term.TerminalId {
+			if code, _ := acperr.CodeOf(err); err != nil && code != errcode.CodeInterrupted || err == nil && again.TerminalId != term.TerminalId {
 				t.Fatalf("create retry: %v %v, want its receipt replayed (%s) or interrupted, never a new run", again.TerminalId, err, term.TerminalId)
 			}
 			must(t, p.stop())
@@ -334,7 +335,7 @@ func TestIntegrationCrashMidTransfer(t *testing.T) {
 	hc.CrashAt = ""
 	p = spawnCustodian(t, hc)
 	_, err = p.agent.conn.WriteTextFile(context.Background(), req)
-	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeInterrupted {
+	if code, _ := acperr.CodeOf(err); code != errcode.CodeInterrupted {
 		t.Fatalf("retry after a broken transfer: %v, want interrupted", err)
 	}
 	must(t, p.stop())

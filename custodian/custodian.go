@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/credfile"
@@ -284,7 +284,7 @@ func (c *Custodian) auditErr() error {
 // refusalUnavailable is the custodian's refusal when its audit log cannot
 // record an act.
 func refusalUnavailable(format string, args ...any) error {
-	return acpmeta.NewError(errcode.CodeUnavailable, format, args...)
+	return acperr.NewError(errcode.CodeUnavailable, format, args...)
 }
 
 // Checkpoint makes the audit log durable and writes a signed checkpoint,

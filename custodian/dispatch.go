@@ -9,6 +9,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -86,7 +87,7 @@ func (cl *call) conn() (ReceiverConn, error) {
 		if cl.b.fenceEpoch(cl.epoch, err.Error()) {
 			cl.c.auditFence(cl.b, errcode.CodeFateUnknown)
 		}
-		return nil, acpmeta.NewError(errcode.CodeFenced, "session %s: %v; reattach with %s",
+		return nil, acperr.NewError(errcode.CodeFenced, "session %s: %v; reattach with %s",
 			cl.b.sessionID, err, acpmeta.MethodAttach)
 	}
 	return conn, nil
@@ -159,12 +160,12 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	switch {
 	case errors.Is(err, opstore.ErrConflict):
 		cl.refuse(errcode.CodeOpKeyConflict)
-		return nil, acpmeta.NewError(errcode.CodeOpKeyConflict, "%v", err)
+		return nil, acperr.NewError(errcode.CodeOpKeyConflict, "%v", err)
 	case errors.Is(err, opstore.ErrFenced), errors.Is(err, opstore.ErrNotClaimed):
 		cl.c.lostOwnership(cl.b, err.Error())
-		return nil, acpmeta.NewError(errcode.CodeFenced, "session %s: %v; nothing was sent", cl.b.sessionID, err)
+		return nil, acperr.NewError(errcode.CodeFenced, "session %s: %v; nothing was sent", cl.b.sessionID, err)
 	case err != nil:
-		return nil, acpmeta.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
+		return nil, acperr.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
 	case replay != nil:
 		return cl.replay(replay, k.onReplay)
 	}
@@ -217,7 +218,7 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 		r := failedReceipt(err)
 		cl.logInternal(errcode.Code(r.Error.Code), err)
 		cl.finish(t, r)
-		return nil, acpmeta.NewError(errcode.Code(r.Error.Code), "%s", r.Error.Message)
+		return nil, acperr.NewError(errcode.Code(r.Error.Code), "%s", r.Error.Message)
 	}
 	return cl.settle(t, k)
 }
@@ -319,7 +320,7 @@ func (cl *call) replay(r *opstore.Receipt, onReplay func(*opstore.Receipt)) (jso
 		if !code.Valid() {
 			code = errcode.CodeInternal
 		}
-		return nil, acpmeta.NewError(code, "%s", r.Error.Message)
+		return nil, acperr.NewError(code, "%s", r.Error.Message)
 	}
 	return r.Response, nil
 }
@@ -328,7 +329,7 @@ func (cl *call) replay(r *opstore.Receipt, onReplay func(*opstore.Receipt)) (jso
 // it was built from, so a replay rebuilds the identical ACP error.
 func resultError(err error) *opstore.ResultError {
 	re := refusal(err)
-	code, _ := acpmeta.CodeOf(re)
+	code, _ := acperr.CodeOf(re)
 	msg := re.Message
 	if data, ok := re.Data.(map[string]any); ok {
 		if m, ok := data["message"].(string); ok {
@@ -345,7 +346,7 @@ func decodeResponse[T any](raw json.RawMessage, err error) (T, error) {
 		return out, err
 	}
 	if uerr := json.Unmarshal(raw, &out); uerr != nil {
-		return out, acpmeta.NewError(errcode.CodeInternal, "stored response does not decode")
+		return out, acperr.NewError(errcode.CodeInternal, "stored response does not decode")
 	}
 	return out, nil
 }
@@ -366,7 +367,7 @@ func interruptedError(r *opstore.Receipt) *acp.RequestError {
 	if r.Error != nil && r.Error.Message != "" {
 		msg = r.Error.Message
 	}
-	e := acpmeta.NewError(errcode.CodeInterrupted, "%s", msg)
+	e := acperr.NewError(errcode.CodeInterrupted, "%s", msg)
 	if raw, err := r.Marshal(); err == nil {
 		e.Data.(map[string]any)["receipt"] = json.RawMessage(raw)
 	}

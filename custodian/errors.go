@@ -6,7 +6,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 )
 
@@ -32,15 +32,15 @@ var (
 func refusal(err error) *acp.RequestError {
 	var re *acp.RequestError
 	if errors.As(err, &re) {
-		if _, ok := acpmeta.CodeOf(re); ok {
+		if _, ok := acperr.CodeOf(re); ok {
 			return re
 		}
 	}
 	var we *errcode.Error
 	if errors.As(err, &we) && we.Code.Valid() {
-		return acpmeta.NewError(we.Code, "%s", we.Message)
+		return acperr.NewError(we.Code, "%s", we.Message)
 	}
-	return acpmeta.NewError(errcode.CodeInternal, "custodian internal error")
+	return acperr.NewError(errcode.CodeInternal, "custodian internal error")
 }
 
 // codeMessage splits err into the code and message a receipt records.

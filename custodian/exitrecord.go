@@ -37,9 +37,27 @@ func (c *Custodian) recordExit(t *terminal, exit wire.ExitStatus, hashes map[str
 	outcome, checks := execOutcome(exit, t.expect, hashes)
 	c.completeLocked(t, func(r *opstore.Receipt) {
 		r.Outcome, r.Files, r.Note = outcome, checks, note
-		r.Exit = &exit
+		r.Exit = receiptExit(exit)
 		keepOutput(r, t.final)
 	})
+}
+
+// receiptExit is the receipt's copy of the receiver's exit status. The
+// conversion compiles only while the two types have the same fields, so a
+// field added to either one fails the build here instead of being dropped.
+func receiptExit(e wire.ExitStatus) *opstore.ExitStatus {
+	r := opstore.ExitStatus(e)
+	return &r
+}
+
+// wireExit is the exit status a receipt records, in the receiver's type the
+// terminal's answers use; nil when the receipt records none.
+func wireExit(e *opstore.ExitStatus) *wire.ExitStatus {
+	if e == nil {
+		return nil
+	}
+	w := wire.ExitStatus(*e)
+	return &w
 }
 
 // observe remembers an exit that is not recorded yet (its digests are

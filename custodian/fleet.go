@@ -15,7 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/credfile"
@@ -320,7 +320,7 @@ func (c *Custodian) claim(ctx context.Context, b *binding) error {
 		cl, fresh = mergeClaims(cl, got), fresh || f
 		return err
 	})
-	if _, coded := acpmeta.CodeOf(err); err != nil && !coded {
+	if _, coded := acperr.CodeOf(err); err != nil && !coded {
 		return claimRefusal(b.sessionID, err)
 	}
 	if err != nil {
@@ -363,7 +363,7 @@ func (c *Custodian) claimRecord(ctx context.Context, b *binding) (opstore.Claime
 		return cl, fresh, err
 	}
 	if cl.Binding != nil && !cl.Binding.Tuple.Equal(b.Tuple) {
-		return cl, fresh, acpmeta.NewError(errcode.CodeTupleMismatch, "session %s is recorded in the fleet store bound to tuple %s, not %s",
+		return cl, fresh, acperr.NewError(errcode.CodeTupleMismatch, "session %s is recorded in the fleet store bound to tuple %s, not %s",
 			b.sessionID, cl.Binding.TupleSHA256, b.digest)
 	}
 	rec := opstore.BindingRecord{SessionID: b.sessionID, Tuple: b.Tuple, TupleSHA256: b.digest,
@@ -391,15 +391,15 @@ func (c *Custodian) claimSession(ctx context.Context, sid string) (cl opstore.Cl
 func claimRefusal(sid string, err error) error {
 	switch {
 	case errors.Is(err, opstore.ErrOwned):
-		return acpmeta.NewError(errcode.CodeFenced, "session %s: %v; another custodian may take it over only once that owner's lease ends (tether-custodian run --standby)", sid, err)
+		return acperr.NewError(errcode.CodeFenced, "session %s: %v; another custodian may take it over only once that owner's lease ends (tether-custodian run --standby)", sid, err)
 	case errors.Is(err, opstore.ErrFenced):
-		return acpmeta.NewError(errcode.CodeFenced, "session %s: %v", sid, err)
+		return acperr.NewError(errcode.CodeFenced, "session %s: %v", sid, err)
 	case errors.Is(err, opstore.ErrUnavailable):
-		return acpmeta.NewError(errcode.CodeUnavailable, "session %s: the fleet's op store: %v", sid, err)
+		return acperr.NewError(errcode.CodeUnavailable, "session %s: the fleet's op store: %v", sid, err)
 	case errors.Is(err, opstore.ErrInvalid):
-		return acpmeta.NewError(errcode.CodeInvalid, "session %s: %v", sid, err)
+		return acperr.NewError(errcode.CodeInvalid, "session %s: %v", sid, err)
 	}
-	return acpmeta.NewError(errcode.CodeInternal, "session %s: claim in the fleet's op store failed", sid)
+	return acperr.NewError(errcode.CodeInternal, "session %s: claim in the fleet's op store failed", sid)
 }
 
 // lostOwnership fences b after the op store or the receiver said another

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -129,7 +130,7 @@ func loadRetrying(ctx context.Context, conn *Conn, req acp.LoadSessionRequest, b
 		if err == nil {
 			return nil
 		}
-		if code, _ := acpmeta.CodeOf(err); !errors.Is(err, opstore.ErrUnavailable) && code != errcode.CodeUnavailable {
+		if code, _ := acperr.CodeOf(err); !errors.Is(err, opstore.ErrUnavailable) && code != errcode.CodeUnavailable {
 			return err
 		}
 		select {

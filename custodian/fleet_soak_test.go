@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/fixtures/etcdtest"
@@ -53,7 +53,7 @@ func classify(err error) soakOutcome {
 	if err == nil {
 		return soakDone
 	}
-	code, ok := acpmeta.CodeOf(err)
+	code, ok := acperr.CodeOf(err)
 	switch {
 	case !ok: // the connection to the custodian broke: it died
 		return soakCustodian
@@ -90,7 +90,7 @@ func soakOp(ctx context.Context, p *fleetProc, i int, answered map[string]string
 	if out != soakDone || err == nil {
 		return out, err, false
 	}
-	code, _ := acpmeta.CodeOf(err)
+	code, _ := acperr.CodeOf(err)
 	if _, ok := answered[key]; ok {
 		return soakDone, fmt.Errorf("op %s was answered in full, its retry got %w", key, err), true
 	}

@@ -6,6 +6,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -63,7 +64,7 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 	if errors.As(err, &re) {
 		// A missing file is answered the way ACP defines it (-32002), so
 		// an agent that reads before it writes can create a new file.
-		return acp.ReadTextFileResponse{}, acpmeta.ResourceNotFound(re, p.Path)
+		return acp.ReadTextFileResponse{}, acperr.ResourceNotFound(re, p.Path)
 	}
 	return resp, err
 }
@@ -107,7 +108,7 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	exp, _, err := acpmeta.ExpectFromMeta(p.Meta)
 	if err != nil {
 		cl.refuse(errcode.CodeInvalid)
-		return acp.WriteTextFileResponse{}, acpmeta.NewError(errcode.CodeInvalid, "%v", err)
+		return acp.WriteTextFileResponse{}, acperr.NewError(errcode.CodeInvalid, "%v", err)
 	}
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
 	want := sha256String(p.Content) // no copy of a content of up to 64 MiB
@@ -156,7 +157,7 @@ func writeDigestArgs(a *wire.WriteArgs, contentSHA256 string) *writeDigest {
 func (cl *call) path(p string) (string, error) {
 	rel, err := relPath(cl.b.Tuple.Root, p)
 	if err != nil {
-		code, _ := acpmeta.CodeOf(err)
+		code, _ := acperr.CodeOf(err)
 		cl.refuse(code)
 	}
 	return rel, err

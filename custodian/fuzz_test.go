@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 )
 
@@ -72,7 +73,7 @@ func FuzzAttachParams(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, err := parseAttach(data)
 		if err != nil {
-			if _, ok := acpmeta.CodeOf(err); !ok {
+			if _, ok := acperr.CodeOf(err); !ok {
 				t.Fatalf("refusal without a tether code: %v", err)
 			}
 			return

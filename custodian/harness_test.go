@@ -15,15 +15,17 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // fakeReceiver stands in for the receiver in unit tests of the binding
-// logic: it serves the real wire protocol (wire.Server) and answers each
+// logic: it serves the real wire protocol (wireserver.Server) and answers each
 // op with a scripted function. Any op without a script fails the test.
 // Integration tests use the real receiver.
 type fakeReceiver struct {
@@ -128,7 +130,7 @@ type harness struct {
 	t     *testing.T
 	c     *Custodian
 	fr    *fakeReceiver
-	srv   *wire.Server
+	srv   *wireserver.Server
 	recv  *Receiver
 	conn  *Conn
 	agent *testAgent
@@ -164,7 +166,7 @@ func newHarness(t *testing.T, mod ...func(*Options)) *harness {
 	if h.c, err = New(opts); err != nil {
 		t.Fatal(err)
 	}
-	if h.srv, err = wire.NewServer(h.fr, wire.ServerConfig{}); err != nil {
+	if h.srv, err = wireserver.NewServer(h.fr, wireserver.ServerConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	h.recv = NewReceiver(h.dial, Backoff{Min: 5 * time.Millisecond, Max: 20 * time.Millisecond}, nil)
@@ -243,7 +245,7 @@ func (h *harness) attach() error {
 // wantCode asserts err carries the tether code.
 func wantCode(t *testing.T, err error, code errcode.Code) {
 	t.Helper()
-	got, ok := acpmeta.CodeOf(err)
+	got, ok := acperr.CodeOf(err)
 	if !ok || got != code {
 		t.Fatalf("err = %v; want tether code %s", err, code)
 	}

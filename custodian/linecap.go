@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 )
@@ -251,5 +251,5 @@ func (ll *longLines) answerRefusal(sc *idScanner, r lineRefusal) {
 	}
 	// Written on its own goroutine, as the SDK writes its answers: the
 	// reader never waits for an agent that does not read.
-	ll.calls.Go(func() { ll.answer(id, nil, acpmeta.NewError(r.code, "%s", r.why)) })
+	ll.calls.Go(func() { ll.answer(id, nil, acperr.NewError(r.code, "%s", r.why)) })
 }

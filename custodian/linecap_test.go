@@ -13,7 +13,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 )
 
@@ -62,7 +62,7 @@ func answerOf(t *testing.T, line string) (id int, code int, tether errcode.Code)
 	if err := json.Unmarshal([]byte(line), &resp); err != nil || resp.Error == nil {
 		t.Fatalf("answer %.200s: %v", line, err)
 	}
-	tc, _ := acpmeta.CodeOf(resp.Error)
+	tc, _ := acperr.CodeOf(resp.Error)
 	return resp.ID, resp.Error.Code, tc
 }
 

@@ -17,7 +17,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 )
@@ -209,7 +209,7 @@ func readAnswers(r io.Reader, answers chan<- memAnswer) {
 		a := memAnswer{id: resp.ID}
 		var re acp.RequestError
 		if len(resp.Error) > 0 && json.Unmarshal(resp.Error, &re) == nil {
-			a.code, _ = acpmeta.CodeOf(&re)
+			a.code, _ = acperr.CodeOf(&re)
 		}
 		answers <- a
 	}

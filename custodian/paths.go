@@ -4,7 +4,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 )
 
@@ -21,15 +21,15 @@ import (
 func relPath(root, p string) (string, error) {
 	switch {
 	case p == "":
-		return "", acpmeta.NewError(errcode.CodeInvalid, "path is empty")
+		return "", acperr.NewError(errcode.CodeInvalid, "path is empty")
 	case strings.IndexByte(p, 0) >= 0:
-		return "", acpmeta.NewError(errcode.CodeInvalid, "path contains NUL")
+		return "", acperr.NewError(errcode.CodeInvalid, "path contains NUL")
 	case !path.IsAbs(p):
-		return "", acpmeta.NewError(errcode.CodeInvalid, "path %q is not absolute", p)
+		return "", acperr.NewError(errcode.CodeInvalid, "path %q is not absolute", p)
 	}
 	for _, el := range strings.Split(p, "/") {
 		if el == ".." {
-			return "", acpmeta.NewError(errcode.CodePathEscape, "path %q contains ..", p)
+			return "", acperr.NewError(errcode.CodePathEscape, "path %q contains ..", p)
 		}
 	}
 	clean := path.Clean(p)
@@ -41,7 +41,7 @@ func relPath(root, p string) (string, error) {
 		prefix = "/"
 	}
 	if !strings.HasPrefix(clean, prefix) {
-		return "", acpmeta.NewError(errcode.CodePathEscape, "path %q is outside the root %q", p, root)
+		return "", acperr.NewError(errcode.CodePathEscape, "path %q is outside the root %q", p, root)
 	}
 	rel := strings.TrimPrefix(clean, prefix)
 	if strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") {

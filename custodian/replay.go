@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -47,9 +47,10 @@ func keepOutput(r *opstore.Receipt, f *wire.ExecOutputResult) {
 // its final output (when kept) answers output and wait_for_exit, it is
 // gone from the receiver and its receipt is final.
 func replayTerminal(createKey string, r *opstore.Receipt) *terminal {
-	t := &terminal{createKey: createKey, recorded: true, goneRemote: true, replayOf: r, exit: r.Exit}
-	if r.Exit != nil && r.Output != nil {
-		t.final = &wire.ExecOutputResult{Output: r.Output.Output, Truncated: r.Output.Truncated, Exit: r.Exit}
+	exit := wireExit(r.Exit)
+	t := &terminal{createKey: createKey, recorded: true, goneRemote: true, replayOf: r, exit: exit}
+	if exit != nil && r.Output != nil {
+		t.final = &wire.ExecOutputResult{Output: r.Output.Output, Truncated: r.Output.Truncated, Exit: exit}
 	}
 	return t
 }
@@ -78,6 +79,6 @@ func (cl *call) replayLacks(t *terminal, id, what string) error {
 		code = errcode.CodeTooLarge
 	}
 	cl.refuse(code)
-	return acpmeta.NewError(code, "terminal %q answers a retry of op key %s from its receipt (%s: %s), which keeps no %s; nothing was run again",
+	return acperr.NewError(code, "terminal %q answers a retry of op key %s from its receipt (%s: %s), which keeps no %s; nothing was run again",
 		id, r.OpKey, r.Outcome, r.Note, what)
 }

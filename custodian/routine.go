@@ -10,6 +10,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -175,12 +176,12 @@ func (cn *Conn) RunRoutine(ctx context.Context, sessionID, name, opKey string) (
 // key, a session bound on cn, a template of the session's principal.
 func (cn *Conn) routineFor(sessionID, name, opKey string) (*binding, *routine.Template, string, error) {
 	if !acpmeta.ValidOpKey(opKey) {
-		return nil, nil, "", acpmeta.NewError(errcode.CodeInvalid, "op key %q is not well-formed", opKey)
+		return nil, nil, "", acperr.NewError(errcode.CodeInvalid, "op key %q is not well-formed", opKey)
 	}
 	b := cn.table.get(sessionID)
 	if b == nil {
 		cn.auditRefusal(nil, routineMethod, opKey, errcode.CodeNotAdmitted)
-		return nil, nil, "", acpmeta.NewError(errcode.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
+		return nil, nil, "", acperr.NewError(errcode.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
 	}
 	st, err := routine.ReadStore(cn.c.opts.StateDir)
 	if err != nil {
@@ -192,7 +193,7 @@ func (cn *Conn) routineFor(sessionID, name, opKey string) (*binding, *routine.Te
 	}
 	if t.Owner != b.Principal {
 		cn.auditRefusal(b, routineMethod, opKey, errcode.CodeDenied)
-		return nil, nil, "", acpmeta.NewError(errcode.CodeDenied, "routine %q belongs to %q; session %s acts for %q: %v",
+		return nil, nil, "", acperr.NewError(errcode.CodeDenied, "routine %q belongs to %q; session %s acts for %q: %v",
 			name, t.Owner, sessionID, b.Principal, routine.ErrOtherOwner)
 	}
 	digest, err := t.Digest()

@@ -7,6 +7,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
@@ -126,7 +127,7 @@ func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[
 
 func (cl *call) invalid(format string, args ...any) error {
 	cl.refuse(errcode.CodeInvalid)
-	return acpmeta.NewError(errcode.CodeInvalid, format, args...)
+	return acperr.NewError(errcode.CodeInvalid, format, args...)
 }
 
 // terminalOf returns a terminal this binding started and has not
@@ -139,7 +140,7 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 	}
 	if released, _ := t.releaseState(); released {
 		cl.refuse(errcode.CodeNotFound)
-		return nil, acpmeta.NewError(errcode.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
+		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
 	}
 	return t, nil
 }
@@ -150,7 +151,7 @@ func (cl *call) knownTerminal(id string) (*terminal, error) {
 	t, ok := cl.b.terminal(id)
 	if !ok {
 		cl.refuse(errcode.CodeNotFound)
-		return nil, acpmeta.NewError(errcode.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
+		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
 	}
 	return t, nil
 }

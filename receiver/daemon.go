@@ -12,7 +12,7 @@ import (
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/receiver/caps"
 	"github.com/tetherdev/tether/receiver/transport"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // ShutdownGrace bounds how long Run waits for requests in flight when
@@ -52,7 +52,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 type Daemon struct {
 	refresher *signedfile.Refresher
 	handler   *Handler
-	server    *wire.Server
+	server    *wireserver.Server
 	addrs     []string
 	log       *slog.Logger
 
@@ -111,7 +111,7 @@ func (d *Daemon) build(ctx context.Context, cfg Config) error {
 		Cgroup: cfg.Cgroup, Seccomp: cfg.Seccomp, SpawnMode: mode, FenceState: cfg.FenceState, Log: d.log}); err != nil {
 		return err
 	}
-	d.server, err = wire.NewServer(d.handler, wire.ServerConfig{MaxFrame: cfg.MaxFrame, Log: d.log})
+	d.server, err = wireserver.NewServer(d.handler, wireserver.ServerConfig{MaxFrame: cfg.MaxFrame, Log: d.log})
 	return err
 }
 
@@ -138,7 +138,7 @@ func listenAll(ctx context.Context, cfg Config, log *slog.Logger) ([]transport.L
 func (d *Daemon) serve(ctx context.Context, l transport.Listener) {
 	defer d.serving.Done()
 	err := d.server.Serve(ctx, l)
-	if err == nil || errors.Is(err, wire.ErrServerClosed) || errors.Is(err, context.Canceled) {
+	if err == nil || errors.Is(err, wireserver.ErrServerClosed) || errors.Is(err, context.Canceled) {
 		return
 	}
 	d.mu.Lock()
@@ -166,7 +166,7 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	err := d.server.Shutdown(ctx)
 	d.serving.Wait()
 	d.closeParts()
-	if errors.Is(err, wire.ErrServerClosed) {
+	if errors.Is(err, wireserver.ErrServerClosed) {
 		return nil
 	}
 	return err

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // execPlan is everything exec_start decided before anything starts.
@@ -133,7 +134,7 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 	if err != nil {
 		return nil, err
 	}
-	onThisThread := wire.OwnsGoroutine(ctx)
+	onThisThread := wireserver.OwnsGoroutine(ctx)
 	t, err := h.startTerminal(slot.id, req, plan, a, g, now, onThisThread)
 	if errors.Is(err, spawn.ErrNotFound) { // nothing ran: the op key may be used again
 		slot.forget()
@@ -150,7 +151,7 @@ func (h *Handler) execStart(ctx context.Context, req *wire.Request, a *wire.Exec
 	if h.fences.current(req.TupleSHA256) > req.Fence { // raised while it started: killBelow may have missed it
 		go t.kill() // not on this goroutine: its thread may be the restricted spawning thread
 	}
-	h.terms.claim(t, wire.ConnOf(ctx))
+	h.terms.claim(t, wireserver.ConnOf(ctx))
 	res := wire.ExecStartResult{TerminalID: t.id, PID: t.child.PID()}
 	if onThisThread {
 		return &startedResult{ExecStartResult: res, child: t.child}, nil
@@ -169,7 +170,7 @@ type startedResult struct {
 	child *spawn.Child
 }
 
-var _ wire.AfterWriter = (*startedResult)(nil)
+var _ wireserver.AfterWriter = (*startedResult)(nil)
 
 // AfterWrite waits for the child to be reaped.
 func (r *startedResult) AfterWrite() { <-r.child.Done() }
@@ -253,7 +254,7 @@ func (h *Handler) terminalOp(ctx context.Context, req *wire.Request, a *wire.Ter
 	if a.Release && req.Op != wire.OpExecWait {
 		return nil, errcode.Errorf(errcode.CodeInvalid, "release is an argument of exec_wait alone, not of %s", req.Op)
 	}
-	h.terms.claim(t, wire.ConnOf(ctx)) // a reattach, if it was orphaned
+	h.terms.claim(t, wireserver.ConnOf(ctx)) // a reattach, if it was orphaned
 	switch req.Op {
 	case wire.OpExecOutput:
 		res := t.outputSoFar()

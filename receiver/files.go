@@ -11,6 +11,7 @@ import (
 	"github.com/tetherdev/tether/receiver/fsops"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // openRoot opens the grant's root with the effective bounds of grant and
@@ -75,7 +76,7 @@ func (h *Handler) writeBegin(ctx context.Context, req *wire.Request, g admission
 	if err != nil {
 		return nil, err
 	}
-	t, err := h.transfers.open(req.TupleSHA256, wire.ConnOf(ctx), st)
+	t, err := h.transfers.open(req.TupleSHA256, wireserver.ConnOf(ctx), st)
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -1,4 +1,4 @@
-// Package receiver is the daemon inside the computer: a wire.Handler that
+// Package receiver is the daemon inside the computer: a wireserver.Handler that
 // resolves the grant of every request at request time through an
 // admission.GrantSource, performs file operations beneath the grant root
 // (receiver/fsops) and runs children as the grant's user (receiver/spawn).
@@ -19,6 +19,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/spawn"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // Options configure a Handler.
@@ -90,7 +91,7 @@ type Handler struct {
 // DefaultRecheckEvery is how often running commands' grants are checked.
 const DefaultRecheckEvery = 5 * time.Second
 
-var _ wire.Handler = (*Handler)(nil)
+var _ wireserver.Handler = (*Handler)(nil)
 
 // ErrOptions wraps every refusal of NewHandler.
 var ErrOptions = errors.New("receiver options")

@@ -3,7 +3,7 @@ package receiver
 import (
 	"time"
 
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // A terminal is held by one connection: the one that started it, or the
@@ -12,12 +12,12 @@ import (
 // connection asks for it (any terminal op naming it, with its tuple: a
 // reattach) within the orphan grace, its command is killed and the
 // terminal forgotten, as exec_release would. Requests served outside a
-// wire.Server (no wire.Conn) never orphan anything.
+// wireserver.Server (no wireserver.Conn) never orphan anything.
 
 // claim makes conn the holder of t and stops its grace timer. A request
 // from a connection that has already ended claims nothing; a terminal
 // no live connection holds then starts its grace.
-func (ts *terminals) claim(t *terminal, conn *wire.Conn) {
+func (ts *terminals) claim(t *terminal, conn *wireserver.Conn) {
 	if conn == nil {
 		return
 	}
@@ -46,7 +46,7 @@ func (ts *terminals) claim(t *terminal, conn *wire.Conn) {
 }
 
 // watch orphans the terminals conn holds once it ends.
-func (ts *terminals) watch(conn *wire.Conn) {
+func (ts *terminals) watch(conn *wireserver.Conn) {
 	select {
 	case <-conn.Done():
 	case <-ts.stop:

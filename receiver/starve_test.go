@@ -18,6 +18,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // TestAttackTerminalsCappedPerTuple: a session that starts commands and
@@ -48,15 +49,15 @@ func TestAttackTerminalsCappedPerTuple(t *testing.T) {
 	}
 }
 
-// conns serves the fixture's handler through a real wire.Server, one
+// conns serves the fixture's handler through a real wireserver.Server, one
 // socketpair per connection, as the daemon does.
 type conns struct {
 	f   *fixture
-	srv *wire.Server
+	srv *wireserver.Server
 }
 
 func newConns(f *fixture) *conns {
-	srv, err := wire.NewServer(f.h, wire.ServerConfig{})
+	srv, err := wireserver.NewServer(f.h, wireserver.ServerConfig{})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ type terminal struct {
 	pending bool   // a reserved slot whose child is being started
 	// owner is the id of the connection that holds the terminal (the one
 	// that started it or last asked for it; 0: none, served outside a
-	// wire.Server); orphan is the grace timer running while no live
+	// wireserver.Server); orphan is the grace timer running while no live
 	// connection holds it. Both are guarded by the table's mutex.
 	owner  uint64
 	orphan *time.Timer

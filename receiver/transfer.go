@@ -8,7 +8,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/fsops"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // Bounds of chunked writes (docs/protocol.md "Chunked files").
@@ -24,7 +24,7 @@ const (
 )
 
 // transfer is one open chunked write: its staged content, the tuple that
-// opened it and the connection that holds it (0 outside a wire.Server).
+// opened it and the connection that holds it (0 outside a wireserver.Server).
 type transfer struct {
 	id    string
 	tuple string
@@ -52,7 +52,7 @@ func newTransfers() *transfers {
 }
 
 // open registers st for tuple on conn, within the bounds.
-func (ts *transfers) open(tuple string, conn *wire.Conn, st *fsops.Staged) (*transfer, error) {
+func (ts *transfers) open(tuple string, conn *wireserver.Conn, st *fsops.Staged) (*transfer, error) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	switch n := ts.countLocked(tuple); {
@@ -86,7 +86,7 @@ func (ts *transfers) countLocked(tuple string) int {
 }
 
 // watchLocked drops conn's transfers once it ends; ts.mu is held.
-func (ts *transfers) watchLocked(conn *wire.Conn) {
+func (ts *transfers) watchLocked(conn *wireserver.Conn) {
 	if ts.watched[conn.ID] {
 		return
 	}

@@ -1,9 +1,10 @@
 // Package acpmeta is the ACP-level contract shared by the plugin (agent
 // side) and the custodian (client side): the `_meta` keys that opt a session
 // in and tag every callback, the `_tether/attach` extension method, and the
-// JSON-RPC error shape whose data carries a tether code. It is a leaf of the
-// shared contract: besides the standard library and the ACP SDK it imports
-// only admission (the tuple) and admission/errcode.
+// JSON-RPC error shape whose data carries a tether code (ErrorCode, DataKey;
+// admission/acperr builds and reads the ACP SDK's error of that shape). It
+// is a leaf of the shared contract: besides the standard library it imports
+// only admission (the tuple), admission/errcode and admission/strictjson.
 package acpmeta
 
 import (
@@ -13,10 +14,7 @@ import (
 	"regexp"
 	"time"
 
-	acp "github.com/coder/acp-go-sdk"
-
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/strictjson"
 )
 
@@ -169,75 +167,4 @@ func remarshal(v any, out any) error {
 		return err
 	}
 	return strictjson.Decode(data, MaxValueBytes, out)
-}
-
-// NewError returns the JSON-RPC error for a tether refusal. The SDK passes a
-// *acp.RequestError through unchanged only when it is returned unwrapped,
-// so handlers must return this value itself.
-func NewError(code errcode.Code, format string, args ...any) *acp.RequestError {
-	msg := fmt.Sprintf(format, args...)
-	return &acp.RequestError{
-		Code:    ErrorCode,
-		Message: fmt.Sprintf("tether %s: %s", code, msg),
-		Data:    map[string]any{DataKey: string(code), "message": msg},
-	}
-}
-
-// ResourceNotFoundCode is ACP's own JSON-RPC error code for "a given
-// resource, such as a file, was not found" (the schema's ErrorCode
-// -32002).
-const ResourceNotFoundCode = -32002
-
-// ResourceNotFound returns e, a not_found refusal of a read of the file
-// at uri, in the form ACP defines for a missing file and other clients
-// send (Zed, the TypeScript SDK's RequestError.resourceNotFound): code
-// ResourceNotFoundCode, message "Resource not found: URI", data.uri. Its
-// data keeps the tether code and message, so CodeOf still reads
-// not_found. Agents recognise a missing file by it (Gemini CLI matches
-// "Resource not found" in the message), where -32010 looks like a
-// failure to read. Any other error is returned unchanged.
-func ResourceNotFound(e *acp.RequestError, uri string) *acp.RequestError {
-	if code, ok := CodeOf(e); !ok || code != errcode.CodeNotFound {
-		return e
-	}
-	data := map[string]any{DataKey: string(errcode.CodeNotFound), "uri": uri}
-	var old struct {
-		Message string `json:"message"`
-	}
-	if remarshalLoose(e.Data, &old) == nil && old.Message != "" {
-		data["message"] = old.Message
-	}
-	return &acp.RequestError{Code: ResourceNotFoundCode, Message: "Resource not found: " + uri, Data: data}
-}
-
-// FromWire converts a receiver error into the ACP error with the same code.
-func FromWire(e *errcode.Error) *acp.RequestError { return NewError(e.Code, "%s", e.Message) }
-
-// CodeOf returns the tether code carried by err, if err is (or wraps) an
-// *acp.RequestError whose data names a member of the closed set, or a
-// *errcode.Error.
-func CodeOf(err error) (errcode.Code, bool) {
-	var we *errcode.Error
-	if errors.As(err, &we) {
-		return we.Code, we.Code.Valid()
-	}
-	var re *acp.RequestError
-	if !errors.As(err, &re) || re.Data == nil {
-		return "", false
-	}
-	var data struct {
-		Tether errcode.Code `json:"tether"`
-	}
-	if remarshalLoose(re.Data, &data) != nil || !data.Tether.Valid() {
-		return "", false
-	}
-	return data.Tether, true
-}
-
-func remarshalLoose(v any, out any) error {
-	data, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(data, out)
 }

@@ -5,7 +5,7 @@
 // importing it links nothing else of tether.
 //
 // It is named errcode, not code, because code is the natural name of a
-// local variable holding one (code, ok := acpmeta.CodeOf(err)).
+// local variable holding one (code, ok := acperr.CodeOf(err)).
 package errcode
 
 import "fmt"

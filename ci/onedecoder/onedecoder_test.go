@@ -24,7 +24,7 @@ import (
 // allowed maps "file:function" to why that call is not a tether
 // document's parser.
 var allowed = map[string]string{
-	"admission/acpmeta/acpmeta.go:remarshalLoose":      "reads the data of an ACP error another party built (the SDK's shape, not ours), loosely on purpose",
+	"admission/acperr/acperr.go:remarshalLoose":        "reads the data of an ACP error another party built (the SDK's shape, not ours), loosely on purpose",
 	"admission/coordinator/baotest/baotest.go:check":   "the fake OpenBao server's check of a request body the coordinator sent (a test double, not a parser the product runs)",
 	"custodian/bigline.go:decodeLong":                  "the JSON-RPC envelope of an agent message over the SDK's 10 MiB, as acp-go-sdk would read it; the params are then decoded as the ACP request type",
 	"custodian/idscan.go:endKey":                       "one JSON string, a key of an agent message's envelope with an escape in it, to find the id and method of a long line without holding it",

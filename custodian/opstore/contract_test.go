@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // The op-key contract, written once and run against both backends: the
@@ -128,7 +126,7 @@ func contractPendingCompletes(t *testing.T, b backend) {
 	}
 	code := 0
 	err := s.Complete(ctx, testKey("exec"), func(r *Receipt) {
-		r.Outcome, r.Exit = Verified, &wire.ExitStatus{ExitCode: &code}
+		r.Outcome, r.Exit = Verified, &ExitStatus{ExitCode: &code}
 		r.Response = json.RawMessage(`{"terminalId":"forged"}`)
 	})
 	if err != nil {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/strictjson"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Outcome is the closed set of what a receipt says about its request.
@@ -100,9 +99,9 @@ type Receipt struct {
 	Note          string          `json:"note,omitempty"`
 	TaggedBy      string          `json:"tagged_by,omitempty"` // "custodian": the key was minted for a plain agent
 
-	// Exit is how the child ended: the receiver's exit status itself, the
-	// one type from the receiver's answer to this receipt.
-	Exit *wire.ExitStatus `json:"exit,omitempty"`
+	// Exit is how the child ended, converted from the receiver's answer
+	// at the custodian's boundary.
+	Exit *ExitStatus `json:"exit,omitempty"`
 	// Output is an exec's final output as terminal/output answered it,
 	// kept so a retry of its terminal/create is answered from the receipt
 	// (terminal/output and wait_for_exit on the replayed terminal). nil
@@ -140,6 +139,17 @@ func (e *ExecRequest) Small() bool {
 		n += 6*(len(k)+len(v)) + 6
 	}
 	return n <= MaxExecBytes
+}
+
+// ExitStatus is how an exec's child ended: its exit code, or the signal
+// that ended it. It is the receipt's own type, so a change of the wire
+// protocol cannot change what a stored receipt means; its JSON is field
+// for field that of the receiver's exit status (receiver/wire.ExitStatus),
+// so receipts stored before it decode and replay unchanged. The custodian
+// converts between the two.
+type ExitStatus struct {
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
 }
 
 // ExecOutput is an exec's final output, as terminal/output answered it.

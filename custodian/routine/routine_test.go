@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/custodian/opstore"
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 const digestOK = "2689367b205c16ce32ed4200942b8b8b1e262dfc70d9bc9fbc77c49699a4f1df"
@@ -19,7 +18,7 @@ func verifiedExec() *opstore.Receipt {
 		SessionID: "s1", TupleSHA256: strings.Repeat("b", 64), Principal: "alice", Outcome: opstore.Verified,
 		Files: []opstore.FileCheck{{Path: "out.txt", Expected: digestOK, Actual: digestOK}},
 		Exec:  &opstore.ExecRequest{Argv: []string{"/bin/sh", "-c", "make"}, Cwd: "src", Env: map[string]string{"A": "1"}},
-		Exit:  &wire.ExitStatus{ExitCode: new(0)}}
+		Exit:  &opstore.ExitStatus{ExitCode: new(0)}}
 }
 
 func TestFromReceipt(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 )
@@ -116,13 +117,13 @@ func (c *Client) check(method string, sid acp.SessionId, path string, meta map[s
 	c.mu.Unlock()
 	switch {
 	case !bound:
-		return call, acpmeta.NewError(errcode.CodeNotAdmitted, "session %s is not bound", sid)
+		return call, acperr.NewError(errcode.CodeNotAdmitted, "session %s is not bound", sid)
 	case err != nil:
-		return call, acpmeta.NewError(errcode.CodeTupleMismatch, "%s: %v", method, err)
+		return call, acperr.NewError(errcode.CodeTupleMismatch, "%s: %v", method, err)
 	case op.TupleSHA256 != want:
-		return call, acpmeta.NewError(errcode.CodeTupleMismatch, "%s: tuple_sha256 %s is not the binding's %s", method, op.TupleSHA256, want)
+		return call, acperr.NewError(errcode.CodeTupleMismatch, "%s: tuple_sha256 %s is not the binding's %s", method, op.TupleSHA256, want)
 	case !op.Deadline.After(time.Now()):
-		return call, acpmeta.NewError(errcode.CodeTimeout, "%s: deadline %s has passed", method, op.Deadline)
+		return call, acperr.NewError(errcode.CodeTimeout, "%s: deadline %s has passed", method, op.Deadline)
 	}
 	return call, nil
 }
@@ -154,7 +155,7 @@ func (c *Client) HandleExtensionMethod(ctx context.Context, method string, param
 	attach := c.Attach
 	c.mu.Unlock()
 	if attach == nil {
-		return nil, acpmeta.NewError(errcode.CodeNotAdmitted, "no grant covers tuple %s", req.TupleSHA256)
+		return nil, acperr.NewError(errcode.CodeNotAdmitted, "no grant covers tuple %s", req.TupleSHA256)
 	}
 	resp, err := attach(ctx, req)
 	if err != nil {

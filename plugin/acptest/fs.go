@@ -11,7 +11,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 )
 
@@ -22,13 +22,13 @@ func (c *Client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 	}
 	lp, err := c.local(p.Path)
 	if err != nil {
-		return acp.ReadTextFileResponse{}, acpmeta.NewError(errcode.CodePathEscape, "%v", err)
+		return acp.ReadTextFileResponse{}, acperr.NewError(errcode.CodePathEscape, "%v", err)
 	}
 	b, err := os.ReadFile(lp)
 	if errors.Is(err, fs.ErrNotExist) {
-		return acp.ReadTextFileResponse{}, acpmeta.NewError(errcode.CodeNotFound, "%s does not exist", p.Path)
+		return acp.ReadTextFileResponse{}, acperr.NewError(errcode.CodeNotFound, "%s does not exist", p.Path)
 	} else if err != nil {
-		return acp.ReadTextFileResponse{}, acpmeta.NewError(errcode.CodeInternal, "read: %v", err)
+		return acp.ReadTextFileResponse{}, acperr.NewError(errcode.CodeInternal, "read: %v", err)
 	}
 	content := selectLines(string(b), p.Line, p.Limit)
 	if c.AfterRead != nil {
@@ -62,7 +62,7 @@ func (c *Client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	}
 	lp, err := c.local(p.Path)
 	if err != nil {
-		return acp.WriteTextFileResponse{}, acpmeta.NewError(errcode.CodePathEscape, "%v", err)
+		return acp.WriteTextFileResponse{}, acperr.NewError(errcode.CodePathEscape, "%v", err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -71,14 +71,14 @@ func (c *Client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 		sum := sha256.Sum256(cur)
 		switch {
 		case e.Absent && rerr == nil:
-			return acp.WriteTextFileResponse{}, acpmeta.NewError(errcode.CodePrecondition, "%s exists", p.Path)
+			return acp.WriteTextFileResponse{}, acperr.NewError(errcode.CodePrecondition, "%s exists", p.Path)
 		case !e.Absent && (rerr != nil || hex.EncodeToString(sum[:]) != e.SHA256):
-			return acp.WriteTextFileResponse{}, acpmeta.NewError(errcode.CodePrecondition,
+			return acp.WriteTextFileResponse{}, acperr.NewError(errcode.CodePrecondition,
 				"%s changed since it was read: sha256 is not %s", p.Path, e.SHA256)
 		}
 	}
 	if err := os.WriteFile(lp, []byte(p.Content), 0o644); err != nil {
-		return acp.WriteTextFileResponse{}, acpmeta.NewError(errcode.CodeInternal, "write: %v", err)
+		return acp.WriteTextFileResponse{}, acperr.NewError(errcode.CodeInternal, "write: %v", err)
 	}
 	return acp.WriteTextFileResponse{}, nil
 }

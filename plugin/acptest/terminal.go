@@ -11,7 +11,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 )
 
@@ -62,7 +62,7 @@ func (c *Client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	if p.Cwd != nil {
 		lp, err := c.local(*p.Cwd)
 		if err != nil {
-			return acp.CreateTerminalResponse{}, acpmeta.NewError(errcode.CodePathEscape, "%v", err)
+			return acp.CreateTerminalResponse{}, acperr.NewError(errcode.CodePathEscape, "%v", err)
 		}
 		cwd = lp
 	}
@@ -79,7 +79,7 @@ func (c *Client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	t.cmd.Dir, t.cmd.Env, t.cmd.Stdout, t.cmd.Stderr = cwd, env, t.out, t.out
 	t.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := t.cmd.Start(); err != nil {
-		return acp.CreateTerminalResponse{}, acpmeta.NewError(errcode.CodeNotFound, "start %s: %v", p.Command, err)
+		return acp.CreateTerminalResponse{}, acperr.NewError(errcode.CodeNotFound, "start %s: %v", p.Command, err)
 	}
 	go func() {
 		_ = t.cmd.Wait()
@@ -108,7 +108,7 @@ func (c *Client) terminal(method string, sid acp.SessionId, id string, meta map[
 	defer c.mu.Unlock()
 	t, ok := c.terminals[id]
 	if !ok {
-		return nil, acpmeta.NewError(errcode.CodeNotFound, "terminal %s does not exist", id)
+		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %s does not exist", id)
 	}
 	return t, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/contract"
@@ -145,7 +146,7 @@ func (t *Table) finishAttach(s *session, req OpenRequest, bind acpmeta.Bind, lea
 	var err error
 	switch {
 	case aerr != nil:
-		code, ok := acpmeta.CodeOf(aerr)
+		code, ok := acperr.CodeOf(aerr)
 		if !ok {
 			code = errcode.CodeNotAdmitted
 		}

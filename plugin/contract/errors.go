@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	pb "github.com/tetherdev/tether/plugin/proto"
 )
@@ -23,7 +23,7 @@ const MaxMessageBytes = 16 << 20
 // ToolError detail carrying the tether code; the plugin's own context
 // ending (the host abandoned the call) stays a context status.
 func toolErrorStatus(err error) error {
-	code, ok := acpmeta.CodeOf(err)
+	code, ok := acperr.CodeOf(err)
 	if !ok && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		return status.FromContextError(err).Err()
 	}
@@ -43,7 +43,7 @@ func toolErrorStatus(err error) error {
 }
 
 // toolErrorFromStatus is the inverse on the host side: a ToolError becomes
-// a *errcode.Error (acpmeta.CodeOf reads it; a code outside the closed set is
+// a *errcode.Error (acperr.CodeOf reads it; a code outside the closed set is
 // internal); the host's own abandoning of the call stays a context error;
 // anything else means the plugin is unreachable (ErrTransport).
 func toolErrorFromStatus(ctx context.Context, err error) error {

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/strictjson"
@@ -22,7 +23,7 @@ import (
 // `_tether/attach`, data and all, arrives at the plugin identical to what
 // a JSON decode of the wire gives the host.
 func TestJSONRPCErrorSurvivesTheHop(t *testing.T) {
-	orig := acpmeta.NewError(errcode.CodeTupleMismatch, "digest %s is not the binding's", "abc")
+	orig := acperr.NewError(errcode.CodeTupleMismatch, "digest %s is not the binding's", "abc")
 	orig.Data.(map[string]any)["extra"] = []any{1.5, "x", map[string]any{"k": true}}
 	// What the host holds: the error as acp-go-sdk decoded it off the wire.
 	b, _ := json.Marshal(orig)
@@ -35,7 +36,7 @@ func TestJSONRPCErrorSurvivesTheHop(t *testing.T) {
 	if !errors.As(got, &re) || re.Code != onWire.Code || re.Message != onWire.Message || !reflect.DeepEqual(re.Data, onWire.Data) {
 		t.Fatalf("after the hop: %#v, want %#v", got, &onWire)
 	}
-	if code, ok := acpmeta.CodeOf(got); !ok || code != errcode.CodeTupleMismatch {
+	if code, ok := acperr.CodeOf(got); !ok || code != errcode.CodeTupleMismatch {
 		t.Fatalf("CodeOf after the hop = %q %v", code, ok)
 	}
 	raw, err := attachResultFromPB(attachResultPB(json.RawMessage(`{"grant_generation":3}`), nil))
@@ -71,7 +72,7 @@ func TestToolErrorSurvivesTheHop(t *testing.T) {
 		t.Fatalf("tool error after the hop: %v", got)
 	}
 	bogus, _ := status.New(codes.FailedPrecondition, "x").WithDetails(&pb.ToolError{Code: "made_up", Message: "x"})
-	if code, _ := acpmeta.CodeOf(toolErrorFromStatus(ctx, bogus.Err())); code != errcode.CodeInternal {
+	if code, _ := acperr.CodeOf(toolErrorFromStatus(ctx, bogus.Err())); code != errcode.CodeInternal {
 		t.Fatalf("a code outside the closed set became %q", code)
 	}
 }
@@ -122,7 +123,7 @@ func TestCancelIsNeitherTransportNorTool(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	got := toolErrorFromStatus(cancelled, status.Error(codes.Canceled, "context canceled"))
-	if _, coded := acpmeta.CodeOf(got); !errors.Is(got, context.Canceled) || coded || errors.Is(got, ErrTransport) {
+	if _, coded := acperr.CodeOf(got); !errors.Is(got, context.Canceled) || coded || errors.Is(got, ErrTransport) {
 		t.Fatalf("abandoned plugin call at the host: %v", got)
 	}
 	st, _ := status.FromError(toolErrorStatus(fmt.Errorf("authorize: %w", context.Canceled)))
@@ -137,8 +138,8 @@ func TestPeerMessage(t *testing.T) {
 		err  error
 		want string
 	}{
-		{acpmeta.NewError(errcode.CodeNotAdmitted, "no grant covers %s", "x"), "no grant covers x"},
-		{fmt.Errorf("wrapped: %w", acpmeta.NewError(errcode.CodeFenced, "f")), "f"},
+		{acperr.NewError(errcode.CodeNotAdmitted, "no grant covers %s", "x"), "no grant covers x"},
+		{fmt.Errorf("wrapped: %w", acperr.NewError(errcode.CodeFenced, "f")), "f"},
 		{acp.NewInternalError(map[string]any{"error": "boom"}), "JSON-RPC error -32603: Internal error (boom)"},
 		{&acp.RequestError{Code: 1, Message: "m", Data: map[string]any{"message": "not tether"}}, "JSON-RPC error 1: m"},
 		{errcode.Errorf(errcode.CodeTimeout, "late"), "late"},

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	pb "github.com/tetherdev/tether/plugin/proto"
 )
@@ -80,7 +80,7 @@ func TestOpenSessionAttachesOnlyTheSessionBeingOpened(t *testing.T) {
 			return json.RawMessage(`{}`), nil
 		}
 		st, err := client.OpenSession(context.Background(), OpenRequest{ConnID: "c", SessionID: "s1", Method: MethodNew}, attach)
-		code, _ := acpmeta.CodeOf(err)
+		code, _ := acperr.CodeOf(err)
 		if len(sent) != c.sent || code != c.code || (err == nil && st.State != Bound) {
 			t.Errorf("%s: sent %v, status %+v, error %v", name, sent, st, err)
 		}

@@ -52,7 +52,7 @@ func PluginSets(versions []int, impl Plugin) map[int]goplugin.PluginSet {
 }
 
 // Plugin is what tether-plugin serves. Every method refuses with a
-// *errcode.Error that carries a tether code (acpmeta.CodeOf) and names the
+// *errcode.Error that carries a tether code (acperr.CodeOf) and names the
 // failed check.
 type Plugin interface {
 	// Connect names one ACP connection of the host; principal is the

@@ -8,6 +8,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/strictjson"
@@ -39,7 +40,7 @@ func MetaFromJSON(b []byte) (map[string]any, error) {
 
 // PeerMessage returns the message of a refusal without its wrapping: a
 // *errcode.Error's message, the `message` a tether JSON-RPC error carries in
-// its data (acpmeta.NewError), or another JSON-RPC error's code, message
+// its data (acperr.NewError), or another JSON-RPC error's code, message
 // and data error; anything else is err.Error().
 func PeerMessage(err error) string {
 	var we *errcode.Error
@@ -52,7 +53,7 @@ func PeerMessage(err error) string {
 	}
 	data, _ := re.Data.(map[string]any)
 	if msg, ok := data["message"].(string); ok && msg != "" {
-		if _, tether := acpmeta.CodeOf(re); tether {
+		if _, tether := acperr.CodeOf(re); tether {
 			return msg
 		}
 	}

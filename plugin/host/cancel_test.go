@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/plugin/host"
 )
 
@@ -35,7 +35,7 @@ func TestRunCommandCancelCleansUpBeforeReturning(t *testing.T) {
 	if !errors.Is(err, host.ErrCancelled) || !errors.As(err, &ce) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled run_command: %v (%T)", err, err)
 	}
-	if code, ok := acpmeta.CodeOf(err); ok {
+	if code, ok := acperr.CodeOf(err); ok {
 		t.Fatalf("a cancel carries tether code %q", code)
 	}
 	if running != 0 || kills != 1 || releases != 1 {

@@ -80,8 +80,8 @@ func (c *Conn) disconnect() error {
 // must report every session before running any tool for it. A bind the
 // plugin admits is confirmed with `_tether/attach` on this connection
 // before OpenSession returns. A refusal is an error carrying a tether code
-// (acpmeta.CodeOf) that the host returns to the ACP client as is (see
-// acpmeta.NewError).
+// (acperr.CodeOf) that the host returns to the ACP client as is (see
+// acperr.NewError).
 func (c *Conn) OpenSession(ctx context.Context, m Method, sessionID string, meta map[string]any) (SessionStatus, error) {
 	method := map[Method]contract.Method{MethodNew: contract.MethodNew, MethodLoad: contract.MethodLoad}[m]
 	st, err := c.plugin.OpenSession(ctx, contract.OpenRequest{ConnID: c.id, SessionID: sessionID, Method: method, Meta: meta}, c.attach)

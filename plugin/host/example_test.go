@@ -28,7 +28,7 @@ func hostSession(ctx context.Context, agent acp.Agent, pluginPath, pluginSHA256,
 		return err
 	}
 	if _, err := conn.OpenSession(ctx, host.MethodNew, sessionID, meta); err != nil {
-		return err // a refused bind: answer session/new with it (acpmeta.NewError)
+		return err // a refused bind: answer session/new with it (acperr.NewError)
 	}
 	if err := conn.AllowHostTool(ctx, sessionID, "bash", host.HostProcess); err != nil {
 		return err // refused, or the plugin is gone: never run bash on the host

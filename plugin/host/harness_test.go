@@ -19,6 +19,7 @@ import (
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/plugin/acptest"
 	"github.com/tetherdev/tether/plugin/host"
@@ -231,7 +232,7 @@ func ctxT(t testing.TB) context.Context {
 // wantCode fails unless err carries code.
 func wantCode(t testing.TB, err error, code string) {
 	t.Helper()
-	got, ok := acpmeta.CodeOf(err)
+	got, ok := acperr.CodeOf(err)
 	if !ok || string(got) != code {
 		t.Fatalf("error = %v (code %q), want code %q", err, got, code)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/contract"
@@ -138,7 +139,7 @@ func (x *toolCall) failure(request string, err error) (contract.Failure, bool) {
 	if errors.Is(err, contract.ErrTransport) {
 		return contract.Failure{Request: request, Transport: true, Message: err.Error()}, true
 	}
-	code, ok := acpmeta.CodeOf(err)
+	code, ok := acperr.CodeOf(err)
 	if !ok || !slices.Contains(x.plan.FenceCodes, code) {
 		return contract.Failure{}, false
 	}

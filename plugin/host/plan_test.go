@@ -14,6 +14,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/acptest"
@@ -273,7 +274,7 @@ func TestTerminalSequence(t *testing.T) {
 		st.WaitMeta = must(other.Run(contract.RunTool{Command: "/bin/true"})).WaitMeta
 		x := &toolCall{c: r.conn, tool: "run_command", plan: r.plan(st)}
 		_, err := x.commandResult(ctx, x.terminal(ctx, st))
-		if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch || methods(r.client) != "create,wait_for_exit,release" ||
+		if code, _ := acperr.CodeOf(err); code != errcode.CodeTupleMismatch || methods(r.client) != "create,wait_for_exit,release" ||
 			r.client.Running() != 0 {
 			t.Fatalf("%v; client saw %s", err, methods(r.client))
 		}
@@ -294,13 +295,13 @@ func TestOnlyFenceCodesAreReported(t *testing.T) {
 	read := must(r.call.Read("missing.txt", 0, 0))
 	r.plugin.plan = func(contract.ToolCall) (contract.Plan, error) { return r.plan(read), nil }
 	_, err := r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "missing.txt", 0, 0)
-	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeNotFound || len(r.plugin.reported()) != 0 {
+	if code, _ := acperr.CodeOf(err); code != errcode.CodeNotFound || len(r.plugin.reported()) != 0 {
 		t.Fatalf("not_found: %v, %d reports", err, len(r.plugin.reported()))
 	}
 	r.client.Bind("s1", strings.Repeat("0", 64))
 	_, err = r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "missing.txt", 0, 0)
 	reps := r.plugin.reported()
-	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch || len(reps) != 1 ||
+	if code, _ := acperr.CodeOf(err); code != errcode.CodeTupleMismatch || len(reps) != 1 ||
 		reps[0].Failures[0].Code != errcode.CodeTupleMismatch || !strings.Contains(reps[0].Failures[0].Message, "is not the binding's") {
 		t.Fatalf("tuple_mismatch: %v, reports %+v", err, reps)
 	}
@@ -308,7 +309,7 @@ func TestOnlyFenceCodesAreReported(t *testing.T) {
 	<-r.conn.asc.Done()
 	_, err = r.conn.ReadTextFile(ctx, "s1", CallOptions{}, "missing.txt", 0, 0)
 	reps = r.plugin.reported()
-	if code, _ := acpmeta.CodeOf(err); code != errcode.CodeFateUnknown || len(reps) != 2 || !reps[1].Failures[0].Transport {
+	if code, _ := acperr.CodeOf(err); code != errcode.CodeFateUnknown || len(reps) != 2 || !reps[1].Failures[0].Transport {
 		t.Fatalf("lost connection: %v, reports %+v", err, reps)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/host"
@@ -88,7 +89,7 @@ func TestRule2IntentIsSticky(t *testing.T) {
 	client := newClient(t, lease)
 	admit := client.Attach
 	client.Attach = func(context.Context, acpmeta.AttachRequest) (acpmeta.AttachResponse, error) {
-		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeNotAdmitted, "no grant yet")
+		return acpmeta.AttachResponse{}, acperr.NewError(errcode.CodeNotAdmitted, "no grant yet")
 	}
 	l := newLink(t, p, client, "alice")
 	ctx, tu := ctxT(t), tuple("alice", client.Root)
@@ -311,7 +312,7 @@ func TestGlobFailsWhenBindingLostMidway(t *testing.T) {
 		other := tu
 		other.Generation = 99
 		_, err := l.conn.OpenSession(context.WithoutCancel(ctx), host.MethodLoad, "s1", bindMeta(t, other, time.Now().Add(time.Hour)))
-		if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch {
+		if code, _ := acperr.CodeOf(err); code != errcode.CodeTupleMismatch {
 			t.Errorf("substitution: %v", errors.Join(err))
 		}
 	}
@@ -352,7 +353,7 @@ func TestGrepFailsWhenBindingLostMidway(t *testing.T) {
 		other := tu
 		other.Generation = 99
 		_, err := l.conn.OpenSession(context.WithoutCancel(ctx), host.MethodLoad, "s1", bindMeta(t, other, time.Now().Add(time.Hour)))
-		if code, _ := acpmeta.CodeOf(err); code != errcode.CodeTupleMismatch {
+		if code, _ := acperr.CodeOf(err); code != errcode.CodeTupleMismatch {
 			t.Errorf("substitution: %v", errors.Join(err))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/contract"
@@ -115,7 +116,7 @@ func toolError(err error) error {
 	if errors.As(err, &se) {
 		msg = se.Error()
 	}
-	if code, ok := acpmeta.CodeOf(err); ok {
+	if code, ok := acperr.CodeOf(err); ok {
 		return &errcode.Error{Code: code, Message: msg}
 	}
 	var re *acp.RequestError

@@ -7,7 +7,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
-	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/contract"
 	"github.com/tetherdev/tether/plugin/toolplan"
@@ -124,7 +124,7 @@ func (x *toolCall) waitExit(base, stop context.Context, st contract.TerminalStep
 // ended the wait as surely as this side's timer would have a moment
 // later, so the run is timed out (kill, output, release), not refused.
 func lateWait(err error) bool {
-	code, ok := acpmeta.CodeOf(err)
+	code, ok := acperr.CodeOf(err)
 	return ok && code == errcode.CodeTimeout
 }
 

@@ -10,7 +10,7 @@ import (
 )
 
 // The tool calls. Each runs only in a bound session, as one call to the
-// plugin (its plan, or its refusal: a *errcode.Error, acpmeta.CodeOf reads
+// plugin (its plan, or its refusal: a *errcode.Error, acperr.CodeOf reads
 // it) and then the plan's requests on the connection. o may be zero. If
 // the caller cancels ctx, nothing more is sent for the call; a running
 // command is killed, its output read and its terminal released, and the

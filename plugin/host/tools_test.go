@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/acptest"
@@ -215,7 +216,7 @@ func TestClientErrorCodeSurvivesTheHop(t *testing.T) {
 	l, _ := bound(t, p)
 	_, err := l.conn.ReadTextFile(ctxT(t), "s1", host.CallOptions{}, "missing.txt", 0, 0)
 	wantCode(t, err, "not_found")
-	if code, _ := acpmeta.CodeOf(err); code != "not_found" || !strings.Contains(err.Error(), "missing.txt does not exist") {
+	if code, _ := acperr.CodeOf(err); code != "not_found" || !strings.Contains(err.Error(), "missing.txt does not exist") {
 		t.Fatalf("message lost: %v", err)
 	}
 }
@@ -301,7 +302,7 @@ func TestAttachRefusalNamesCodeAndMessage(t *testing.T) {
 	lease := time.Now().Add(time.Hour)
 	client := newClient(t, lease)
 	client.Attach = func(context.Context, acpmeta.AttachRequest) (acpmeta.AttachResponse, error) {
-		return acpmeta.AttachResponse{}, acpmeta.NewError(errcode.CodeLeaseExpired, "grant for tuple abc ended at 12:00")
+		return acpmeta.AttachResponse{}, acperr.NewError(errcode.CodeLeaseExpired, "grant for tuple abc ended at 12:00")
 	}
 	l := newLink(t, p, client, "alice")
 	_, err := l.conn.OpenSession(ctxT(t), host.MethodNew, "s1", bindMeta(t, tuple("alice", client.Root), lease))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/plugin/contract"
@@ -57,7 +58,7 @@ func boundServer(t *testing.T) (*Server, *clock, string) {
 
 func wantCode(t *testing.T, err error, code errcode.Code) {
 	t.Helper()
-	if got, _ := acpmeta.CodeOf(err); got != code {
+	if got, _ := acperr.CodeOf(err); got != code {
 		t.Fatalf("error %v, want code %s", err, code)
 	}
 }
@@ -181,7 +182,7 @@ func FuzzTicketOpen(f *testing.F) {
 	f.Fuzz(func(t *testing.T, conn, s string) {
 		got, err := tk.open(conn, s)
 		if err != nil {
-			if code, _ := acpmeta.CodeOf(err); code != errcode.CodeInvalid {
+			if code, _ := acperr.CodeOf(err); code != errcode.CodeInvalid {
 				t.Fatalf("refusal %v is not invalid", err)
 			}
 			return

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/strictjson"
@@ -128,7 +129,7 @@ func attachFunc(attach contract.Attacher) binding.AttachFunc {
 // attachRefusal names why `_tether/attach` failed: the client's code and
 // message, the lost connection (fate_unknown), or the attach timeout.
 func attachRefusal(err error) *errcode.Error {
-	code, ok := acpmeta.CodeOf(err)
+	code, ok := acperr.CodeOf(err)
 	switch {
 	case ok:
 	case errors.Is(err, contract.ErrTransport):

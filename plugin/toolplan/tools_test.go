@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 )
@@ -23,7 +24,7 @@ func TestResolve(t *testing.T) {
 		{"/", "etc/x", "/etc/x", ""},
 	} {
 		got, err := Resolve(c.root, c.in)
-		code, _ := acpmeta.CodeOf(err)
+		code, _ := acperr.CodeOf(err)
 		if got != c.want || string(code) != c.code {
 			t.Errorf("Resolve(%q, %q) = %q, %v; want %q, %q", c.root, c.in, got, err, c.want, c.code)
 		}

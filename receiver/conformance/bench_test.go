@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // The round-trip benchmarks pair each transport with its own baseline: the
@@ -30,11 +31,11 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 }
 
-var noop = wire.HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) { return nil, nil })
+var noop = wireserver.HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) { return nil, nil })
 
 func benchWire(b *testing.B, setup Setup) {
 	l, dial := setup(b)
-	srv, _ := wire.NewServer(noop, wire.ServerConfig{})
+	srv, _ := wireserver.NewServer(noop, wireserver.ServerConfig{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), l) }()
 	defer func() { srv.Close(); <-served }()

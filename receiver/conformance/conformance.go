@@ -22,6 +22,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 // Dial opens one client connection to the listener of the same Setup.
@@ -30,7 +31,7 @@ type Dial func(ctx context.Context) (io.ReadWriteCloser, error)
 // Setup builds one transport instance for one check: a listener the
 // server owns (the suite closes it) and a Dial for the client side. Setup
 // registers any other cleanup with t.Cleanup.
-type Setup func(t testing.TB) (wire.Listener, Dial)
+type Setup func(t testing.TB) (wireserver.Listener, Dial)
 
 // Digest is the tuple_sha256 the suite sends.
 const Digest = "5e0b8b9f1f2c3d4e5f60718293a4b5c6d7e8f90112233445566778899aabbccd"
@@ -48,7 +49,7 @@ func Run(t *testing.T, setup Setup) {
 
 // env is one server serving one listener, and a client dialled to it.
 type env struct {
-	srv    *wire.Server
+	srv    *wireserver.Server
 	client *wire.Client
 	served chan error
 	// draining is closed when the server closes its listener, which
@@ -59,10 +60,10 @@ type env struct {
 
 // start serves h on setup's listener and dials a client. Everything is
 // closed at cleanup.
-func start(t *testing.T, setup Setup, h wire.Handler) *env {
+func start(t *testing.T, setup Setup, h wireserver.Handler) *env {
 	t.Helper()
 	l, dial := setup(t)
-	srv, err := wire.NewServer(h, wire.ServerConfig{})
+	srv, err := wireserver.NewServer(h, wireserver.ServerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func codeOf(err error) errcode.Code {
 // echo answers stat with the path length as size and the op key as type,
 // so each answer is tied to its request.
 // Write is answered with the content's size and digest.
-var echo = wire.HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
+var echo = wireserver.HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 	args, err := req.DecodeArgs()
 	if err != nil {
 		return nil, err
@@ -126,7 +127,7 @@ func call(t *testing.T, c *wire.Client, key, path string) (wire.StatResult, erro
 
 func roundTrip(t *testing.T, setup Setup) {
 	var seen atomic.Pointer[wire.Request]
-	e := start(t, setup, wire.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
+	e := start(t, setup, wireserver.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
 		seen.Store(req)
 		return echo(c, req)
 	}))
@@ -170,7 +171,7 @@ func concurrent(t *testing.T, setup Setup, n int) {
 	arrived.Add(n)
 	all := make(chan struct{})
 	go func() { arrived.Wait(); close(all) }()
-	e := start(t, setup, wire.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
+	e := start(t, setup, wireserver.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
 		arrived.Done()
 		select {
 		case <-all:
@@ -222,7 +223,7 @@ func refusalAfterShutdown(t *testing.T, setup Setup) {
 			close(release) // a failed check must not leave the handler blocked
 		}
 	}()
-	e := start(t, setup, wire.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
+	e := start(t, setup, wireserver.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
 		if ran.Add(1) == 1 {
 			close(started)
 			select {
@@ -286,7 +287,7 @@ func idempotentShutdown(t *testing.T, setup Setup) {
 	select {
 	case err := <-e.served:
 		e.served <- err // for cleanup
-		if !errors.Is(err, wire.ErrServerClosed) {
+		if !errors.Is(err, wireserver.ErrServerClosed) {
 			t.Fatalf("Serve = %v, want ErrServerClosed", err)
 		}
 	case <-time.After(20 * time.Second):
@@ -302,10 +303,10 @@ func violation(t *testing.T, setup Setup) {
 	l, dial := setup(t)
 	wl := &watchListener{Listener: l, closed: make(chan struct{}, 8)}
 	var ran atomic.Int64
-	srv, _ := wire.NewServer(wire.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
+	srv, _ := wireserver.NewServer(wireserver.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
 		ran.Add(1)
 		return nil, nil
-	}), wire.ServerConfig{})
+	}), wireserver.ServerConfig{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), wl) }()
 	defer func() { srv.Close(); <-served }()
@@ -338,7 +339,7 @@ func violation(t *testing.T, setup Setup) {
 
 // closeListener closes closed when the server closes it.
 type closeListener struct {
-	wire.Listener
+	wireserver.Listener
 	closed chan struct{}
 	once   sync.Once
 }
@@ -350,7 +351,7 @@ func (l *closeListener) Close() error {
 
 // watchListener reports when a connection it accepted is closed.
 type watchListener struct {
-	wire.Listener
+	wireserver.Listener
 	closed chan struct{}
 }
 
@@ -386,7 +387,7 @@ func readWithin(conn io.Closer, fr *wire.FrameReader, d time.Duration) ([]byte, 
 func receiverLoss(t *testing.T, setup Setup) {
 	var started sync.WaitGroup
 	started.Add(3)
-	e := start(t, setup, wire.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
+	e := start(t, setup, wireserver.HandlerFunc(func(c context.Context, req *wire.Request) (any, error) {
 		started.Done()
 		<-c.Done()
 		return nil, c.Err()

@@ -13,7 +13,7 @@ import (
 
 	"github.com/tetherdev/tether/fixtures/pki"
 	"github.com/tetherdev/tether/receiver/transport"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 func TestUnix(t *testing.T) { Run(t, unixSetup) }
@@ -35,12 +35,12 @@ func listen(t testing.TB, tr transport.Transport) transport.Listener {
 	return l
 }
 
-func unixSetup(t testing.TB) (wire.Listener, Dial) {
+func unixSetup(t testing.TB) (wireserver.Listener, Dial) {
 	tr := transport.Unix{Path: filepath.Join(t.TempDir(), "r.sock"), HostOnly: true}
 	return listen(t, tr), tr.Dial
 }
 
-func tlsSetup(t testing.TB) (wire.Listener, Dial) {
+func tlsSetup(t testing.TB) (wireserver.Listener, Dial) {
 	ca, err := pki.NewCA("conformance CA")
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func tlsSetup(t testing.TB) (wire.Listener, Dial) {
 	return l, d.Dial
 }
 
-func ptySetup(t testing.TB) (wire.Listener, Dial) {
+func ptySetup(t testing.TB) (wireserver.Listener, Dial) {
 	master, slave := openPty(t)
 	l := listen(t, transport.Stream{Path: slave, HostOnly: true, PollInterval: 5 * time.Millisecond})
 	used := false // the master is already open: dialling hands it out once

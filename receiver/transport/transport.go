@@ -2,7 +2,7 @@
 // four kinds of channel behind one interface: a unix socket, TCP with
 // mutual TLS 1.3 pinned to one issuer, vsock, and one byte stream (a
 // virtio-serial character device). The custodian dials; the receiver
-// listens and serves each accepted connection with a wire.Server.
+// listens and serves each accepted connection with a wireserver.Server.
 //
 // The unix socket, the byte stream and vsock do not authenticate the peer
 // cryptographically; they are refused unless the configuration declares
@@ -17,13 +17,11 @@ import (
 	"io"
 	"sync"
 	"time"
-
-	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Transport is one configured channel. Dial returns a connection the caller
 // owns and must close. Listen returns a Listener the caller owns and must
-// close (wire.Server.Serve closes the listeners it serves).
+// close (wireserver.Server.Serve closes the listeners it serves).
 type Transport interface {
 	Dial(ctx context.Context) (io.ReadWriteCloser, error)
 	Listen(ctx context.Context) (Listener, error)
@@ -36,7 +34,11 @@ type Transport interface {
 // the listener is closed (net.ErrClosed); peers that fail a check are
 // closed inside Accept and never returned. Close is safe to call twice.
 type Listener interface {
-	wire.Listener
+	// Accept and Close are the method set of wireserver.Listener, which
+	// a Listener satisfies; it is spelled out here so that dialing (the
+	// custodian's side of this package) links no wire server.
+	Accept(ctx context.Context) (io.ReadWriteCloser, error)
+	Close() error
 	// Addr names the listening address, for logs.
 	Addr() string
 }

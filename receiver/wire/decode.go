@@ -244,9 +244,9 @@ func ValidOpKey(k string) bool {
 	return true
 }
 
-// expiredError answers a request whose deadline has already passed when it
-// is dispatched.
-func expiredError(deadline, now time.Time) *errcode.Error {
+// ExpiredError is the refusal of a request whose deadline has already
+// passed when the server dispatches it (receiver/wireserver).
+func ExpiredError(deadline, now time.Time) *errcode.Error {
 	return errcode.Errorf(errcode.CodeTimeout, "request deadline %s passed %s before dispatch",
 		deadline.UTC().Format(time.RFC3339Nano), now.Sub(deadline).Round(time.Millisecond))
 }

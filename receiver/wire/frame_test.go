@@ -68,32 +68,6 @@ func (f failReader) Read([]byte) (int, error) {
 	return 0, io.EOF
 }
 
-func TestFrameLimitNeverAboveProtocolMax(t *testing.T) {
-	for _, n := range []int{-1, MaxFrameSize + 1, 1 << 30} {
-		if _, err := FrameLimit(n); !errors.Is(err, ErrLimit) {
-			t.Errorf("FrameLimit(%d) err = %v, want ErrLimit", n, err)
-		}
-		if _, err := NewClient(nopConn{}, ClientConfig{MaxFrame: n}); !errors.Is(err, ErrLimit) {
-			t.Errorf("NewClient(MaxFrame %d) err = %v, want ErrLimit", n, err)
-		}
-		if _, err := NewServer(HandlerFunc(nil), ServerConfig{MaxFrame: n}); !errors.Is(err, ErrLimit) {
-			t.Errorf("NewServer(MaxFrame %d) err = %v, want ErrLimit", n, err)
-		}
-	}
-	if got, _ := FrameLimit(0); got != MaxFrameSize {
-		t.Errorf("FrameLimit(0) = %d", got)
-	}
-	if got, _ := FrameLimit(4096); got != 4096 {
-		t.Errorf("FrameLimit(4096) = %d", got)
-	}
-}
-
-type nopConn struct{}
-
-func (nopConn) Read([]byte) (int, error)    { return 0, io.EOF }
-func (nopConn) Write(b []byte) (int, error) { return len(b), nil }
-func (nopConn) Close() error                { return nil }
-
 func TestWriteFrameRefusesOversizeAndEmpty(t *testing.T) {
 	var buf bytes.Buffer
 	if err := WriteFrame(&buf, make([]byte, 11), 10); !errors.Is(err, ErrFrameTooLarge) {

@@ -1,121 +1,13 @@
 package wire
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"io"
-	"net"
-	"os"
-	"syscall"
-	"testing"
-	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
 )
 
-const (
-	testDigest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	testOpKey  = "op-1"
-)
-
-// socketPair returns the two ends of a real AF_UNIX stream socketpair.
-func socketPair(t testing.TB) (net.Conn, net.Conn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int, name string) net.Conn {
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	return conn(fds[0], "client"), conn(fds[1], "server")
-}
-
-// pair starts a Server with h on one end and a Client on the other. Both
-// are closed at cleanup.
-func pair(t *testing.T, h Handler, scfg ServerConfig) (*Client, *Server) {
-	t.Helper()
-	cc, sc := socketPair(t)
-	srv, err := NewServer(h, scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.ServeConn(context.Background(), sc) }()
-	cl, err := NewClient(cc, ClientConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cl.Close()
-		srv.Close()
-		<-served
-	})
-	return cl, srv
-}
-
-// rawPeer drives the server side of a connection by hand, frame by frame.
-type rawPeer struct {
-	t    *testing.T
-	conn net.Conn
-	fr   *FrameReader
-}
-
-func newRawPeer(t *testing.T, conn net.Conn) *rawPeer {
-	fr, err := NewFrameReader(conn, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &rawPeer{t: t, conn: conn, fr: fr}
-}
-
-func (p *rawPeer) send(v any) {
-	p.t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.sendRaw(b)
-}
-
-func (p *rawPeer) sendRaw(payload []byte) {
-	p.t.Helper()
-	if err := WriteFrame(p.conn, payload, 0); err != nil {
-		p.t.Fatal(err)
-	}
-}
-
-// next reads one frame and decodes it into v (with the plain decoder: the
-// peer checks what arrived, not how strictly).
-func (p *rawPeer) next(v any) {
-	p.t.Helper()
-	_ = p.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	b, err := p.fr.ReadFrame()
-	if err != nil {
-		p.t.Fatalf("read frame: %v", err)
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		p.t.Fatalf("decode %q: %v", b, err)
-	}
-}
-
-// expectEOF asserts the other side closed the connection.
-func (p *rawPeer) expectEOF() {
-	p.t.Helper()
-	_ = p.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	b, err := p.fr.ReadFrame()
-	if !errors.Is(err, io.EOF) {
-		p.t.Fatalf("want the connection closed (EOF), got frame %q err %v", b, err)
-	}
-}
+// testDigest is a well-formed tuple digest for the decode tests.
+const testDigest = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 func codeOf(err error) errcode.Code {
 	var e *errcode.Error
@@ -124,13 +16,3 @@ func codeOf(err error) errcode.Code {
 	}
 	return ""
 }
-
-func soon() time.Time { return time.Now().Add(10 * time.Second) }
-
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-type ioRWC = io.ReadWriteCloser

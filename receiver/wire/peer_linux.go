@@ -3,8 +3,6 @@ package wire
 import (
 	"net"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // peerUID reads SO_PEERCRED of a unix socket connection.
@@ -20,10 +18,10 @@ func peerUID(nc net.Conn) (uint32, bool) {
 	if err != nil {
 		return 0, false
 	}
-	var cred *unix.Ucred
+	var cred *syscall.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil || cerr != nil {
 		return 0, false
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/custodian/credfile"
@@ -231,7 +232,7 @@ func (r *runner) serveRoutines(ctx context.Context, conn *custodian.Conn) (stop 
 // runAnswer is the answer to a run: its receipt as stored, or its refusal.
 func runAnswer(rc *opstore.Receipt, err error) routine.RunAnswer {
 	if err != nil {
-		code, _ := acpmeta.CodeOf(err)
+		code, _ := acperr.CodeOf(err)
 		return routine.RunAnswer{Code: string(code), Message: err.Error()}
 	}
 	data, err := rc.Marshal()

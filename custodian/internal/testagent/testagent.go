@@ -47,6 +47,7 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
 )
 
@@ -353,7 +354,7 @@ func (c call) exec(ctx context.Context, argv []string) string {
 
 func result(err error, format string, args ...any) string {
 	if err != nil {
-		if code, ok := acpmeta.CodeOf(err); ok {
+		if code, ok := acperr.CodeOf(err); ok {
 			return fmt.Sprintf("error %s %v", code, err)
 		}
 		return fmt.Sprintf("error uncoded %v", err)

@@ -33,6 +33,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/transport"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
 func main() { os.Exit(run(context.Background())) }
@@ -47,7 +48,7 @@ func run(ctx context.Context) int {
 	h := &handler{barrier: make(chan struct{}), shut: make(chan error, 1),
 		blocked: make(chan struct{}), draining: make(chan struct{})}
 	log := slog.New(slog.NewTextHandler(os.Stdout, nil))
-	srv, err := wire.NewServer(h, wire.ServerConfig{Log: log})
+	srv, err := wireserver.NewServer(h, wireserver.ServerConfig{Log: log})
 	if err != nil {
 		fmt.Println("guestserve:", err)
 		return 1
@@ -61,7 +62,7 @@ func run(ctx context.Context) int {
 	fmt.Println("guestserve: listening on", *dev)
 	err = srv.Serve(ctx, &closeListener{Listener: l, closed: h.draining})
 	fmt.Println("guestserve: served:", err)
-	if !errors.Is(err, wire.ErrServerClosed) {
+	if !errors.Is(err, wireserver.ErrServerClosed) {
 		return 1
 	}
 	if err := <-h.shut; err != nil {
@@ -72,7 +73,7 @@ func run(ctx context.Context) int {
 }
 
 type handler struct {
-	srv       *wire.Server
+	srv       *wireserver.Server
 	mu        sync.Mutex
 	waiting   int
 	barrier   chan struct{}

@@ -1,4 +1,4 @@
-package wire
+package wireserver
 
 import (
 	"context"
@@ -12,28 +12,29 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // statHandler answers stat with the path's length as size, so each answer
 // is tied to its own request.
-var statHandler = HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+var statHandler = HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 	args, err := req.DecodeArgs()
 	if err != nil {
 		return nil, err
 	}
-	return StatResult{Type: "file", Size: int64(len(args.(*StatArgs).Path))}, nil
+	return wire.StatResult{Type: "file", Size: int64(len(args.(*wire.StatArgs).Path))}, nil
 })
 
 func TestCallRoundTrip(t *testing.T) {
-	var seen atomic.Pointer[Request]
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	var seen atomic.Pointer[wire.Request]
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		seen.Store(req)
 		return statHandler(ctx, req)
 	})
 	cl, _ := pair(t, h, ServerConfig{})
 	deadline := time.Now().Add(5 * time.Second).Truncate(time.Millisecond)
-	var res StatResult
-	if err := cl.Call(testCtx(t), OpStat, testDigest, testOpKey, deadline, &StatArgs{Path: "hello"}, &res); err != nil {
+	var res wire.StatResult
+	if err := cl.Call(testCtx(t), wire.OpStat, testDigest, testOpKey, deadline, &wire.StatArgs{Path: "hello"}, &res); err != nil {
 		t.Fatal(err)
 	}
 	if res.Size != 5 || res.Type != "file" {
@@ -49,7 +50,7 @@ func TestCallRoundTrip(t *testing.T) {
 // and the handler's ctx ends there.
 func TestCallDeadlineIsEarliest(t *testing.T) {
 	got := make(chan time.Time, 2)
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		dl, _ := ctx.Deadline()
 		got <- dl
 		return nil, nil
@@ -58,20 +59,20 @@ func TestCallDeadlineIsEarliest(t *testing.T) {
 	ctxDL := time.Now().Add(20 * time.Second)
 	ctx, cancel := context.WithDeadline(context.Background(), ctxDL)
 	defer cancel()
-	if err := cl.Call(ctx, OpAttach, testDigest, testOpKey, time.Now().Add(time.Hour), nil, nil); err != nil {
+	if err := cl.Call(ctx, wire.OpAttach, testDigest, testOpKey, time.Now().Add(time.Hour), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if dl := <-got; !dl.Equal(ctxDL.Round(0)) && dl.Sub(ctxDL).Abs() > time.Microsecond {
 		t.Fatalf("handler deadline %v, want ctx's %v", dl, ctxDL)
 	}
 	argDL := time.Now().Add(15 * time.Second)
-	if err := cl.Call(context.Background(), OpAttach, testDigest, testOpKey, argDL, nil, nil); err != nil {
+	if err := cl.Call(context.Background(), wire.OpAttach, testDigest, testOpKey, argDL, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if dl := <-got; dl.Sub(argDL).Abs() > time.Microsecond {
 		t.Fatalf("handler deadline %v, want argument's %v", dl, argDL)
 	}
-	err := cl.Call(context.Background(), OpAttach, testDigest, testOpKey, time.Time{}, nil, nil)
+	err := cl.Call(context.Background(), wire.OpAttach, testDigest, testOpKey, time.Time{}, nil, nil)
 	if codeOf(err) != errcode.CodeInvalid {
 		t.Fatalf("no deadline anywhere: err = %v, want CodeInvalid", err)
 	}
@@ -85,7 +86,7 @@ func TestCallConcurrentMultiplexed(t *testing.T) {
 	arrived.Add(n)
 	all := make(chan struct{})
 	go func() { arrived.Wait(); close(all) }()
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		arrived.Done()
 		select {
 		case <-all:
@@ -100,8 +101,8 @@ func TestCallConcurrentMultiplexed(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			path := strings.Repeat("p", i+1)
-			var res StatResult
-			err := cl.Call(testCtx(t), OpStat, testDigest, fmt.Sprintf("k%d", i), soon(), &StatArgs{Path: path}, &res)
+			var res wire.StatResult
+			err := cl.Call(testCtx(t), wire.OpStat, testDigest, fmt.Sprintf("k%d", i), soon(), &wire.StatArgs{Path: path}, &res)
 			if err == nil && res.Size != int64(i+1) {
 				err = fmt.Errorf("call %d got the answer of another call: size %d", i, res.Size)
 			}
@@ -120,7 +121,7 @@ func TestCallConcurrentMultiplexed(t *testing.T) {
 // Nothing that fails local checks is sent.
 func TestCallRefusesBeforeSending(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, err := NewClient(cc, ClientConfig{MaxFrame: 4096})
+	cl, err := wire.NewClient(cc, wire.ClientConfig{MaxFrame: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,20 +129,20 @@ func TestCallRefusesBeforeSending(t *testing.T) {
 	ctx := testCtx(t)
 	cases := []struct {
 		name string
-		op   Op
+		op   wire.Op
 		args any
 		want errcode.Code
 	}{
 		{"unknown op", "rm", nil, errcode.CodeInvalid},
-		{"args of another op", OpWrite, &ReadArgs{Path: "x"}, errcode.CodeInvalid},
-		{"over the frame limit", OpWrite, &WriteArgs{Path: "x", Content: strings.Repeat("a", 5000)}, errcode.CodeTooLarge},
+		{"args of another op", wire.OpWrite, &wire.ReadArgs{Path: "x"}, errcode.CodeInvalid},
+		{"over the frame limit", wire.OpWrite, &wire.WriteArgs{Path: "x", Content: strings.Repeat("a", 5000)}, errcode.CodeTooLarge},
 	}
 	for _, c := range cases {
 		if err := cl.Call(ctx, c.op, testDigest, testOpKey, soon(), c.args, nil); codeOf(err) != c.want {
 			t.Errorf("%s: err = %v, want %s", c.name, err, c.want)
 		}
 	}
-	if err := cl.Call(ctx, OpAttach, testDigest, testOpKey, time.Now().Add(-time.Second), nil, nil); codeOf(err) != errcode.CodeTimeout {
+	if err := cl.Call(ctx, wire.OpAttach, testDigest, testOpKey, time.Now().Add(-time.Second), nil, nil); codeOf(err) != errcode.CodeTimeout {
 		t.Errorf("past deadline: err = %v, want timeout", err)
 	}
 	_ = sc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
@@ -154,7 +155,7 @@ func TestCallRefusesBeforeSending(t *testing.T) {
 // calls as unavailable, and nothing is ever sent twice.
 func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, err := NewClient(cc, ClientConfig{})
+	cl, err := wire.NewClient(cc, wire.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,11 +165,11 @@ func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
 	errs := make(chan error, n)
 	for i := range n {
 		go func() {
-			errs <- cl.Call(testCtx(t), OpStat, testDigest, fmt.Sprintf("k%d", i), soon(), &StatArgs{Path: "x"}, nil)
+			errs <- cl.Call(testCtx(t), wire.OpStat, testDigest, fmt.Sprintf("k%d", i), soon(), &wire.StatArgs{Path: "x"}, nil)
 		}()
 	}
 	for range n {
-		var req Request
+		var req wire.Request
 		peer.next(&req)
 	}
 	sc.Close() // the receiver's end goes away with all five in flight
@@ -182,7 +183,7 @@ func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
 	if cl.Err() == nil {
 		t.Fatal("Err() is nil after the connection broke")
 	}
-	if err := cl.Call(testCtx(t), OpStat, testDigest, "k9", soon(), &StatArgs{Path: "x"}, nil); codeOf(err) != errcode.CodeUnavailable {
+	if err := cl.Call(testCtx(t), wire.OpStat, testDigest, "k9", soon(), &wire.StatArgs{Path: "x"}, nil); codeOf(err) != errcode.CodeUnavailable {
 		t.Fatalf("call after loss: err = %v, want unavailable", err)
 	}
 }
@@ -191,7 +192,7 @@ func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
 // wraps ctx's error; the late answer is dropped without harm.
 func TestCallCtxCancelAfterSend(t *testing.T) {
 	release, arrived := make(chan struct{}), make(chan struct{}, 1)
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		arrived <- struct{}{}
 		select {
 		case <-release:
@@ -202,26 +203,26 @@ func TestCallCtxCancelAfterSend(t *testing.T) {
 	cl, _ := pair(t, h, ServerConfig{})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-arrived; cancel() }() // the request was sent: it is running
-	err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	err := cl.Call(ctx, wire.OpAttach, testDigest, testOpKey, soon(), nil, nil)
 	if codeOf(err) != errcode.CodeFateUnknown || !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want fate_unknown wrapping context.Canceled", err)
 	}
 	close(release) // the late answer arrives and must be dropped
-	if err := cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil); err != nil {
+	if err := cl.Call(testCtx(t), wire.OpAttach, testDigest, testOpKey, soon(), nil, nil); err != nil {
 		t.Fatalf("connection unusable after a dropped late answer: %v", err)
 	}
 }
 
 func TestClientCloseIdempotent(t *testing.T) {
 	started := make(chan struct{})
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		close(started)
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
 	cl, _ := pair(t, h, ServerConfig{})
 	inflight := make(chan error, 1)
-	go func() { inflight <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
+	go func() { inflight <- cl.Call(testCtx(t), wire.OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
 	<-started
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)
@@ -237,7 +238,7 @@ func TestClientCloseIdempotent(t *testing.T) {
 	if err := <-inflight; codeOf(err) != errcode.CodeFateUnknown {
 		t.Fatalf("in-flight call at Close: %v, want fate_unknown", err)
 	}
-	err := cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	err := cl.Call(testCtx(t), wire.OpAttach, testDigest, testOpKey, soon(), nil, nil)
 	if codeOf(err) != errcode.CodeUnavailable || !strings.Contains(err.Error(), "client closed") {
 		t.Fatalf("call after Close: %v, want unavailable (client closed)", err)
 	}
@@ -258,7 +259,7 @@ func TestClientRefusesBadAnswers(t *testing.T) {
 		"result not json":   `{"id":1,"result":tru}`,
 		"result bad escape": `{"id":1,"result":{"granted":"\q"}}`,
 	} {
-		for _, result := range []any{nil, &AttachResult{}} {
+		for _, result := range []any{nil, &wire.AttachResult{}} {
 			t.Run(fmt.Sprintf("%s/%T", name, result), func(t *testing.T) {
 				refusesBadAnswer(t, answer, result)
 			})
@@ -270,18 +271,18 @@ func TestClientRefusesBadAnswers(t *testing.T) {
 // connection ends with a protocol fault when the peer answers answer.
 func refusesBadAnswer(t *testing.T, answer string, result any) {
 	cc, sc := socketPair(t)
-	cl, _ := NewClient(cc, ClientConfig{})
+	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	done := make(chan error, 1)
-	go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, result) }()
-	var req Request
+	go func() { done <- cl.Call(testCtx(t), wire.OpAttach, testDigest, testOpKey, soon(), nil, result) }()
+	var req wire.Request
 	peer.next(&req)
 	peer.sendRaw([]byte(answer))
 	if err := <-done; codeOf(err) != errcode.CodeFateUnknown {
 		t.Fatalf("err = %v, want fate_unknown", err)
 	}
-	if err := cl.Err(); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
+	if err := cl.Err(); !errors.Is(err, wire.ErrMalformed) && !errors.Is(err, wire.ErrProtocol) {
 		t.Fatalf("Err() = %v, want a protocol fault", err)
 	}
 	peer.expectEOF()
@@ -289,13 +290,13 @@ func refusesBadAnswer(t *testing.T, answer string, result any) {
 
 // The result is decoded strictly too.
 func TestCallResultStrict(t *testing.T) {
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		return json.RawMessage(`{"type":"file","size":1,"surprise":true}`), nil
 	})
 	cl, _ := pair(t, h, ServerConfig{})
-	var res StatResult
-	err := cl.Call(testCtx(t), OpStat, testDigest, testOpKey, soon(), &StatArgs{Path: "x"}, &res)
-	if !errors.Is(err, ErrMalformed) {
+	var res wire.StatResult
+	err := cl.Call(testCtx(t), wire.OpStat, testDigest, testOpKey, soon(), &wire.StatArgs{Path: "x"}, &res)
+	if !errors.Is(err, wire.ErrMalformed) {
 		t.Fatalf("err = %v, want ErrMalformed", err)
 	}
 }
@@ -304,14 +305,14 @@ func TestCallResultStrict(t *testing.T) {
 // byte stream the receiver closing its end is not visible otherwise.
 func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := NewClient(cc, ClientConfig{})
+	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	done := make(chan error, 1)
-	go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
-	var req Request
+	go func() { done <- cl.Call(testCtx(t), wire.OpAttach, testDigest, testOpKey, soon(), nil, nil) }()
+	var req wire.Request
 	peer.next(&req)
-	peer.send(Response{ID: 0, Error: errcode.Errorf(errcode.CodeInvalid, "frame too large")})
+	peer.send(wire.Response{ID: 0, Error: errcode.Errorf(errcode.CodeInvalid, "frame too large")})
 	if err := <-done; codeOf(err) != errcode.CodeFateUnknown {
 		t.Fatalf("in-flight call: %v, want fate_unknown", err)
 	}
@@ -324,12 +325,12 @@ func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
 // A call whose ctx has already ended is not sent.
 func TestCallCtxDoneIsNotSent(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := NewClient(cc, ClientConfig{})
+	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
 	defer cl.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 20 { // the writer slot is free: a random select would sometimes send
-		err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
+		err := cl.Call(ctx, wire.OpAttach, testDigest, testOpKey, soon(), nil, nil)
 		if !errors.Is(err, context.Canceled) || codeOf(err) == errcode.CodeFateUnknown {
 			t.Fatalf("err = %v, want context.Canceled and not fate_unknown", err)
 		}
@@ -344,11 +345,11 @@ func TestCallCtxDoneIsNotSent(t *testing.T) {
 // code the custodian passes on (an uncoded error became "internal").
 func TestCallCtxDeadlineIsTimeoutNotSent(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := NewClient(cc, ClientConfig{})
+	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
 	defer cl.Close()
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
-	err := cl.Call(ctx, OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	err := cl.Call(ctx, wire.OpAttach, testDigest, testOpKey, soon(), nil, nil)
 	if codeOf(err) != errcode.CodeTimeout || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want timeout wrapping context.DeadlineExceeded", err)
 	}
@@ -365,22 +366,22 @@ func TestCallCtxDeadlineIsTimeoutNotSent(t *testing.T) {
 // after the notice is in, the notice has been seen: no step waits for time.
 func TestClientClosesAfterDrain(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := NewClient(cc, ClientConfig{})
+	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	done := make(chan error, 2)
-	var reqs [2]Request
+	var reqs [2]wire.Request
 	for i := range reqs {
-		go func() { done <- cl.Call(testCtx(t), OpAttach, testDigest, fmt.Sprint("k", i), soon(), nil, nil) }()
+		go func() { done <- cl.Call(testCtx(t), wire.OpAttach, testDigest, fmt.Sprint("k", i), soon(), nil, nil) }()
 		peer.next(&reqs[i])
 	}
-	peer.send(Response{ID: 0, Error: errcode.Errorf(errcode.CodeUnavailable, "receiver shutting down")})
-	peer.send(Response{ID: reqs[0].ID, Result: json.RawMessage(`{}`)})
+	peer.send(wire.Response{ID: 0, Error: errcode.Errorf(errcode.CodeUnavailable, "receiver shutting down")})
+	peer.send(wire.Response{ID: reqs[0].ID, Result: json.RawMessage(`{}`)})
 	if err := <-done; err != nil {
 		t.Fatalf("call in flight across the notice: %v", err)
 	}
 	for range 3 {
-		if err := cl.Call(testCtx(t), OpAttach, testDigest, "late", soon(), nil, nil); codeOf(err) != errcode.CodeUnavailable {
+		if err := cl.Call(testCtx(t), wire.OpAttach, testDigest, "late", soon(), nil, nil); codeOf(err) != errcode.CodeUnavailable {
 			t.Fatalf("call after the notice: %v, want unavailable", err)
 		}
 	}
@@ -389,7 +390,7 @@ func TestClientClosesAfterDrain(t *testing.T) {
 		t.Fatalf("connection closed with a call still in flight: %v", cl.Err())
 	default:
 	}
-	peer.send(Response{ID: reqs[1].ID, Result: json.RawMessage(`{}`)})
+	peer.send(wire.Response{ID: reqs[1].ID, Result: json.RawMessage(`{}`)})
 	if err := <-done; err != nil {
 		t.Fatalf("second call in flight across the notice: %v", err)
 	}
@@ -398,7 +399,7 @@ func TestClientClosesAfterDrain(t *testing.T) {
 	case <-testCtx(t).Done():
 		t.Fatal("connection not closed after the last answer")
 	}
-	if !errors.Is(cl.Err(), ErrReceiverShutdown) {
+	if !errors.Is(cl.Err(), wire.ErrReceiverShutdown) {
 		t.Fatalf("Err() = %v, want ErrReceiverShutdown", cl.Err())
 	}
 	peer.expectEOF() // the refused calls were never written
@@ -409,17 +410,17 @@ func TestClientClosesAfterDrain(t *testing.T) {
 // waiting on a receiver that is gone (invisible on a byte stream).
 func TestClientNoAnswerEndsConnection(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := NewClient(cc, ClientConfig{ResponseGrace: 20 * time.Millisecond})
+	cl, _ := wire.NewClient(cc, wire.ClientConfig{ResponseGrace: 20 * time.Millisecond})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	other := make(chan error, 1)
-	go func() { other <- cl.Call(testCtx(t), OpAttach, testDigest, "k-long", soon(), nil, nil) }()
-	var req Request
+	go func() { other <- cl.Call(testCtx(t), wire.OpAttach, testDigest, "k-long", soon(), nil, nil) }()
+	var req wire.Request
 	peer.next(&req) // the long call is in flight
 	// The deadline leaves the call time to be sent even on a slow machine
 	// (a deadline passed before sending is refused unsent, as timeout).
-	err := cl.Call(testCtx(t), OpAttach, testDigest, "k-short", time.Now().Add(500*time.Millisecond), nil, nil)
-	if codeOf(err) != errcode.CodeFateUnknown || !errors.Is(err, ErrNoAnswer) {
+	err := cl.Call(testCtx(t), wire.OpAttach, testDigest, "k-short", time.Now().Add(500*time.Millisecond), nil, nil)
+	if codeOf(err) != errcode.CodeFateUnknown || !errors.Is(err, wire.ErrNoAnswer) {
 		t.Fatalf("unanswered call: %v, want fate_unknown wrapping ErrNoAnswer", err)
 	}
 	if err := <-other; codeOf(err) != errcode.CodeFateUnknown {
@@ -430,34 +431,7 @@ func TestClientNoAnswerEndsConnection(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("connection still up after an unanswered deadline")
 	}
-	if !errors.Is(cl.Err(), ErrNoAnswer) {
+	if !errors.Is(cl.Err(), wire.ErrNoAnswer) {
 		t.Fatalf("Err() = %v", cl.Err())
 	}
-}
-
-// FuzzEncodeRequest: the request envelope written around its args is
-// byte for byte what json.Marshal makes of the whole request, whatever
-// the op key and args hold (a broken splice would send another request,
-// or one the receiver refuses as malformed).
-func FuzzEncodeRequest(f *testing.F) {
-	f.Add("k", `{"path":"a.txt"}`, uint64(1))
-	f.Add(`x","args":0,"y":"`, `{"terminal_id":"t1"}`, uint64(7))
-	f.Add(`\",\"args\":0}`, `0`, uint64(1<<60))
-	f.Add("", `{"data":"AAEC","offset":0,"transfer_id":",\"args\":0"}`, uint64(2))
-	f.Fuzz(func(t *testing.T, opKey, args string, id uint64) {
-		raw, err := json.Marshal(json.RawMessage(args))
-		if err != nil {
-			return // not JSON: encodeArgs never makes it
-		}
-		req := Request{ID: id, Op: OpRead, TupleSHA256: strings.Repeat("a", 64), OpKey: opKey,
-			Deadline: time.Unix(1e9, 5).UTC(), Args: raw}
-		want, werr := json.Marshal(&req)
-		got, gerr := encodeRequest(&req)
-		if (werr == nil) != (gerr == nil) || string(got) != string(want) {
-			t.Fatalf("encodeRequest = %s, %v; json.Marshal = %s, %v", got, gerr, want, werr)
-		}
-		if string(req.Args) != string(raw) {
-			t.Fatalf("encodeRequest changed the request's args to %s", req.Args)
-		}
-	})
 }

@@ -1,4 +1,4 @@
-package wire
+package wireserver
 
 import (
 	"bytes"
@@ -7,12 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // peerConn is a real socket whose remote address claims a TCP source, so
@@ -76,12 +76,12 @@ func (r *limitRig) connect(ip string) net.Conn {
 // served reports whether a request on c is answered.
 func served(t *testing.T, c net.Conn) bool {
 	t.Helper()
-	cl, err := NewClient(c, ClientConfig{})
+	cl, err := wire.NewClient(c, wire.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res StatResult
-	err = cl.Call(testCtx(t), OpStat, testDigest, testOpKey, soon(), &StatArgs{Path: "abc"}, &res)
+	var res wire.StatResult
+	err = cl.Call(testCtx(t), wire.OpStat, testDigest, testOpKey, soon(), &wire.StatArgs{Path: "abc"}, &res)
 	return err == nil && res.Size == 3
 }
 
@@ -139,24 +139,5 @@ func TestAttackConnectionsCappedInTotal(t *testing.T) {
 	closedAtOnce(t, r.connect("10.0.0.2"))
 	if !strings.Contains(r.log.String(), "connection limit (3)") {
 		t.Fatalf("log does not name the total limit:\n%s", r.log)
-	}
-}
-
-func TestPeerOf(t *testing.T) {
-	c, _ := socketPair(t)
-	cases := map[string]any{
-		"ip:loopback":    peerConn{Conn: c, remote: tcpFrom("127.9.9.9")},
-		"ip:10.0.2.2":    peerConn{Conn: c, remote: tcpFrom("10.0.2.2")},
-		"ip:2001:db8::1": peerConn{Conn: c, remote: tcpFrom("2001:db8::1")},
-		"ip:loopback ":   peerConn{Conn: c, remote: tcpFrom("::1")},
-		"stream":         struct{ io.ReadWriteCloser }{},
-	}
-	for want, conn := range cases {
-		if got := PeerOf(conn); got != strings.TrimSpace(want) {
-			t.Errorf("PeerOf(%s) = %q", want, got)
-		}
-	}
-	if got, want := PeerOf(c), "uid:"+strconv.Itoa(os.Geteuid()); got != want {
-		t.Errorf("PeerOf(unix socket) = %q, want %q", got, want)
 	}
 }

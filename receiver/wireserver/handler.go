@@ -1,6 +1,10 @@
-package wire
+package wireserver
 
-import "context"
+import (
+	"context"
+
+	"github.com/tetherdev/tether/receiver/wire"
+)
 
 // Handler serves one decoded request on the receiver side. The server calls
 // Serve on its own goroutine per request, so Serve may block (exec_wait);
@@ -9,7 +13,7 @@ import "context"
 // *Error travels with its Code; any other error is sent as CodeInternal
 // with a generic message, so internals never leak to the peer.
 type Handler interface {
-	Serve(ctx context.Context, req *Request) (result any, err error)
+	Serve(ctx context.Context, req *wire.Request) (result any, err error)
 }
 
 // AfterWriter is implemented by a result that still needs its request's
@@ -38,10 +42,10 @@ func OwnsGoroutine(ctx context.Context) bool {
 }
 
 // HandlerFunc adapts a function to Handler.
-type HandlerFunc func(ctx context.Context, req *Request) (any, error)
+type HandlerFunc func(ctx context.Context, req *wire.Request) (any, error)
 
 // Serve calls f.
-func (f HandlerFunc) Serve(ctx context.Context, req *Request) (any, error) { return f(ctx, req) }
+func (f HandlerFunc) Serve(ctx context.Context, req *wire.Request) (any, error) { return f(ctx, req) }
 
 // Conn describes the connection a request arrived on, for a handler that
 // keeps state per connection (the receiver hands a command's terminal to

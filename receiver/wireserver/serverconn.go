@@ -1,4 +1,4 @@
-package wire
+package wireserver
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // serverConn is one connection served by a Server.
@@ -55,7 +56,7 @@ func (sc *serverConn) serve() error {
 		}
 		_ = sc.conn.Close()
 	})
-	fr, err := NewFrameReader(sc.conn, sc.s.limit)
+	fr, err := wire.NewFrameReader(sc.conn, sc.s.limit)
 	if err == nil {
 		err = sc.readLoop(fr)
 	}
@@ -76,7 +77,7 @@ func connEnded(err error) error {
 
 // readLoop reads and dispatches requests until the connection ends. It
 // returns nil on a clean end of stream at a frame boundary.
-func (sc *serverConn) readLoop(fr *FrameReader) error {
+func (sc *serverConn) readLoop(fr *wire.FrameReader) error {
 	for {
 		payload, err := fr.ReadFrame()
 		switch {
@@ -85,13 +86,13 @@ func (sc *serverConn) readLoop(fr *FrameReader) error {
 			return context.Cause(sc.ctx)
 		case errors.Is(err, io.EOF):
 			return nil
-		case errors.Is(err, ErrFrameTooLarge), errors.Is(err, ErrFrameEmpty):
+		case errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, wire.ErrFrameEmpty):
 			sc.notice(errcode.CodeInvalid, err.Error())
 			return violation(err)
 		default:
 			return err
 		}
-		req, err := DecodeRequest(payload)
+		req, err := wire.DecodeRequest(payload)
 		var refusal *errcode.Error
 		if errors.As(err, &refusal) {
 			err = nil
@@ -110,11 +111,11 @@ func (sc *serverConn) readLoop(fr *FrameReader) error {
 // dispatch starts req on its own goroutine, or answers it at once when it
 // is refused (invalid, shutting down, over the in-flight bound, already
 // past its deadline). An id already in flight is a protocol violation.
-func (sc *serverConn) dispatch(req *Request, refusal *errcode.Error) error {
+func (sc *serverConn) dispatch(req *wire.Request, refusal *errcode.Error) error {
 	sc.mu.Lock()
 	if _, dup := sc.inflight[req.ID]; dup {
 		sc.mu.Unlock()
-		return fmt.Errorf("%w: request id %d is already in flight", ErrProtocol, req.ID)
+		return fmt.Errorf("%w: request id %d is already in flight", wire.ErrProtocol, req.ID)
 	}
 	if refusal == nil {
 		refusal = sc.admit(req)
@@ -133,9 +134,9 @@ func (sc *serverConn) dispatch(req *Request, refusal *errcode.Error) error {
 }
 
 // admit decides whether req may run; sc.mu is held.
-func (sc *serverConn) admit(req *Request) *errcode.Error {
+func (sc *serverConn) admit(req *wire.Request) *errcode.Error {
 	if now := time.Now(); !now.Before(req.Deadline) {
-		return expiredError(req.Deadline, now)
+		return wire.ExpiredError(req.Deadline, now)
 	}
 	if len(sc.inflight) >= sc.s.maxInFlight {
 		return errcode.Errorf(errcode.CodeUnavailable, "in-flight limit of %d requests on this connection reached; not run",
@@ -150,7 +151,7 @@ func (sc *serverConn) admit(req *Request) *errcode.Error {
 // run serves one admitted request and writes its answer. It runs on a
 // goroutine of its own (OwnsGoroutine), which ends after the answer and
 // the result's AfterWrite.
-func (sc *serverConn) run(req *Request) {
+func (sc *serverConn) run(req *wire.Request) {
 	ctx, cancel := context.WithDeadline(context.WithValue(sc.ctx, ownedKey{}, true), req.Deadline)
 	result, err := sc.s.h.Serve(ctx, req)
 	if after, ok := result.(AfterWriter); ok {
@@ -184,12 +185,12 @@ func ctxRefusal(ctx context.Context) *errcode.Error {
 // encodeAnswer builds the answer frame payload for id. An answer that
 // would not fit in a frame becomes CodeTooLarge.
 func encodeAnswer(s *Server, id uint64, result any, err error) []byte {
-	resp := Response{ID: id}
+	resp := wire.Response{ID: id}
 	if err != nil {
 		resp.Error = publicError(s, id, err)
 	} else {
 		if result == nil {
-			result = Empty{}
+			result = wire.Empty{}
 		}
 		raw, merr := json.Marshal(result)
 		if merr != nil {
@@ -209,7 +210,7 @@ func encodeAnswer(s *Server, id uint64, result any, err error) []byte {
 		payload, _ = json.Marshal(&resp)
 	}
 	if len(payload) > s.limit {
-		payload, _ = json.Marshal(&Response{ID: id, Error: errcode.Errorf(errcode.CodeTooLarge,
+		payload, _ = json.Marshal(&wire.Response{ID: id, Error: errcode.Errorf(errcode.CodeTooLarge,
 			"answer of %d bytes exceeds the frame limit of %d", len(payload), s.limit)})
 	}
 	return payload
@@ -229,7 +230,7 @@ func publicError(s *Server, id uint64, err error) *errcode.Error {
 
 // notice writes a connection notice (id 0).
 func (sc *serverConn) notice(code errcode.Code, msg string) {
-	payload, _ := json.Marshal(&Response{ID: 0, Error: &errcode.Error{Code: code, Message: msg}})
+	payload, _ := json.Marshal(&wire.Response{ID: 0, Error: &errcode.Error{Code: code, Message: msg}})
 	sc.write(0, payload)
 }
 
@@ -245,7 +246,7 @@ func (sc *serverConn) write(id uint64, payload []byte) {
 	if canDeadline {
 		_ = d.SetWriteDeadline(time.Now().Add(sc.s.writeTimeout))
 	}
-	if err := WriteFrame(sc.conn, payload, sc.s.limit); err != nil {
+	if err := wire.WriteFrame(sc.conn, payload, sc.s.limit); err != nil {
 		sc.cancel(fmt.Errorf("write answer %d: %w", id, err))
 		return
 	}

@@ -1,4 +1,4 @@
-package wire
+package wireserver
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/internal/ratelog"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // Server defaults.
@@ -100,7 +101,7 @@ func NewServer(h Handler, cfg ServerConfig) (*Server, error) {
 	if h == nil {
 		return nil, errors.New("wire: NewServer: nil handler")
 	}
-	limit, err := FrameLimit(cfg.MaxFrame)
+	limit, err := wire.FrameLimit(cfg.MaxFrame)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +293,7 @@ func (s *Server) beginDrain() []*serverConn {
 // is over MaxConns or its peer's MaxConnsPerPeer (never waiting for a
 // slot), with the shutdown notice once draining.
 func (s *Server) track(ctx context.Context, conn io.ReadWriteCloser) (*serverConn, error) {
-	peer := PeerOf(conn)
+	peer := wire.PeerOf(conn)
 	s.mu.Lock()
 	if reason := s.overLimitLocked(peer); reason != "" && !s.draining {
 		s.mu.Unlock()

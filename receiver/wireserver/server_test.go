@@ -1,4 +1,4 @@
-package wire
+package wireserver
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // serveRaw runs a Server with h on one end of a socketpair and returns a
@@ -28,7 +29,7 @@ func serveRaw(t *testing.T, h Handler, cfg ServerConfig) (*Server, *rawPeer, net
 	return srv, newRawPeer(t, cc), cc, served
 }
 
-func request(id uint64, op Op, args string) []byte {
+func request(id uint64, op wire.Op, args string) []byte {
 	return fmt.Appendf(nil, `{"id":%d,"op":%q,"tuple_sha256":%q,"op_key":"k","deadline":%q,"args":%s}`,
 		id, op, testDigest, soon().UTC().Format(time.RFC3339Nano), args)
 }
@@ -36,7 +37,7 @@ func request(id uint64, op Op, args string) []byte {
 // countingHandler counts the requests that reached it.
 type countingHandler struct{ n atomic.Int64 }
 
-func (c *countingHandler) Serve(ctx context.Context, req *Request) (any, error) {
+func (c *countingHandler) Serve(ctx context.Context, req *wire.Request) (any, error) {
 	c.n.Add(1)
 	return nil, nil
 }
@@ -45,14 +46,14 @@ func (c *countingHandler) Serve(ctx context.Context, req *Request) (any, error) 
 // (id 0, invalid) and never reaches the handler.
 func TestServerViolationClosesConnection(t *testing.T) {
 	cases := map[string]func(p *rawPeer, c net.Conn){
-		"oversize frame":  func(p *rawPeer, c net.Conn) { c.Write(hdr(MaxFrameSize + 1)) },
+		"oversize frame":  func(p *rawPeer, c net.Conn) { c.Write(hdr(wire.MaxFrameSize + 1)) },
 		"zero frame":      func(p *rawPeer, c net.Conn) { c.Write(hdr(0)) },
 		"malformed json":  func(p *rawPeer, c net.Conn) { p.sendRaw([]byte(`{"id":1,`)) },
 		"unknown op":      func(p *rawPeer, c net.Conn) { p.sendRaw(request(1, "format_disk", `{}`)) },
-		"unknown field":   func(p *rawPeer, c net.Conn) { p.sendRaw(request(1, OpStat, `{"path":"x","follow":1}`)) },
-		"duplicate key":   func(p *rawPeer, c net.Conn) { p.sendRaw(request(1, OpStat, `{"path":"x","path":"y"}`)) },
-		"id zero":         func(p *rawPeer, c net.Conn) { p.sendRaw(request(0, OpStat, `{"path":"x"}`)) },
-		"trailing data":   func(p *rawPeer, c net.Conn) { p.sendRaw(append(request(1, OpStat, `{"path":"x"}`), ' ', '1')) },
+		"unknown field":   func(p *rawPeer, c net.Conn) { p.sendRaw(request(1, wire.OpStat, `{"path":"x","follow":1}`)) },
+		"duplicate key":   func(p *rawPeer, c net.Conn) { p.sendRaw(request(1, wire.OpStat, `{"path":"x","path":"y"}`)) },
+		"id zero":         func(p *rawPeer, c net.Conn) { p.sendRaw(request(0, wire.OpStat, `{"path":"x"}`)) },
+		"trailing data":   func(p *rawPeer, c net.Conn) { p.sendRaw(append(request(1, wire.OpStat, `{"path":"x"}`), ' ', '1')) },
 		"over the config": func(p *rawPeer, c net.Conn) { p.sendRaw([]byte(`{"pad":"` + strings.Repeat("x", 5000) + `"}`)) },
 	}
 	for name, attack := range cases {
@@ -60,14 +61,14 @@ func TestServerViolationClosesConnection(t *testing.T) {
 			h := &countingHandler{}
 			_, peer, conn, served := serveRaw(t, h, ServerConfig{MaxFrame: 4096})
 			attack(peer, conn)
-			var notice Response
+			var notice wire.Response
 			peer.next(&notice)
 			if notice.ID != 0 || notice.Error == nil || notice.Error.Code != errcode.CodeInvalid {
 				t.Fatalf("notice = %+v, want id 0 invalid", notice)
 			}
 			peer.expectEOF()
-			if err := <-served; !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) &&
-				!errors.Is(err, ErrFrameTooLarge) && !errors.Is(err, ErrFrameEmpty) {
+			if err := <-served; !errors.Is(err, wire.ErrMalformed) && !errors.Is(err, wire.ErrProtocol) &&
+				!errors.Is(err, wire.ErrFrameTooLarge) && !errors.Is(err, wire.ErrFrameEmpty) {
 				t.Fatalf("ServeConn = %v, want the violation", err)
 			}
 			if h.n.Load() != 0 {
@@ -90,7 +91,7 @@ func TestServerTruncatedFrame(t *testing.T) {
 			_, _, conn, served := serveRaw(t, h, ServerConfig{})
 			conn.Write(sent)
 			conn.(*net.UnixConn).CloseWrite()
-			if err := <-served; !errors.Is(err, ErrFrameTruncated) {
+			if err := <-served; !errors.Is(err, wire.ErrFrameTruncated) {
 				t.Fatalf("ServeConn = %v, want ErrFrameTruncated", err)
 			}
 		})
@@ -100,19 +101,19 @@ func TestServerTruncatedFrame(t *testing.T) {
 // A second request with an id still in flight is a violation: answers
 // would be ambiguous.
 func TestServerDuplicateInFlightID(t *testing.T) {
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		<-ctx.Done() // ends when the violation closes the connection
 		return nil, ctx.Err()
 	})
 	_, peer, _, served := serveRaw(t, h, ServerConfig{})
-	peer.sendRaw(request(5, OpAttach, `{}`))
-	peer.sendRaw(request(5, OpAttach, `{}`))
-	var notice Response
+	peer.sendRaw(request(5, wire.OpAttach, `{}`))
+	peer.sendRaw(request(5, wire.OpAttach, `{}`))
+	var notice wire.Response
 	peer.next(&notice)
 	if notice.ID != 0 || notice.Error.Code != errcode.CodeInvalid || !strings.Contains(notice.Error.Message, "already in flight") {
 		t.Fatalf("notice %+v", notice)
 	}
-	if err := <-served; !errors.Is(err, ErrProtocol) {
+	if err := <-served; !errors.Is(err, wire.ErrProtocol) {
 		t.Fatalf("ServeConn = %v", err)
 	}
 }
@@ -123,7 +124,7 @@ func TestServerRefusalsKeepConnection(t *testing.T) {
 	block, blocking := make(chan struct{}), make(chan struct{})
 	defer close(block)
 	var ran atomic.Int64
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		ran.Add(1)
 		if req.OpKey == "block" {
 			close(blocking)
@@ -136,20 +137,20 @@ func TestServerRefusalsKeepConnection(t *testing.T) {
 	})
 	_, peer, _, _ := serveRaw(t, h, ServerConfig{MaxInFlight: 1})
 	past := time.Now().Add(-time.Second).UTC().Format(time.RFC3339Nano)
-	blocker := strings.Replace(string(request(1, OpAttach, `{}`)), `"op_key":"k"`, `"op_key":"block"`, 1)
+	blocker := strings.Replace(string(request(1, wire.OpAttach, `{}`)), `"op_key":"k"`, `"op_key":"block"`, 1)
 	peer.sendRaw([]byte(blocker))
 	cases := []struct {
 		payload string
 		want    errcode.Code
 	}{
-		{string(request(2, OpRead, `{"path":"x","line":-1}`)), errcode.CodeInvalid},
-		{strings.Replace(string(request(3, OpAttach, `{}`)), testDigest, "nope", 1), errcode.CodeInvalid},
+		{string(request(2, wire.OpRead, `{"path":"x","line":-1}`)), errcode.CodeInvalid},
+		{strings.Replace(string(request(3, wire.OpAttach, `{}`)), testDigest, "nope", 1), errcode.CodeInvalid},
 		{fmt.Sprintf(`{"id":4,"op":"attach","tuple_sha256":%q,"op_key":"k","deadline":%q,"args":{}}`, testDigest, past), errcode.CodeTimeout},
-		{string(request(5, OpAttach, `{}`)), errcode.CodeUnavailable}, // id 1 holds the only slot
+		{string(request(5, wire.OpAttach, `{}`)), errcode.CodeUnavailable}, // id 1 holds the only slot
 	}
 	for _, c := range cases {
 		peer.sendRaw([]byte(c.payload))
-		var resp Response
+		var resp wire.Response
 		peer.next(&resp)
 		if resp.Error == nil || resp.Error.Code != c.want {
 			t.Fatalf("%s: answer %+v, want %s", c.payload, resp, c.want)
@@ -165,7 +166,7 @@ func TestServerRefusalsKeepConnection(t *testing.T) {
 // is CodeInternal with a generic message (no internals leak); a handler
 // that runs past its deadline is answered CodeTimeout.
 func TestServerHandlerErrors(t *testing.T) {
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		switch req.OpKey {
 		case "denied":
 			return nil, fmt.Errorf("policy: %w", errcode.Errorf(errcode.CodeDenied, "op exec not allowed by the grant"))
@@ -182,7 +183,7 @@ func TestServerHandlerErrors(t *testing.T) {
 	cl, _ := pair(t, h, ServerConfig{})
 	ctx := testCtx(t)
 	call := func(key string, dl time.Time) error {
-		return cl.Call(ctx, OpAttach, testDigest, key, dl, nil, nil)
+		return cl.Call(ctx, wire.OpAttach, testDigest, key, dl, nil, nil)
 	}
 	if err := call("denied", soon()); codeOf(err) != errcode.CodeDenied || !strings.Contains(err.Error(), "not allowed by the grant") {
 		t.Errorf("denied: %v", err)
@@ -199,11 +200,11 @@ func TestServerHandlerErrors(t *testing.T) {
 }
 
 func TestServerAnswerTooLarge(t *testing.T) {
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
-		return ReadResult{Content: strings.Repeat("a", 5000)}, nil
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
+		return wire.ReadResult{Content: strings.Repeat("a", 5000)}, nil
 	})
 	cl, _ := pair(t, h, ServerConfig{MaxFrame: 4096})
-	err := cl.Call(testCtx(t), OpRead, testDigest, testOpKey, soon(), &ReadArgs{Path: "x"}, nil)
+	err := cl.Call(testCtx(t), wire.OpRead, testDigest, testOpKey, soon(), &wire.ReadArgs{Path: "x"}, nil)
 	if codeOf(err) != errcode.CodeTooLarge {
 		t.Fatalf("err = %v, want too_large", err)
 	}
@@ -217,7 +218,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	var ran atomic.Int64
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		if ran.Add(1) == 1 {
 			close(started)
 			select {
@@ -226,13 +227,13 @@ func TestServerShutdownGraceful(t *testing.T) {
 				return nil, ctx.Err()
 			}
 		}
-		return StatResult{Type: "file"}, nil
+		return wire.StatResult{Type: "file"}, nil
 	})
 	cl, srv, l := listenerPair(t, h)
 	first := make(chan error, 1)
 	go func() {
-		var res StatResult
-		err := cl.Call(testCtx(t), OpStat, testDigest, "k1", soon(), &StatArgs{Path: "x"}, &res)
+		var res wire.StatResult
+		err := cl.Call(testCtx(t), wire.OpStat, testDigest, "k1", soon(), &wire.StatArgs{Path: "x"}, &res)
 		if err == nil && res.Type != "file" {
 			err = fmt.Errorf("result %+v", res)
 		}
@@ -246,7 +247,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 	// client has read the notice.
 	<-l.closed
 	for range 4 {
-		err := cl.Call(testCtx(t), OpStat, testDigest, "k2", soon(), &StatArgs{Path: "x"}, nil)
+		err := cl.Call(testCtx(t), wire.OpStat, testDigest, "k2", soon(), &wire.StatArgs{Path: "x"}, nil)
 		if codeOf(err) != errcode.CodeUnavailable {
 			t.Fatalf("call during shutdown: %v, want unavailable", err)
 		}
@@ -266,7 +267,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 	case <-testCtx(t).Done():
 		t.Fatal("the client did not end the connection after the notice and its last answer")
 	}
-	if !errors.Is(cl.Err(), ErrReceiverShutdown) {
+	if !errors.Is(cl.Err(), wire.ErrReceiverShutdown) {
 		t.Fatalf("client ended with %v, want ErrReceiverShutdown", cl.Err())
 	}
 	go func() { shut <- srv.Shutdown(testCtx(t)) }()
@@ -280,7 +281,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 
 // listenerPair is pair served through Serve on a pairListener, whose
 // closed channel tells when the server began to drain.
-func listenerPair(t *testing.T, h Handler) (*Client, *Server, *pairListener) {
+func listenerPair(t *testing.T, h Handler) (*wire.Client, *Server, *pairListener) {
 	t.Helper()
 	l := &pairListener{conns: make(chan net.Conn, 1), closed: make(chan struct{})}
 	srv, err := NewServer(h, ServerConfig{})
@@ -291,7 +292,7 @@ func listenerPair(t *testing.T, h Handler) (*Client, *Server, *pairListener) {
 	go func() { served <- srv.Serve(context.Background(), l) }()
 	cc, sc := socketPair(t)
 	l.conns <- sc
-	cl, err := NewClient(cc, ClientConfig{})
+	cl, err := wire.NewClient(cc, wire.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +314,7 @@ func TestServerRefusesAfterShutdown(t *testing.T) {
 	if err := srv.Shutdown(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
-	var notice Response
+	var notice wire.Response
 	peer.next(&notice)
 	if notice.ID != 0 || notice.Error.Code != errcode.CodeUnavailable {
 		t.Fatalf("notice %+v, want id 0 unavailable", notice)
@@ -342,14 +343,14 @@ func TestServerRefusesAfterShutdown(t *testing.T) {
 func TestServerShutdownCtxCancelsHandlers(t *testing.T) {
 	cause := make(chan error, 1)
 	started := make(chan struct{})
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		close(started)
 		<-ctx.Done()
 		cause <- context.Cause(ctx)
 		return nil, ctx.Err()
 	})
 	cl, srv := pair(t, h, ServerConfig{})
-	go cl.Call(testCtx(t), OpAttach, testDigest, testOpKey, soon(), nil, nil)
+	go cl.Call(testCtx(t), wire.OpAttach, testDigest, testOpKey, soon(), nil, nil)
 	<-started
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
@@ -375,10 +376,10 @@ func TestServerServeListener(t *testing.T) {
 	go func() { served <- srv.Serve(context.Background(), l) }()
 	cc, sc := socketPair(t)
 	l.conns <- sc
-	cl, _ := NewClient(cc, ClientConfig{})
+	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
 	defer cl.Close()
-	var res StatResult
-	if err := cl.Call(testCtx(t), OpStat, testDigest, testOpKey, soon(), &StatArgs{Path: "abc"}, &res); err != nil || res.Size != 3 {
+	var res wire.StatResult
+	if err := cl.Call(testCtx(t), wire.OpStat, testDigest, testOpKey, soon(), &wire.StatArgs{Path: "abc"}, &res); err != nil || res.Size != 3 {
 		t.Fatalf("call: %v %+v", err, res)
 	}
 	if err := srv.Shutdown(testCtx(t)); err != nil {
@@ -427,7 +428,7 @@ func (l *pairListener) Close() error {
 // afterResult is a result that holds its request's goroutine after the
 // answer until released.
 type afterResult struct {
-	StatResult
+	wire.StatResult
 	ran, release chan struct{}
 }
 
@@ -441,10 +442,10 @@ func (r *afterResult) AfterWrite() {
 // answer was delivered, while the request no longer counts as in flight
 // (Shutdown completes without it). A direct caller never owns a goroutine.
 func TestServerAfterWrite(t *testing.T) {
-	res := &afterResult{StatResult: StatResult{Type: "file", Size: 7}, ran: make(chan struct{}), release: make(chan struct{})}
+	res := &afterResult{StatResult: wire.StatResult{Type: "file", Size: 7}, ran: make(chan struct{}), release: make(chan struct{})}
 	defer close(res.release)
 	owned := make(chan bool, 1)
-	h := HandlerFunc(func(ctx context.Context, req *Request) (any, error) {
+	h := HandlerFunc(func(ctx context.Context, req *wire.Request) (any, error) {
 		owned <- OwnsGoroutine(ctx)
 		return res, nil
 	})
@@ -452,8 +453,8 @@ func TestServerAfterWrite(t *testing.T) {
 		t.Fatal("a bare context claims an owned goroutine")
 	}
 	cl, srv := pair(t, h, ServerConfig{})
-	var got StatResult
-	if err := cl.Call(testCtx(t), OpStat, testDigest, testOpKey, soon(), &StatArgs{Path: "x"}, &got); err != nil {
+	var got wire.StatResult
+	if err := cl.Call(testCtx(t), wire.OpStat, testDigest, testOpKey, soon(), &wire.StatArgs{Path: "x"}, &got); err != nil {
 		t.Fatal(err)
 	}
 	if got != res.StatResult {
