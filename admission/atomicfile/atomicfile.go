@@ -8,11 +8,11 @@ package atomicfile
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 )
 
 // The steps of Write, in order, as the test hook names them.
@@ -58,30 +58,75 @@ func step(name string) {
 // rename the temp file is removed and path is untouched; an error from
 // the directory fsync leaves the new content in place but not durable.
 func Write(path string, data []byte, perm fs.FileMode, opts Options) error {
+	return WriteFrom(path, perm, opts, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteFrom is Write for content that is streamed: fill writes it to the
+// temp file (unbuffered: fill flushes its own buffers before it returns).
+// An error from fill is returned and path is untouched.
+func WriteFrom(path string, perm fs.FileMode, opts Options, fill func(io.Writer) error) error {
 	dir := filepath.Dir(path)
-	f, err := createTemp(dir, filepath.Base(path), perm, opts.Temp)
+	ops := Ops{
+		Create:  func() (*os.File, error) { return createTemp(dir, filepath.Base(path), perm, opts.Temp) },
+		Rename:  func(tmp string) error { return os.Rename(tmp, path) },
+		Remove:  func(tmp string) { _ = os.Remove(tmp) },
+		SyncDir: func() error { return SyncDir(dir) },
+	}
+	if err := Replace(ops, perm, opts, fill); err != nil {
+		return fmt.Errorf("replace %s: %w", path, err)
+	}
+	return nil
+}
+
+// Ops are the filesystem calls of one replacement. WriteFrom makes them
+// from a path; a caller that holds its directory open (admission/
+// signedfile, descriptor-relative and symlink-proof) passes its own, so
+// the one sequence runs either way.
+type Ops struct {
+	// Create creates the temp file exclusively; its Name is what Rename
+	// and Remove are given.
+	Create func() (*os.File, error)
+	// Rename renames the temp file over the target.
+	Rename func(tmp string) error
+	// Remove removes the temp file after a failure before the rename.
+	Remove func(tmp string)
+	// SyncDir fsyncs the directory (through DirSync, so tests see it).
+	SyncDir func() error
+}
+
+// Replace runs the sequence: create the temp file, set its mode (and
+// owner), fill it, fsync, close, rename it over the target, fsync the
+// directory. Before the rename a failure removes the temp file and leaves
+// the target untouched; a failed directory fsync leaves the new content
+// in place but not durable.
+func Replace(ops Ops, perm fs.FileMode, opts Options, fill func(io.Writer) error) error {
+	f, err := ops.Create()
 	if err != nil {
-		return fmt.Errorf("create temp file for %s: %w", path, err)
+		return fmt.Errorf("create temp file: %w", err)
 	}
 	tmp := f.Name()
 	step(StepCreate)
-	if err := fill(f, data, perm, opts); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", tmp, err)
+	if err := finish(f, perm, opts, fill); err != nil {
+		ops.Remove(tmp)
+		return fmt.Errorf("write temp file: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		_ = os.Remove(tmp)
-		return err
+	if err := ops.Rename(tmp); err != nil {
+		ops.Remove(tmp)
+		return fmt.Errorf("rename: %w", err)
 	}
 	step(StepRename)
-	if err := SyncDir(dir); err != nil {
+	if err := ops.SyncDir(); err != nil {
 		return err
 	}
 	step(StepSyncDir)
 	return nil
 }
 
-// createTemp opens the temp file in dir, never following a link.
+// createTemp opens the temp file in dir, never following a link: O_EXCL
+// fails on an existing name, a symlink included.
 func createTemp(dir, base string, perm fs.FileMode, temp string) (*os.File, error) {
 	if temp == "" {
 		temp = "." + base + ".tmp-*"
@@ -89,18 +134,18 @@ func createTemp(dir, base string, perm fs.FileMode, temp string) (*os.File, erro
 	if strings.Contains(temp, "*") {
 		return os.CreateTemp(dir, temp)
 	}
-	return os.OpenFile(filepath.Join(dir, temp), os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, perm)
+	return os.OpenFile(filepath.Join(dir, temp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 }
 
-// fill sets the mode (CreateTemp makes 0600; umask trims OpenFile's),
-// writes data, fsyncs and closes f.
-func fill(f *os.File, data []byte, perm fs.FileMode, opts Options) error {
+// finish sets the mode (CreateTemp makes 0600; umask trims OpenFile's)
+// and owner, lets fill write, fsyncs and closes f.
+func finish(f *os.File, perm fs.FileMode, opts Options, fill func(io.Writer) error) error {
 	err := f.Chmod(perm)
 	if err == nil && opts.Chown {
 		err = f.Chown(opts.UID, opts.GID)
 	}
 	if err == nil {
-		_, err = f.Write(data)
+		err = fill(f)
 	}
 	if err == nil {
 		step(StepWrite)

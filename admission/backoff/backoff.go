@@ -12,35 +12,47 @@ import (
 
 // Backoff yields growing delays: the n-th (from 0) is drawn uniformly from
 // [0, min(Cap, Base<<n)] (full jitter), so many waiters do not retry in
-// step. The zero value is unusable; set Base and Cap. Not safe for
-// concurrent use.
+// step; with Equal, from the upper half of that range, so no delay is
+// shorter than half its ceiling. The zero value is unusable; set Base and
+// Cap. Not safe for concurrent use.
 type Backoff struct {
 	Base, Cap time.Duration
+	Equal     bool
 	n         int
 	// jitter draws from [0, d]; tests replace it, nil means rand.
 	jitter func(d time.Duration) time.Duration
 }
 
-// New returns a Backoff from base up to cap.
+// New returns a Backoff from base up to cap, with full jitter.
 func New(base, cap time.Duration) *Backoff { return &Backoff{Base: base, Cap: cap} }
 
-// Ceiling is the upper bound of the next delay, without jitter.
-func (b *Backoff) Ceiling() time.Duration {
-	d := b.Cap
-	if b.n < 62 && b.Base<<b.n > 0 && b.Base<<b.n < b.Cap {
-		d = b.Base << b.n
+// Ceiling is the upper bound of the n-th delay: Base<<n, at most Cap.
+func (b *Backoff) Ceiling(n int) time.Duration {
+	d := b.Base << min(n, 62)
+	if n >= 62 || d <= 0 || d > b.Cap || d>>min(n, 62) != b.Base {
+		d = b.Cap
 	}
 	return d
 }
 
+// Delay returns a jittered n-th delay, without changing b.
+func (b *Backoff) Delay(n int) time.Duration {
+	d := b.Ceiling(n)
+	draw := b.jitter
+	if draw == nil {
+		draw = func(d time.Duration) time.Duration { return rand.N(d + 1) }
+	}
+	if b.Equal {
+		return d - d/2 + draw(d/2)
+	}
+	return draw(d)
+}
+
 // Next returns the next delay and grows the ceiling.
 func (b *Backoff) Next() time.Duration {
-	d := b.Ceiling()
+	d := b.Delay(b.n)
 	b.n++
-	if b.jitter != nil {
-		return b.jitter(d)
-	}
-	return rand.N(d + 1)
+	return d
 }
 
 // Reset starts the delays again from Base, after a success.

@@ -25,6 +25,20 @@ func TestCeilingDoublesToTheCapAndResets(t *testing.T) {
 	}
 }
 
+func TestEqualJitterKeepsTheUpperHalf(t *testing.T) {
+	b := &Backoff{Base: 10 * time.Millisecond, Cap: 200 * time.Millisecond, Equal: true}
+	for n := range 100 {
+		c := b.Ceiling(n)
+		if d := b.Delay(n); d < c-c/2 || d > c {
+			t.Fatalf("delay %d: %v outside [%v, %v]", n, d, c-c/2, c)
+		}
+	}
+	b.jitter = func(time.Duration) time.Duration { return 0 }
+	if d := b.Delay(0); d != 5*time.Millisecond {
+		t.Fatalf("lowest first delay %v, want 5ms", d)
+	}
+}
+
 func TestCeilingDoesNotOverflow(t *testing.T) {
 	b := New(time.Second, time.Hour)
 	for range 200 {
