@@ -137,12 +137,15 @@ func createTemp(dir, base string, perm fs.FileMode, temp string) (*os.File, erro
 	return os.OpenFile(filepath.Join(dir, temp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 }
 
-// finish sets the mode (CreateTemp makes 0600; umask trims OpenFile's)
-// and owner, lets fill write, fsyncs and closes f.
+// finish sets the owner, then the mode (CreateTemp makes 0600; umask
+// trims OpenFile's), lets fill write, fsyncs and closes f.
 func finish(f *os.File, perm fs.FileMode, opts Options, fill func(io.Writer) error) error {
-	err := f.Chmod(perm)
-	if err == nil && opts.Chown {
+	var err error
+	if opts.Chown { // first: a chown may clear the set-id bits of the mode
 		err = f.Chown(opts.UID, opts.GID)
+	}
+	if err == nil {
+		err = f.Chmod(perm)
 	}
 	if err == nil {
 		err = fill(f)
