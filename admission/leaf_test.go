@@ -16,6 +16,8 @@ var leaves = map[string]bool{
 	"github.com/tetherdev/tether/admission/errcode":    true,
 	"github.com/tetherdev/tether/admission/acpmeta":    true,
 	"github.com/tetherdev/tether/admission/strictjson": true,
+	"github.com/tetherdev/tether/admission/atomicfile": true,
+	"github.com/tetherdev/tether/admission/backoff":    true,
 }
 
 // leafExternal maps a leaf to the one module outside the standard library

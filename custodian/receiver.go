@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -52,12 +52,10 @@ type Backoff struct {
 	Min, Max time.Duration
 }
 
+// delay is admission/backoff's delay from Min to Max, jittered in the
+// upper half: [d/2, d].
 func (b Backoff) delay(attempt int) time.Duration {
-	d := b.Min << min(attempt, 20)
-	if d <= 0 || d > b.Max {
-		d = b.Max
-	}
-	return d/2 + rand.N(d/2+1) // jitter in [d/2, d]
+	return (&backoff.Backoff{Base: b.Min, Cap: b.Max, Equal: true}).Delay(attempt)
 }
 
 // Receiver keeps one connection to one receiver. When the connection ends
@@ -114,7 +112,7 @@ func (r *Receiver) maintain(ctx context.Context) {
 		}
 		if err != nil {
 			r.log.Warn("receiver dial failed", "attempt", attempt, "err", err)
-			if !sleepCtx(ctx, r.backoff.delay(attempt)) {
+			if backoff.Sleep(ctx, r.backoff.delay(attempt)) != nil {
 				return
 			}
 			attempt++
@@ -131,7 +129,7 @@ func (r *Receiver) maintain(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if !sleepCtx(ctx, r.backoff.delay(0)) {
+		if backoff.Sleep(ctx, r.backoff.delay(0)) != nil {
 			return
 		}
 	}
@@ -217,17 +215,6 @@ func (r *Receiver) Close() error {
 	r.stop()
 	<-r.done
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // String shows the delay range.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/custodian/opstore"
 )
 
@@ -40,7 +41,7 @@ func (c *Custodian) waitStore(ctx context.Context, bound time.Duration, what str
 	start := time.Now()
 	wctx, cancel := context.WithDeadline(ctx, start.Add(bound))
 	defer cancel()
-	backoff := storeRetryFirst
+	pauses := backoff.Backoff{Base: storeRetryFirst, Cap: storeRetryCap}
 	var cause error // the last answer that was not the bound cutting a try short
 	for try := 1; ; try++ {
 		tctx, endTry := context.WithTimeout(wctx, storeTryMax)
@@ -60,16 +61,15 @@ func (c *Custodian) waitStore(ctx context.Context, bound time.Duration, what str
 			cause = err
 		}
 		waited := time.Since(start)
-		pause := min(backoff, bound-waited)
+		pause := min(pauses.Ceiling(try-1), bound-waited)
 		if pause <= 0 || wctx.Err() != nil {
 			return fmt.Errorf("%s: the op store answered unavailable for %s, giving up at the bound (op_store unavailable_wait_s, %s): %w",
 				what, waited.Round(time.Millisecond), bound, cause)
 		}
 		c.log.Warn("op store unavailable, retrying", "step", what, "try", try, "waited", waited.Round(time.Millisecond),
 			"next_in", pause, "bound", bound, "err", err)
-		if !sleepCtx(wctx, pause) && ctx.Err() != nil {
+		if backoff.Sleep(wctx, pause) != nil && ctx.Err() != nil {
 			return fmt.Errorf("%s: interrupted while the op store was unavailable (%w): %w", what, context.Cause(ctx), err)
 		}
-		backoff = min(2*backoff, storeRetryCap)
 	}
 }

@@ -8,7 +8,8 @@ import (
 
 // TestVisualPathSharesNoChainCode: no package of the visual path links
 // tether's file and exec chain (custodian, receiver, plugin, admission
-// beyond its signature package and the strict JSON decoder, a leaf) or the
+// beyond its signature package and the leaves strict JSON decoder,
+// backoff and atomic write) or the
 // test fixtures, and the live view's
 // packages do not link os/exec at all. It reads the real import graph
 // with go list -deps.
@@ -43,7 +44,8 @@ func TestVisualPathSharesNoChainCode(t *testing.T) {
 
 func chainPackage(mod, d string) bool {
 	rest, ok := strings.CutPrefix(d, mod)
-	if !ok || strings.HasPrefix(rest, "qmpinput") || rest == "admission/signing" || rest == "admission/strictjson" {
+	if !ok || strings.HasPrefix(rest, "qmpinput") || rest == "admission/signing" || rest == "admission/strictjson" ||
+		rest == "admission/backoff" || rest == "admission/atomicfile" {
 		return false
 	}
 	return true

@@ -7,6 +7,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/digitalocean/go-qemu/qmp/raw"
+
+	"github.com/tetherdev/tether/admission/backoff"
 )
 
 // Button is a pointer button.
@@ -77,7 +79,7 @@ func (a *Adapter) DoubleClick(ctx context.Context, x, y int) error {
 		if err := a.click(ctx, x, y, ButtonLeft); err != nil {
 			return err
 		}
-		if err := sleep(ctx, a.cfg.DoubleClickGap); err != nil {
+		if err := backoff.Sleep(ctx, a.cfg.DoubleClickGap); err != nil {
 			return err
 		}
 		if err := a.gate(); err != nil {
@@ -104,7 +106,7 @@ func (a *Adapter) click(ctx context.Context, x, y int, b Button) error {
 // release sends up events even if ctx has ended, so no button or key is
 // left held; it gets its own short deadline.
 func (a *Adapter) release(ctx context.Context, events ...raw.InputEvent) error {
-	if err := sleep(ctx, a.cfg.PressHold); err != nil {
+	if err := backoff.Sleep(ctx, a.cfg.PressHold); err != nil {
 		ctx = context.WithoutCancel(ctx)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -208,18 +210,4 @@ func layout(text string) ([]typedKey, error) {
 		keys = append(keys, k)
 	}
 	return keys, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tetherdev/tether/admission/backoff"
 )
 
 // ErrScript: a script line that does not parse; nothing runs.
@@ -204,7 +206,7 @@ func (a *Adapter) Do(ctx context.Context, act Action) (*Frame, error) {
 	case "type":
 		return nil, a.Type(ctx, act.Text)
 	case "wait":
-		return nil, sleep(ctx, time.Duration(act.N)*time.Millisecond)
+		return nil, backoff.Sleep(ctx, time.Duration(act.N)*time.Millisecond)
 	}
 	if op, ok := unsupportedVerbs[act.Verb]; ok {
 		return nil, &UnsupportedError{Op: op}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tetherdev/tether/admission/atomicfile"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -215,41 +216,10 @@ func writeFenceState(path string, tokens map[string]uint64) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, fenceTempPrefix+"*.tmp")
-	if err != nil {
-		return fenceWriteError(err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename: ENOENT, ignored
-	if err := writeSynced(tmp, data); err != nil {
-		return fenceWriteError(err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fenceWriteError(err)
-	}
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.Write(path, data, 0o600, atomicfile.Options{Temp: fenceTempPrefix + "*.tmp"}); err != nil {
 		return fenceWriteError(err)
 	}
 	return nil
-}
-
-// writeSynced writes data to f (mode 0600, from CreateTemp), syncs and
-// closes it.
-func writeSynced(f *os.File, data []byte) error {
-	_, err := f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	return errors.Join(err, f.Close())
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func fenceWriteError(err error) error {

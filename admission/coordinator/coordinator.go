@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/admission/signedfile"
 	"github.com/tetherdev/tether/admission/signing"
 )
@@ -216,7 +217,7 @@ func (c *Coordinator) Run(ctx context.Context, report func(Round, error)) error 
 			if report != nil {
 				report(Round{}, err)
 			}
-			if !sleepCtx(ctx, c.interval) {
+			if backoff.Sleep(ctx, c.interval) != nil {
 				return context.Cause(ctx)
 			}
 			continue
@@ -226,15 +227,6 @@ func (c *Coordinator) Run(ctx context.Context, report func(Round, error)) error 
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
 	}
 }
 

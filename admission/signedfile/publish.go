@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/atomicfile"
+	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/admission/signing"
 )
 
@@ -225,7 +227,7 @@ func lockDir(ctx context.Context, dir *os.File) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: lock file: %w", ErrPublishDir, err)
 	}
-	wait := time.Millisecond
+	wait := backoff.New(time.Millisecond, 50*time.Millisecond)
 	for {
 		err := flock(lf, true)
 		if err == nil {
@@ -235,13 +237,10 @@ func lockDir(ctx context.Context, dir *os.File) (func(), error) {
 			lf.Close()
 			return nil, fmt.Errorf("%w: flock: %w", ErrPublishDir, err)
 		}
-		select {
-		case <-ctx.Done():
+		if err := wait.Wait(ctx); err != nil {
 			lf.Close()
-			return nil, fmt.Errorf("waiting for the publisher lock: %w", context.Cause(ctx))
-		case <-time.After(wait):
+			return nil, fmt.Errorf("waiting for the publisher lock: %w", err)
 		}
-		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
@@ -306,36 +305,28 @@ func (p *Publisher) envelope(ctx context.Context, gen uint64, in admission.Publi
 // replaceFile writes data to a fresh temp file in dir, fsyncs it, renames it
 // over FileName and fsyncs dir. Temp files a crashed publisher left are
 // removed first (the caller holds the lock, so none is in use).
-func replaceFile(dir *os.File, data []byte) (err error) {
+func replaceFile(dir *os.File, data []byte) error {
 	removeStaleTemps(dir)
-	name := tempPrefix + randomSuffix()
-	f, err := createAt(dir, name, 0o644, true)
-	if err != nil {
-		return fmt.Errorf("publish: create temp file: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			unlinkAt(dir, name)
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("publish: write temp file: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("publish: fsync temp file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("publish: close temp file: %w", err)
-	}
-	if err := renameAt(dir, name, admission.FileName); err != nil {
-		return fmt.Errorf("publish: rename: %w", err)
-	}
-	if err := dir.Sync(); err != nil {
-		return fmt.Errorf("publish: fsync directory: %w", err)
+	if err := writeAt(dir, tempPrefix+randomSuffix(), admission.FileName, data); err != nil {
+		return fmt.Errorf("publish: %w", err)
 	}
 	return nil
+}
+
+// writeAt replaces target in dir with data through the temp file tmp:
+// admission/atomicfile's sequence (write, fsync, rename, fsync of the
+// directory) on descriptor-relative calls that follow no symlink.
+func writeAt(dir *os.File, tmp, target string, data []byte) error {
+	ops := atomicfile.Ops{
+		Create:  func() (*os.File, error) { return createAt(dir, tmp, 0o644, true) },
+		Rename:  func(name string) error { return renameAt(dir, name, target) },
+		Remove:  func(name string) { _ = unlinkAt(dir, name) },
+		SyncDir: func() error { return atomicfile.DirSync(dir) },
+	}
+	return atomicfile.Replace(ops, 0o644, atomicfile.Options{}, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 }
 
 func removeStaleTemps(dir *os.File) {

@@ -72,26 +72,8 @@ func readLeader(dir *os.File) (uint64, error) {
 // recordLeader durably records leader: temp file, fsync, rename, fsync of
 // the directory.
 func recordLeader(dir *os.File, leader uint64) error {
-	name := leaderName + ".tmp-" + randomSuffix()
-	f, err := createAt(dir, name, 0o644, true)
-	if err != nil {
-		return fmt.Errorf("publish: record leader: %w", err)
-	}
-	_, err = f.WriteString(strconv.FormatUint(leader, 10) + "\n")
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = renameAt(dir, name, leaderName)
-	}
-	if err == nil {
-		err = dir.Sync()
-	}
-	if err != nil {
-		unlinkAt(dir, name)
+	data := []byte(strconv.FormatUint(leader, 10) + "\n")
+	if err := writeAt(dir, leaderName+".tmp-"+randomSuffix(), leaderName, data); err != nil {
 		return fmt.Errorf("publish: record leader: %w", err)
 	}
 	return nil

@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/tetherdev/tether/admission/atomicfile"
 )
 
 // ReportName is the report's file name in the output directory.
@@ -169,13 +170,10 @@ func (r *Report) Write(dir string) error {
 	return writeFile(filepath.Join(dir, ReportName), data)
 }
 
-// writeFile writes data and a newline to name through a temporary file
-// and a rename, so a reader never sees half a report.
+// writeFile writes data and a newline to name with atomicfile.Write, so a
+// reader never sees half a report.
 func writeFile(name string, data []byte) error {
-	if err := os.WriteFile(name+".tmp", append(data, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(name+".tmp", name)
+	return atomicfile.Write(name, append(data, '\n'), 0o644, atomicfile.Options{})
 }
 
 // Print writes the summary lines to w.

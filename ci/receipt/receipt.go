@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherdev/tether/admission/atomicfile"
 	"github.com/tetherdev/tether/admission/strictjson"
 )
 
@@ -223,23 +224,7 @@ func Write(dir string, r *Receipt) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, "."+r.Suite+".*.tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), Path(dir, r.Suite))
+	return atomicfile.Write(Path(dir, r.Suite), data, 0o644, atomicfile.Options{Temp: "." + r.Suite + ".*.tmp"})
 }
 
 // Read reads and decodes Path(dir, suite).

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
+
+	"github.com/tetherdev/tether/admission/backoff"
 )
 
 // ErrWitnessURL: a witness URL is neither https nor http to a loopback
@@ -258,7 +260,7 @@ func (s *Submitter) record(i int, err error, now time.Time) {
 			"witness", w.Verifier.Name(), "url", w.URL, "err", err)
 	}
 	st.fails++
-	st.next = now.Add(min(s.opts.RetryMin<<min(st.fails-1, 20), s.opts.RetryMax))
+	st.next = now.Add((&backoff.Backoff{Base: s.opts.RetryMin, Cap: s.opts.RetryMax}).Ceiling(st.fails - 1))
 }
 
 // logOutcome logs once per checkpoint size whether it reached the

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
-	"github.com/tetherdev/tether/custodian/internal/durable"
+	"github.com/tetherdev/tether/admission/atomicfile"
 )
 
 // Sync waits until every record appended before the call is durable.
@@ -85,26 +84,7 @@ func (l *Log) checkpointDurable() ([]byte, error) {
 // writeFileAtomic replaces dir/name with data so a crash leaves either the
 // old or the new file, never a mix.
 func writeFileAtomic(dir, name string, data []byte) error {
-	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := errors.Join(tmp.Sync(), tmp.Close()); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	return durable.SyncDir(dir)
+	return atomicfile.Write(filepath.Join(dir, name), data, 0o600, atomicfile.Options{Temp: "." + name + ".tmp-*"})
 }
 
 // Close drains the queue, writes the final checkpoint and closes the

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/admission/strictjson"
 )
 
@@ -110,18 +111,6 @@ func (s *EtcdStore) createOwner(ctx context.Context, sid string, sess *concurren
 // did not answer.
 const claimRetry = 100 * time.Millisecond
 
-// sleepCtx waits d or until ctx ends (then it returns ctx's cause).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
 // WaitClaim claims the session as soon as no live custodian owns it: it
 // watches the owner key and claims when the owner's lease expires (or the
 // owner releases it). It returns when the claim succeeds, fails for
@@ -134,7 +123,7 @@ func (s *EtcdStore) WaitClaim(ctx context.Context, sessionID string) (Claimed, e
 	for {
 		c, err := s.Claim(ctx, sessionID)
 		if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrFenced) { // a member restarting, a leader election, a lapsed lease
-			if err := sleepCtx(ctx, claimRetry); err != nil {
+			if err := backoff.Sleep(ctx, claimRetry); err != nil {
 				return Claimed{}, fmt.Errorf("claim session %s: %w (last: %w)", sessionID, err, ErrUnavailable)
 			}
 			continue

@@ -22,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/fixtures/etcdtest"
 )
 
@@ -389,7 +390,7 @@ func revokeOwnerLease(t *testing.T, cli *clientv3.Client, prefix, sid string) {
 				return // ended, or had ended by itself
 			}
 		}
-		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil { // a member restarting, or the owner re-claiming
+		if err := backoff.Sleep(ctx, 50*time.Millisecond); err != nil { // a member restarting, or the owner re-claiming
 			t.Fatalf("end the lease of %s's owner: %v", sid, err)
 		}
 	}

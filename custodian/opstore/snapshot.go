@@ -16,6 +16,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tetherdev/tether/admission/atomicfile"
 )
 
 // A running custodian holds its store's lock, so another process cannot
@@ -236,20 +238,12 @@ func (s *Store) serveSnapshots() {
 	_ = err
 }
 
-// writeSnapshot publishes data as snapshot id: a temp file renamed into
-// place, so the reader never sees a partial one.
+// writeSnapshot publishes data as snapshot id through atomicfile.Write, so
+// the reader never sees a partial one (and, fsynced, it survives a crash
+// like every other file tether replaces, though nothing needs it to).
 func writeSnapshot(dir, id string, data []byte) error {
-	tmp := filepath.Join(dir, snapPrefix+id+snapTempExt)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	if err := errors.Join(werr, f.Close()); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, snapPrefix+id+snapReadyExt))
+	return atomicfile.Write(filepath.Join(dir, snapPrefix+id+snapReadyExt), data, 0o600,
+		atomicfile.Options{Temp: snapPrefix + id + snapTempExt})
 }
 
 // removeStaleSnapshots deletes the answers an earlier holder left (their

@@ -129,10 +129,11 @@ func awaitAnswer(ctx context.Context, base string, poll time.Duration) (*RunAnsw
 	}
 }
 
-// writeExchange writes a request or answer file whole (writeFileAtomic);
-// it need not survive a crash, since its asker would not either.
+// writeExchange writes a request or answer file whole (writeFileAtomic,
+// fsynced like every replaced file though its asker would not survive a
+// crash either: the one atomic write costs little here).
 func writeExchange(path string, data []byte) error {
-	if err := writeFileAtomic(path, data, false); err != nil {
+	if err := writeFileAtomic(path, data); err != nil {
 		return fmt.Errorf("routine: write %s: %w", filepath.Base(path), err)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/tetherdev/tether/admission/atomicfile"
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/custodian/internal/durable"
 )
@@ -74,42 +75,20 @@ func (s *Store) Save(t *Template, replace bool) error {
 
 // writeAtomic writes data to name's template file, durably.
 func (s *Store) writeAtomic(name string, data []byte) error {
-	if err := writeFileAtomic(s.path(name), data, true); err != nil {
+	if err := writeFileAtomic(s.path(name), data); err != nil {
 		return fmt.Errorf("routine: write %q: %w", name, err)
 	}
 	return nil
 }
 
-// writeFileAtomic writes data to path through a temp file beside it
-// (0600, O_EXCL, no symlink followed) renamed into place, so a reader
-// never sees a part of it; with sync, the file is fsynced before the
-// rename and its directory after it, so a crash leaves the old content
-// or the new one. The one temp-and-rename writer of this package.
-func writeFileAtomic(path string, data []byte, sync bool) error {
-	dir := filepath.Dir(path)
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp")
-	_ = os.Remove(tmp) // a crash's leftover
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil && sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil && sync {
-		err = durable.SyncDir(dir)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
+// writeFileAtomic writes data to path with atomicfile.Write through the
+// temp file ."+name+".tmp beside it (0600, O_EXCL, a crash's leftover
+// removed first), so a reader never sees a part of it and a crash leaves
+// the old content or the new one. The one writer of this package.
+func writeFileAtomic(path string, data []byte) error {
+	tmp := "." + filepath.Base(path) + ".tmp"
+	_ = os.Remove(filepath.Join(filepath.Dir(path), tmp)) // a crash's leftover
+	return atomicfile.Write(path, data, 0o600, atomicfile.Options{Temp: tmp})
 }
 
 // Load reads and checks the template name: ErrBadName, ErrNotFound, or

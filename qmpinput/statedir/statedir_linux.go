@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/admission/atomicfile"
 )
 
 // Open opens the state directory at path, creating it with mode 0700 if
@@ -116,31 +118,28 @@ func flock(f *os.File, how int) error {
 	}
 }
 
-// WriteAtomic replaces name with data: a temporary file in the directory
-// (mode 0600), fsync, rename over name, fsync of the directory. A reader
+// WriteAtomic replaces name with data: admission/atomicfile's sequence
+// (a temporary file in the directory, mode 0600, fsync, rename over name,
+// fsync of the directory) on calls relative to the open directory. A reader
 // sees the old or the new contents, never a mix.
 func (d *Dir) WriteAtomic(name string, data []byte) error {
 	tmp := "." + name + ".tmp" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	f, err := d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL)
-	if err != nil {
+	dfd := int(d.f.Fd())
+	ops := atomicfile.Ops{
+		Create: func() (*os.File, error) { return d.OpenFile(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL) },
+		Rename: func(string) error {
+			if err := unix.Renameat(dfd, tmp, dfd, name); err != nil {
+				return &os.PathError{Op: "rename", Path: filepath.Join(d.path, name), Err: err}
+			}
+			return nil
+		},
+		Remove:  func(string) { _ = unix.Unlinkat(dfd, tmp, 0) },
+		SyncDir: func() error { return atomicfile.DirSync(d.f) },
+	}
+	return atomicfile.Replace(ops, 0o600, atomicfile.Options{}, func(w io.Writer) error {
+		_, err := w.Write(data)
 		return err
-	}
-	defer unix.Unlinkat(int(d.f.Fd()), tmp, 0)
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := unix.Renameat(int(d.f.Fd()), tmp, int(d.f.Fd()), name); err != nil {
-		return &os.PathError{Op: "rename", Path: filepath.Join(d.path, name), Err: err}
-	}
-	return d.f.Sync()
+	})
 }
 
 // Sync fsyncs the directory itself (after a file was created in it).

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/admission/backoff"
 )
 
 // DefaultPollInterval is how often a stream listener looks again for a
@@ -172,7 +174,7 @@ func (l *streamListener) Accept(ctx context.Context) (io.ReadWriteCloser, error)
 			return nil, l.ctxErr(ctx)
 		}
 		l.log.Warn("transport: stream device not ready; retrying", "path", l.path, "err", err)
-		if !sleep(ctx, l.poll) {
+		if backoff.Sleep(ctx, l.poll) != nil {
 			<-l.slot
 			return nil, l.ctxErr(ctx)
 		}
@@ -202,20 +204,9 @@ func (l *streamListener) awaitFirstByte(ctx context.Context, f *os.File) (byte, 
 		case err != nil && !errors.Is(err, io.EOF):
 			return 0, err
 		}
-		if !sleep(ctx, l.poll) {
+		if backoff.Sleep(ctx, l.poll) != nil {
 			return 0, ctx.Err()
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/receiver/internal/ratelog"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -72,23 +73,15 @@ func (l *tlsListener) Addr() string { return l.ln.Addr().String() }
 // acceptLoop accepts raw connections and starts a handshake for each one
 // within the limits; it never waits for a slot.
 func (l *tlsListener) acceptLoop() {
-	backoff := 5 * time.Millisecond
+	b := backoff.New(5*time.Millisecond, time.Second)
+	accept := func(context.Context) (net.Conn, error) { return l.ln.Accept() }
+	stop := func(error) error { return l.ctx.Err() }
+	warn := func(err error, _ time.Duration) { l.refused.Refused("accept failed", "", err) }
 	for {
-		raw, err := l.ln.Accept()
+		raw, err := backoff.Accept(l.ctx, b, accept, stop, warn)
 		if err != nil {
-			if l.ctx.Err() != nil {
-				return
-			}
-			l.refused.Refused("accept failed", "", err)
-			select {
-			case <-time.After(backoff):
-			case <-l.ctx.Done():
-				return
-			}
-			backoff = min(backoff*2, time.Second)
-			continue
+			return
 		}
-		backoff = 5 * time.Millisecond
 		peer := wire.PeerOf(raw)
 		if reason := l.begin(peer); reason != "" {
 			l.refused.Refused(reason, peer, nil)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/internal/ratelog"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -177,21 +178,16 @@ func (s *Server) Serve(ctx context.Context, l Listener) error {
 }
 
 func (s *Server) acceptLoop(ctx context.Context, l Listener, children *sync.WaitGroup) error {
-	backoff := 5 * time.Millisecond
+	b := backoff.New(5*time.Millisecond, time.Second)
+	stop := func(error) error { return s.stopped(ctx) }
+	warn := func(err error, d time.Duration) {
+		s.log.Warn("wire: accept failed; retrying", "err", err, "backoff", d)
+	}
 	for {
-		conn, err := l.Accept(ctx)
+		conn, err := backoff.Accept(ctx, b, l.Accept, stop, warn)
 		if err != nil {
-			if stopErr := s.stopped(ctx); stopErr != nil {
-				return stopErr
-			}
-			s.log.Warn("wire: accept failed; retrying", "err", err, "backoff", backoff)
-			if !sleepCtx(ctx, backoff) {
-				return ctx.Err()
-			}
-			backoff = min(backoff*2, time.Second)
-			continue
+			return err
 		}
-		backoff = 5 * time.Millisecond
 		sc, err := s.track(ctx, conn)
 		if errors.Is(err, ErrConnLimit) {
 			continue
@@ -355,18 +351,6 @@ func (s *Server) admitHandler() bool {
 	}
 	s.handlers.Add(1)
 	return true
-}
-
-// sleepCtx sleeps d or until ctx ends; it reports whether d elapsed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 func violation(err error) error { return fmt.Errorf("closing connection: %w", err) }

@@ -9,26 +9,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/tetherdev/tether/admission/atomicfile"
 )
 
-// DirSync fsyncs the open directory d. It is a variable so tests can count
-// and break directory syncs, like the packages' fdatasync hooks; nothing
-// else assigns it.
-var DirSync = func(d *os.File) error { return d.Sync() }
-
 // SyncDir fsyncs dir, making the entries created, renamed or removed in it
-// durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s for fsync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := DirSync(d); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
-}
+// durable: admission/atomicfile's SyncDir, so CountSyncs also sees the
+// directory syncs of atomicfile.Write.
+func SyncDir(dir string) error { return atomicfile.SyncDir(dir) }
 
 // MkdirAll is os.MkdirAll, then an fsync of the parent of every directory
 // it created (deepest first), so the new path survives a crash. An

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/tetherdev/tether/admission/atomicfile"
 )
 
 func TestMkdirAllSyncsTheParentOfEveryNewDirectory(t *testing.T) {
@@ -26,9 +28,9 @@ func TestMkdirAllSyncsTheParentOfEveryNewDirectory(t *testing.T) {
 }
 
 func TestSyncDirFailureIsReported(t *testing.T) {
-	orig := DirSync
-	DirSync = func(*os.File) error { return errors.New("EIO") }
-	t.Cleanup(func() { DirSync = orig })
+	orig := atomicfile.DirSync
+	atomicfile.DirSync = func(*os.File) error { return errors.New("EIO") }
+	t.Cleanup(func() { atomicfile.DirSync = orig })
 	if err := MkdirAll(filepath.Join(t.TempDir(), "x"), 0o700); err == nil {
 		t.Fatal("a failed directory fsync was not reported")
 	}

@@ -4,9 +4,11 @@ import (
 	"os"
 	"slices"
 	"sync"
+
+	"github.com/tetherdev/tether/admission/atomicfile"
 )
 
-// Syncs records the directories fsynced through DirSync while a test runs.
+// Syncs records the directories fsynced through atomicfile.DirSync while a test runs.
 type Syncs struct {
 	mu   sync.Mutex
 	dirs []string
@@ -14,13 +16,13 @@ type Syncs struct {
 	Before func(dir string)
 }
 
-// CountSyncs makes DirSync record every directory it fsyncs until restore
+// CountSyncs makes atomicfile.DirSync record every directory it fsyncs until restore
 // is called (t.Cleanup(restore)). Only tests call it, never in parallel
 // with each other.
 func CountSyncs() (s *Syncs, restore func()) {
 	s = &Syncs{}
-	orig := DirSync
-	DirSync = func(d *os.File) error {
+	orig := atomicfile.DirSync
+	atomicfile.DirSync = func(d *os.File) error {
 		if s.Before != nil {
 			s.Before(d.Name())
 		}
@@ -29,7 +31,7 @@ func CountSyncs() (s *Syncs, restore func()) {
 		s.mu.Unlock()
 		return orig(d)
 	}
-	return s, func() { DirSync = orig }
+	return s, func() { atomicfile.DirSync = orig }
 }
 
 // Has reports whether dir was fsynced.

@@ -9,11 +9,11 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tetherdev/tether/admission/atomicfile"
 	"github.com/tetherdev/tether/admission/cli"
 	"github.com/tetherdev/tether/admission/signing"
 	"github.com/tetherdev/tether/qmpinput"
@@ -203,23 +203,7 @@ func cmdCapture(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // over path, so a reader never sees a partial PNG and a symlink at path is
 // replaced, not followed.
 func writeAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tether-qmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, data, 0o600, atomicfile.Options{Temp: ".tether-qmp-*"})
 }
 
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
