@@ -9,7 +9,7 @@ import (
 // TestVisualPathSharesNoChainCode: no package of the visual path links
 // tether's file and exec chain (custodian, receiver, plugin, admission
 // beyond its signature package and the leaves strict JSON decoder,
-// backoff and atomic write) or the
+// backoff, atomic write and the CLI convention) or the
 // test fixtures, and the live view's
 // packages do not link os/exec at all. It reads the real import graph
 // with go list -deps.
@@ -45,7 +45,7 @@ func TestVisualPathSharesNoChainCode(t *testing.T) {
 func chainPackage(mod, d string) bool {
 	rest, ok := strings.CutPrefix(d, mod)
 	if !ok || strings.HasPrefix(rest, "qmpinput") || rest == "admission/signing" || rest == "admission/strictjson" ||
-		rest == "admission/backoff" || rest == "admission/atomicfile" {
+		rest == "admission/backoff" || rest == "admission/atomicfile" || rest == "admission/cli" {
 		return false
 	}
 	return true

@@ -21,6 +21,8 @@ var leaves = []string{
 	"admission/acpmeta",
 	"admission/strictjson",
 	"admission/cli",
+	"admission/atomicfile",
+	"admission/backoff",
 	"receiver/wire",
 }
 
