@@ -10,7 +10,9 @@ import (
 const module = "github.com/tetherdev/tether/"
 
 // contractDeps are the only packages of this module the contract may link:
-// the admission leaves and the generated proto. No implementation (the
+// the admission leaves, admission/acperr (the ACP SDK's error of
+// acpmeta's shape, which the adapters carry) and the generated proto. No
+// implementation (the
 // binding table, the server, the tool plans, the host library) is among
 // them, so a host or a plugin that imports the contract imports no side's
 // machinery.
@@ -19,6 +21,7 @@ var contractDeps = map[string]bool{
 	module + "admission/errcode":    true,
 	module + "admission/acpmeta":    true,
 	module + "admission/strictjson": true,
+	module + "admission/acperr":     true,
 	module + "plugin/proto":         true,
 	module + "plugin/contract":      true,
 }
