@@ -6,15 +6,15 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/tetherdev/tether/fixtures/testenv"
 )
 
 // TestChownKeepsTheMode: the owner is set before the mode, so a chown
 // (which clears set-id bits, for root too) cannot undo it; with chmod
-// before chown the setgid bit is gone. Runs as root or skips.
+// before chown the setgid bit is gone. Needs root (the gate).
 func TestChownKeepsTheMode(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown to another owner needs root")
-	}
+	testenv.Require(t, "root")
 	path := filepath.Join(t.TempDir(), "f")
 	if err := Write(path, []byte("x"), 0o750|fs.ModeSetgid, Options{Chown: true, UID: 1, GID: 1}); err != nil {
 		t.Fatal(err)
