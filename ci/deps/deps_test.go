@@ -24,6 +24,7 @@ var leaves = []string{
 	"admission/atomicfile",
 	"admission/backoff",
 	"receiver/wire",
+	"computer/api",
 }
 
 // pluginContract is the plugin's contract package, the one the plugin and
@@ -63,6 +64,19 @@ var rules = []rule{
 		from:    []string{pluginContract},
 		forbid:  []string{"plugin/binding", "plugin/server", "plugin/toolplan"},
 		require: []string{"admission/errcode"},
+	},
+	{
+		name: "no shipped binary links a fixture",
+		from: []string{"admission/cmd/tether-admission", "receiver/cmd/tether-receiver",
+			"custodian/cmd/tether-custodian", "plugin/cmd/tether-plugin"},
+		forbid:  []string{"fixtures/"},
+		require: []string{"admission"},
+	},
+	{
+		name:    "the live view's binary links no fixture",
+		from:    []string{"qmpinput/cmd/tether-qmp"},
+		forbid:  []string{"fixtures/"},
+		require: []string{"qmpinput"},
 	},
 }
 

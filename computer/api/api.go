@@ -1,0 +1,168 @@
+// Package api is the contract of the computer service (tether-computer):
+// the JSON bodies of its HTTP API, the closed set of error codes, and
+// Backend, the Go interface the HTTP server calls and the service
+// implements. It is a leaf: it imports only the standard library and
+// admission's leaf, so a client links the contract without the daemon.
+// The OpenAPI 3 document that describes the same bodies is served at
+// /v1/openapi.json and lives beside this file.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+)
+
+// States of a computer; the transitions between them are decided in one
+// place, computer/lifecycle.
+const (
+	StateQueued    = "queued"
+	StateCreating  = "creating"
+	StateRunning   = "running"
+	StateSuspended = "suspended"
+	StateExpiring  = "expiring"
+	StateDeleted   = "deleted"
+	StateFailed    = "failed"
+)
+
+// Tiers of computer.
+const (
+	TierNamespaced = "namespaced"
+	TierVM         = "vm"
+)
+
+// Limits are what a create asks of one computer. Zero means the
+// service's default; each has a floor and a ceiling the service checks.
+type Limits struct {
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	Pids        int64 `json:"pids,omitempty"`
+	DiskBytes   int64 `json:"disk_bytes,omitempty"`
+}
+
+// CreateRequest is the body of POST /v1/computers.
+type CreateRequest struct {
+	Limits Limits `json:"limits,omitempty"`
+	// LeaseTTLSeconds is the lease; zero means the service default, more
+	// than the service maximum is refused (bad_request).
+	LeaseTTLSeconds int64 `json:"lease_ttl_s,omitempty"`
+	// IdleTimeoutSeconds suspends the computer after this long with no
+	// callback and no running command; zero means the default (900).
+	IdleTimeoutSeconds int64             `json:"idle_timeout_s,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+	// QueueTimeoutSeconds bounds the wait in the queue when the host is
+	// at capacity; zero means the service default.
+	QueueTimeoutSeconds int64 `json:"queue_timeout_s,omitempty"`
+}
+
+// RenewRequest is the body of POST /v1/computers/{id}/renew.
+type RenewRequest struct {
+	LeaseTTLSeconds int64 `json:"lease_ttl_s"`
+}
+
+// Computer is what the service says about one computer.
+type Computer struct {
+	ID     string `json:"id"`
+	Owner  string `json:"owner"`
+	State  string `json:"state"`
+	Tier   string `json:"tier"`
+	Limits Limits `json:"limits"`
+	// Tuple is the allocation tuple the computer's grant admits; empty
+	// until the computer is running.
+	Tuple              *admission.Tuple  `json:"tuple,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+	CreatedAt          time.Time         `json:"created_at"`
+	LeaseExpiresAt     time.Time         `json:"lease_expires_at,omitzero"`
+	IdleTimeoutSeconds int64             `json:"idle_timeout_s"`
+	// CustodianConfig is the path of the custodian configuration that
+	// reaches this computer's receiver (readable by the owner's group).
+	CustodianConfig string `json:"custodian_config,omitempty"`
+	// FromPool says the computer was claimed from the warm pool.
+	FromPool bool `json:"from_pool,omitempty"`
+	// Reason says why a failed or deleted computer ended.
+	Reason string `json:"reason,omitempty"`
+}
+
+// ComputerList is the body of GET /v1/computers.
+type ComputerList struct {
+	Computers []Computer `json:"computers"`
+}
+
+// Event is one state change, as sent on GET /v1/events (Server-Sent
+// Events, one JSON event per "data:" line).
+type Event struct {
+	Seq      uint64    `json:"seq"`
+	Computer string    `json:"computer"`
+	Owner    string    `json:"owner"`
+	From     string    `json:"from"`
+	To       string    `json:"to"`
+	At       time.Time `json:"at"`
+	Reason   string    `json:"reason,omitempty"`
+	// QueuePosition is set on queued events: 1 is next.
+	QueuePosition int `json:"queue_position,omitempty"`
+}
+
+// Caller is who makes a request, taken from the credential (token or
+// peer credentials), never from the request body.
+type Caller struct {
+	Owner string
+	Admin bool
+}
+
+// Error codes: the closed set every 4xx and 5xx answer carries.
+const (
+	CodeBadRequest   = "bad_request"   // malformed, unknown field, out of range
+	CodeTooLarge     = "too_large"     // body over the limit
+	CodeUnauthorized = "unauthorized"  // no or unknown credential
+	CodeNotFound     = "not_found"     // no such computer for this caller
+	CodeConflict     = "conflict"      // the computer's state forbids it
+	CodeQueueTimeout = "queue_timeout" // waited in the queue too long
+	CodeOverQuota    = "over_quota"    // the owner's quota is spent
+	CodeUnavailable  = "unavailable"   // the service is shutting down
+	CodeInternal     = "internal"      // anything else; logged
+)
+
+// Error is the body of every error answer, and the error Backend
+// methods return so the server can choose the status.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf makes an *Error with code.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodeOf returns err's code, CodeInternal when it carries none.
+func CodeOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// Backend is what the HTTP server calls; computer/service implements
+// it. Every method takes the caller from the server, and answers
+// not_found for a computer the caller may not see (an admin sees all).
+type Backend interface {
+	// Create returns once the computer is running, or fails. While the
+	// host is at capacity the request waits in the queue; cancelling ctx
+	// (the client went away) drops it from the queue.
+	Create(ctx context.Context, c Caller, req CreateRequest) (Computer, error)
+	Get(ctx context.Context, c Caller, id string) (Computer, error)
+	List(ctx context.Context, c Caller) ([]Computer, error)
+	// Delete withdraws the grant, kills what runs, and tears down.
+	Delete(ctx context.Context, c Caller, id string) error
+	Renew(ctx context.Context, c Caller, id string, ttl time.Duration) (Computer, error)
+	Suspend(ctx context.Context, c Caller, id string) (Computer, error)
+	Resume(ctx context.Context, c Caller, id string) (Computer, error)
+	// Events streams state changes the caller may see, until ctx ends;
+	// the channel is closed then.
+	Events(ctx context.Context, c Caller) (<-chan Event, error)
+}
