@@ -1,0 +1,97 @@
+package service
+
+import (
+	"errors"
+	"time"
+
+	"github.com/tetherdev/tether/computer/api"
+)
+
+// Defaults the service applies where Config leaves a field zero.
+const (
+	DefaultLeaseTTL     = time.Hour
+	DefaultMaxLeaseTTL  = 24 * time.Hour
+	DefaultIdleTimeout  = 900 * time.Second
+	DefaultQueueTimeout = time.Minute
+	MaxQueueTimeout     = time.Hour
+	DefaultIdleCheck    = time.Second
+	maxLabels           = 32
+	maxLabelKey         = 63
+	maxLabelValue       = 255
+)
+
+// Profile is a named api.Limits with the number of machines the warm
+// pool keeps ready for it. A create whose limits (after defaults) equal a
+// profile's claims one of its machines.
+type Profile struct {
+	Name   string
+	Limits api.Limits
+	Size   int
+}
+
+// Config is the service's configuration. Dir and Provisioner are
+// required; a zero limit means "no limit", a zero duration its default.
+type Config struct {
+	// Dir holds state.db (bbolt), transitions.log and the machines'
+	// directories (computers/<id>, pool/<name>).
+	Dir         string
+	Provisioner api.Provisioner
+
+	DefaultLeaseTTL time.Duration
+	MaxLeaseTTL     time.Duration
+	IdleTimeout     time.Duration // default idle timeout of a computer
+	QueueTimeout    time.Duration // default wait in the queue
+	// IdleCheck is how often each running computer's activity is read.
+	IdleCheck time.Duration
+
+	DefaultLimits api.Limits
+	// MaxLimits are the ceilings of one computer's limits.
+	MaxLimits api.Limits
+
+	MaxComputers   int   // computers at once, pool machines included
+	MaxMemoryBytes int64 // sum of committed limits.memory_bytes, pool included
+	OwnerQuota     int   // computers one owner may have (queued included)
+
+	Pools []Profile
+
+	// OnDenied is called (from the request's goroutine) each time a
+	// caller names a computer of another owner; the server audits it.
+	// The caller is answered not_found either way.
+	OnDenied func(c api.Caller, id string)
+}
+
+func (c *Config) applyDefaults() error {
+	if c.Dir == "" || c.Provisioner == nil {
+		return errors.New("service: Config needs Dir and Provisioner")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.MaxLeaseTTL, DefaultMaxLeaseTTL)
+	def(&c.DefaultLeaseTTL, min(DefaultLeaseTTL, c.MaxLeaseTTL))
+	def(&c.IdleTimeout, DefaultIdleTimeout)
+	def(&c.QueueTimeout, DefaultQueueTimeout)
+	def(&c.IdleCheck, DefaultIdleCheck)
+	if c.DefaultLeaseTTL > c.MaxLeaseTTL {
+		return errors.New("service: DefaultLeaseTTL over MaxLeaseTTL")
+	}
+	for i := range c.Pools {
+		c.Pools[i].Limits = withDefaults(c.Pools[i].Limits, c.DefaultLimits)
+	}
+	return nil
+}
+
+func withDefaults(l, def api.Limits) api.Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = def.MemoryBytes
+	}
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.DiskBytes == 0 {
+		l.DiskBytes = def.DiskBytes
+	}
+	return l
+}
