@@ -18,12 +18,14 @@ func (s *Service) Delete(ctx context.Context, caller api.Caller, id string) erro
 	if err != nil {
 		return err
 	}
+	c.op.Lock()
 	s.mu.Lock()
 	w := c.waiter
 	s.mu.Unlock()
 	if w != nil {
 		// The create's own goroutine records the drop, or, admitted
 		// meanwhile, holds c.op while it makes the computer.
+		c.op.Unlock()
 		select {
 		case w.cancel <- "deleted by " + callerName(caller) + " while queued":
 		default:
@@ -33,8 +35,8 @@ func (s *Service) Delete(ctx context.Context, caller api.Caller, id string) erro
 		case <-ctx.Done():
 			return fmt.Errorf("delete: %w", context.Cause(ctx))
 		}
+		c.op.Lock()
 	}
-	c.op.Lock()
 	defer c.op.Unlock()
 	return s.endLocked(c, "deleted by "+callerName(caller))
 }

@@ -1,0 +1,203 @@
+package service
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/computer/lifecycle"
+)
+
+// crash stops s the way a killed daemon stops: no provisioner call and
+// no transition happens on the way down (Close makes none; this checks
+// it), and the files are left as they are.
+func crash(t *testing.T, s *Service, prov *strictProv) {
+	t.Helper()
+	n := len(prov.allCalls())
+	s.Close()
+	if calls := prov.allCalls()[n:]; len(calls) != 0 {
+		t.Fatalf("stopping the service called the provisioner: %v", calls)
+	}
+}
+
+// seed writes a record as a crashed daemon would have left it: the log
+// holds the transitions through logged, the store the record.
+func seed(t *testing.T, dir string, r record, logged ...string) {
+	t.Helper()
+	st, err := openStore(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	lg, err := lifecycle.Open(filepath.Join(dir, "transitions.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lg.Close()
+	from := lifecycle.None
+	for _, to := range logged {
+		if _, err := lg.Append(lifecycle.Record{Computer: r.ID, Owner: r.Owner, From: from, To: to, At: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		from = to
+	}
+	if err := st.put(r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func prepared(t *testing.T, prov *strictProv, dir string) {
+	t.Helper()
+	m, err := prov.Prepare(context.Background(), dir, api.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Grant(context.Background(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCrashRestart: a daemon dies with computers in every state; the
+// next one re-adopts the live ones, tears down the one whose receiver
+// died, finishes the creates and expiries left mid-way, drops the queued
+// one, destroys the pool's leftovers, and its log still verifies.
+func TestCrashRestart(t *testing.T) {
+	dir := t.TempDir()
+	prov := newStrictProv(t)
+	s := open(t, dir, prov, Config{Pools: []Profile{{Name: "small", Limits: small, Size: 1}}})
+	ctx := context.Background()
+	waitPool(t, s, "small", 1)
+	alive, err := s.Create(ctx, alice, api.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := s.Create(ctx, alice, api.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frozen, err := s.Create(ctx, bob, api.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Suspend(ctx, bob, frozen.ID); err != nil {
+		t.Fatal(err)
+	}
+	poolDirs, _ := s.st.poolDirs()
+	crash(t, s, prov)
+
+	cdir := func(id string) string { return filepath.Join(dir, "computers", id) }
+	prov.dead[cdir(dead.ID)] = true
+	now := time.Now().UTC().Round(0)
+	// A create that had prepared its machine, and one that had not.
+	prepared(t, prov, cdir("c-midcreate"))
+	seed(t, dir, record{ID: "c-midcreate", Owner: "alice", State: api.StateCreating, Dir: cdir("c-midcreate"),
+		Created: now, LeaseEnd: now.Add(time.Hour)}, api.StateQueued, api.StateCreating)
+	seed(t, dir, record{ID: "c-noprep", Owner: "alice", State: api.StateCreating, Dir: cdir("c-noprep"),
+		Created: now}, api.StateQueued, api.StateCreating)
+	// An expiry left mid-way whose receiver had already died, logged
+	// only up to running (the crash came between the store and the log).
+	prepared(t, prov, cdir("c-midexpiry"))
+	prov.dead[cdir("c-midexpiry")] = true
+	seed(t, dir, record{ID: "c-midexpiry", Owner: "bob", State: api.StateExpiring, Dir: cdir("c-midexpiry"),
+		Created: now, Reason: "lease expired"}, api.StateQueued, api.StateCreating, api.StateRunning)
+	seed(t, dir, record{ID: "c-queued", Owner: "bob", State: api.StateQueued, Created: now}, api.StateQueued)
+	// c-noprep's directory was never made: Adopt fails, and Destroy of
+	// what is not there must succeed.
+	prov.machines[cdir("c-noprep")] = &strictMachine{p: prov, dir: cdir("c-noprep")}
+	prov.dead[cdir("c-noprep")] = true
+
+	before := len(prov.allCalls())
+	s2 := open(t, dir, prov, Config{})
+	calls := prov.allCalls()[before:]
+	t.Logf("restart calls: %v", calls)
+
+	want := map[string]struct {
+		state string
+		ops   []string
+	}{
+		alive.ID:      {api.StateRunning, []string{"Adopt", "Thaw"}},
+		dead.ID:       {api.StateFailed, []string{"Adopt", "Destroy"}},
+		frozen.ID:     {api.StateSuspended, []string{"Adopt", "Freeze"}},
+		"c-midcreate": {api.StateFailed, []string{"Adopt", "Withdraw", "KillCommands", "Close"}},
+		"c-noprep":    {api.StateFailed, []string{"Adopt", "Destroy"}},
+		"c-midexpiry": {api.StateDeleted, []string{"Adopt", "Destroy"}},
+		"c-queued":    {api.StateDeleted, nil},
+	}
+	for id, w := range want {
+		got, err := s2.Get(ctx, admin, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		if got.State != w.state {
+			t.Errorf("%s: state %s (%s), want %s", id, got.State, got.Reason, w.state)
+		}
+		var ops []string
+		for _, c := range calls {
+			if op, d, _ := cut(c); d == cdir(id) && op != "Busy" {
+				ops = append(ops, op)
+			}
+		}
+		if !slices.Equal(ops, w.ops) {
+			t.Errorf("%s: restart calls %v, want %v", id, ops, w.ops)
+		}
+	}
+	if got, _ := s2.Get(ctx, admin, dead.ID); got.Reason == "" || got.Reason[:13] != "receiver died" {
+		t.Errorf("dead computer's reason %q", got.Reason)
+	}
+	for _, d := range poolDirs {
+		if ops := prov.callsFor(d); !slices.Contains(ops, "Destroy") {
+			t.Errorf("pool leftover %s not destroyed: %v", d, ops)
+		}
+	}
+	// The live computers work on: the adopted one still ends in order.
+	n := len(teardownOps(prov, cdir(alive.ID)))
+	if err := s2.Delete(ctx, alice, alive.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ops := teardownOps(prov, cdir(alive.ID))[n:]; !slices.Equal(ops, []string{"Withdraw", "KillCommands", "Close"}) {
+		t.Errorf("adopted computer's delete: %v", ops)
+	}
+	if _, err := s2.Resume(ctx, bob, frozen.ID); err != nil {
+		t.Errorf("resume the re-adopted suspended computer: %v", err)
+	}
+	s2.Close()
+	if n, err := lifecycle.Verify(filepath.Join(dir, "transitions.log")); err != nil {
+		t.Fatalf("log after restart: %d records, %v", n, err)
+	}
+}
+
+func cut(call string) (op, dir string, ok bool) {
+	for i := range len(call) {
+		if call[i] == ' ' {
+			return call[:i], call[i+1:], true
+		}
+	}
+	return call, "", false
+}
+
+// TestRestartKeepsLease: a computer re-adopted after a crash still
+// expires at its recorded lease end.
+func TestRestartKeepsLease(t *testing.T) {
+	dir := t.TempDir()
+	prov := newStrictProv(t)
+	s := open(t, dir, prov, Config{})
+	c, err := s.Create(context.Background(), alice, api.CreateRequest{LeaseTTLSeconds: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crash(t, s, prov)
+	s2 := open(t, dir, prov, Config{})
+	evs := subscribe(t, s2, alice)
+	if got, _ := s2.Get(context.Background(), alice, c.ID); got.State != api.StateRunning {
+		t.Fatalf("re-adopted %s", got.State)
+	}
+	waitFor(t, evs, 10*time.Second, to(c.ID, api.StateDeleted))
+	over := time.Since(c.LeaseExpiresAt)
+	t.Logf("deleted %s after the recorded lease end", over)
+	if over > 2*time.Second {
+		t.Fatalf("outlived its lease by %s across a restart", over)
+	}
+}
