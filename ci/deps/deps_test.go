@@ -73,6 +73,13 @@ var rules = []rule{
 		require: []string{"admission"},
 	},
 	{
+		name: "the computer service's core links no fixture, no HTTP and no provisioner; only the contract",
+		from: []string{"computer/lifecycle", "computer/service"},
+		forbid: []string{"fixtures/", "net/http", "computer/httpserver", "computer/provision", "receiver/",
+			"custodian/"},
+		require: []string{"computer/api"},
+	},
+	{
 		name:    "the live view's binary links no fixture",
 		from:    []string{"qmpinput/cmd/tether-qmp"},
 		forbid:  []string{"fixtures/"},
