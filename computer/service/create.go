@@ -122,7 +122,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec) (ap
 	s.armLease(c, deadline)
 	m, err := s.machine(pooled, dir, sp.limits)
 	if err != nil {
-		return api.Computer{}, s.failLocked(c, nil, err.Error())
+		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
 	c.m = m
 	if err := m.Grant(s.ctx, deadline); err != nil {
@@ -143,8 +143,9 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec) (ap
 	return s.viewOf(c), nil
 }
 
-// machine is the claimed pool machine, its pool record dropped, or a new
-// one from Prepare.
+// machine is the claimed pool machine, its pool record dropped (on
+// error it is still returned, for the caller to tear down), or a new one
+// from Prepare.
 func (s *Service) machine(pooled api.Machine, dir string, l api.Limits) (api.Machine, error) {
 	if pooled != nil {
 		if err := s.st.delPool(dir); err != nil {

@@ -27,14 +27,17 @@ type strictProv struct {
 	calls    []string
 	machines map[string]*strictMachine // every machine ever made, by dir
 	dead     map[string]bool           // Adopt fails: the receiver died
+	failed   map[string]bool           // Prepare was called there and failed
 	busy     atomic.Bool
 	prepErr  error
+	live     int // machines prepared and not yet closed or destroyed
+	maxLive  int
 }
 
 var _ api.Provisioner = (*strictProv)(nil)
 
 func newStrictProv(t *testing.T) *strictProv {
-	return &strictProv{t: t, machines: map[string]*strictMachine{}, dead: map[string]bool{}}
+	return &strictProv{t: t, machines: map[string]*strictMachine{}, dead: map[string]bool{}, failed: map[string]bool{}}
 }
 
 func (p *strictProv) record(op, dir string) {
@@ -78,10 +81,11 @@ func (p *strictProv) Prepare(ctx context.Context, dir string, l api.Limits) (api
 	p.record("Prepare", dir)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.machines[dir] != nil {
+	if p.machines[dir] != nil || p.failed[dir] {
 		p.t.Errorf("Prepare %s: the directory was prepared before (a machine reused)", dir)
 	}
 	if p.prepErr != nil {
+		p.failed[dir] = true
 		return nil, p.prepErr
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -89,6 +93,8 @@ func (p *strictProv) Prepare(ctx context.Context, dir string, l api.Limits) (api
 	}
 	m := &strictMachine{p: p, dir: dir, limits: l}
 	p.machines[dir] = m
+	p.live++
+	p.maxLive = max(p.maxLive, p.live)
 	return m, nil
 }
 
@@ -115,9 +121,15 @@ func (p *strictProv) Destroy(ctx context.Context, dir string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := p.machines[dir]
+	if m == nil && p.failed[dir] {
+		return nil
+	}
 	if m == nil {
 		p.t.Errorf("Destroy %s: no machine was made there", dir)
 		return nil
+	}
+	if !m.closed && !m.destroyed {
+		p.live--
 	}
 	m.destroyed = true
 	return os.RemoveAll(dir)
@@ -223,6 +235,9 @@ func (m *strictMachine) Close(ctx context.Context) error {
 	defer m.p.mu.Unlock()
 	if len(m.grants) > 0 && (!m.withdrawn || !m.killed) {
 		m.p.t.Errorf("Close %s before Withdraw and KillCommands", m.dir)
+	}
+	if !m.closed && !m.destroyed {
+		m.p.live--
 	}
 	m.closed = true
 	return os.RemoveAll(m.dir)
