@@ -159,8 +159,8 @@ func (c *chain) next(r Record) error {
 
 // Verify reads the log at path and checks every record: its shape, its
 // hash, its place in the chain, and that its transition is legal. It
-// returns the number of records, and a *BrokenError naming the first
-// record that fails.
+// returns the number of records that check (all of them when the error
+// is nil), and a *BrokenError naming the first record that fails.
 func Verify(path string) (int, error) {
 	f, err := os.Open(path)
 	if err != nil {

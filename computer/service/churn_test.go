@@ -57,6 +57,9 @@ func TestChurnKeepsCapacity(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	if st := s.Stats(); st.Queued != 0 || st.Used > 1 || st.ByState[api.StateRunning] != 0 {
+		t.Errorf("after churn: %+v", st)
+	}
 	s.Close()
 	prov.mu.Lock()
 	defer prov.mu.Unlock()

@@ -51,15 +51,7 @@ func (s *Service) returnToPoolLocked(l api.Limits, m api.Machine) {
 }
 
 // PoolReady says how many machines are ready in each profile's pool.
-func (s *Service) PoolReady() map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := map[string]int{}
-	for _, p := range s.pools {
-		out[p.Name] = len(p.ready)
-	}
-	return out
-}
+func (s *Service) PoolReady() map[string]int { return s.Stats().PoolReady }
 
 // evictForQueueLocked gives back the capacity of one ready pool machine
 // when a queued request of another profile would then fit (pool machines
