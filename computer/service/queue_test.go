@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -177,5 +178,36 @@ func TestDeleteWhileQueued(t *testing.T) {
 	}
 	if n := prov.count("Prepare"); n != 1 {
 		t.Fatalf("%d Prepare calls", n)
+	}
+}
+
+// TestFairQueueRoundRobin: owners are served in turn, each owner's
+// requests in order, and the positions reported match the order served.
+func TestFairQueueRoundRobin(t *testing.T) {
+	q := fairQueue{subs: map[string][]*waiter{}}
+	var all []*waiter
+	for _, o := range []string{"a", "a", "a", "b", "c", "c"} {
+		w := &waiter{owner: o, c: &computer{rec: record{ID: o + string(rune('0'+len(all)))}}}
+		all = append(all, w)
+		q.push(w)
+	}
+	pos := q.positions()
+	var got []string
+	for i := 1; ; i++ {
+		w := q.pick(func(*waiter) bool { return true })
+		if w == nil {
+			break
+		}
+		if pos[w] != i {
+			t.Errorf("%s served %d, reported position %d", w.c.rec.ID, i, pos[w])
+		}
+		got = append(got, w.c.rec.ID)
+	}
+	want := []string{"a0", "b3", "c4", "a1", "c5", "a2"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("served %v, want %v", got, want)
+	}
+	if q.len() != 0 || len(q.owners) != 0 {
+		t.Fatalf("queue not empty: %d, owners %v", q.len(), q.owners)
 	}
 }
