@@ -15,9 +15,14 @@ const (
 	DefaultQueueTimeout = time.Minute
 	MaxQueueTimeout     = time.Hour
 	DefaultIdleCheck    = time.Second
-	maxLabels           = 32
-	maxLabelKey         = 63
-	maxLabelValue       = 255
+	// Ceilings of one computer's limits where Config.MaxLimits leaves
+	// one zero: beyond them a request is malformed, whatever the host.
+	DefaultMaxMemoryBytes = 256 << 30
+	DefaultMaxPids        = 1 << 22 // the kernel's largest pid_max
+	DefaultMaxDiskBytes   = 16 << 40
+	maxLabels             = 32
+	maxLabelKey           = 63
+	maxLabelValue         = 255
 )
 
 // Profile is a named api.Limits with the number of machines the warm
@@ -45,7 +50,8 @@ type Config struct {
 	IdleCheck time.Duration
 
 	DefaultLimits api.Limits
-	// MaxLimits are the ceilings of one computer's limits.
+	// MaxLimits are the ceilings of one computer's limits (zero: the
+	// DefaultMax constants).
 	MaxLimits api.Limits
 
 	MaxComputers   int   // computers at once, pool machines included
@@ -77,6 +83,8 @@ func (c *Config) applyDefaults() error {
 	if c.DefaultLeaseTTL > c.MaxLeaseTTL {
 		return errors.New("service: DefaultLeaseTTL over MaxLeaseTTL")
 	}
+	c.MaxLimits = withDefaults(c.MaxLimits, api.Limits{MemoryBytes: DefaultMaxMemoryBytes, Pids: DefaultMaxPids,
+		DiskBytes: DefaultMaxDiskBytes})
 	for i := range c.Pools {
 		c.Pools[i].Limits = withDefaults(c.Pools[i].Limits, c.DefaultLimits)
 	}

@@ -192,6 +192,14 @@ func TestBadRequestsCreateNothing(t *testing.T) {
 			t.Errorf("%s: %v, want bad_request", name, err)
 		}
 	}
+	// With no ceilings configured, the defaults still refuse huge limits.
+	d, _ := newTestService(t, Config{})
+	for _, l := range []api.Limits{{MemoryBytes: 1 << 62}, {Pids: 1 << 40}, {DiskBytes: 1 << 62}} {
+		_, err := d.Create(context.Background(), alice, api.CreateRequest{Limits: l})
+		if api.CodeOf(err) != api.CodeBadRequest {
+			t.Errorf("%+v with default ceilings: %v, want bad_request", l, err)
+		}
+	}
 	if calls := prov.allCalls(); len(calls) != 0 {
 		t.Fatalf("refused creates called the provisioner: %v", calls)
 	}
