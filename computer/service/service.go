@@ -29,6 +29,13 @@ import (
 
 var _ api.Backend = (*Service)(nil)
 
+// Files of Config.Dir: the bbolt store of records, and the transition
+// log (check it with lifecycle.Verify).
+const (
+	StateFile = "state.db"
+	LogFile   = "transitions.log"
+)
+
 // computer is the service's live view of one computer.
 type computer struct {
 	// op serializes this computer's transitions and the side effects
@@ -85,11 +92,11 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("service: state dir: %w", err)
 		}
 	}
-	st, err := openStore(filepath.Join(cfg.Dir, "state.db"))
+	st, err := openStore(filepath.Join(cfg.Dir, StateFile))
 	if err != nil {
 		return nil, err
 	}
-	lg, err := lifecycle.Open(filepath.Join(cfg.Dir, "transitions.log"))
+	lg, err := lifecycle.Open(filepath.Join(cfg.Dir, LogFile))
 	if err != nil {
 		st.close()
 		return nil, fmt.Errorf("service: %w", err)
