@@ -2,6 +2,7 @@ package service
 
 import (
 	"errors"
+	"log"
 	"time"
 
 	"github.com/tetherdev/tether/computer/api"
@@ -60,6 +61,10 @@ type Config struct {
 
 	Pools []Profile
 
+	// Logf reports what no caller is told (a pool machine that failed;
+	// default log.Printf).
+	Logf func(format string, args ...any)
+
 	// OnDenied is called (from the request's goroutine) each time a
 	// caller names a computer of another owner; the server audits it.
 	// The caller is answered not_found either way.
@@ -74,6 +79,9 @@ func (c *Config) applyDefaults() error {
 		if *d <= 0 {
 			*d = v
 		}
+	}
+	if c.Logf == nil {
+		c.Logf = log.Printf
 	}
 	def(&c.MaxLeaseTTL, DefaultMaxLeaseTTL)
 	def(&c.DefaultLeaseTTL, min(DefaultLeaseTTL, c.MaxLeaseTTL))

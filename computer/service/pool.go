@@ -168,6 +168,7 @@ func (s *Service) prepareOne(p *pool) bool {
 	if err == nil {
 		m, err = s.prov.Prepare(s.ctx, dir, p.Limits)
 		if err != nil {
+			s.cfg.Logf("pool %s: prepare %s: %v", p.Name, dir, err)
 			s.teardown(nil, dir)
 			s.st.delPool(dir)
 		}

@@ -87,10 +87,8 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.applyDefaults(); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "computers"), filepath.Join(cfg.Dir, "pool")} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("service: state dir: %w", err)
-		}
+	if err := makeDirs(cfg.Dir); err != nil {
+		return nil, err
 	}
 	st, err := openStore(filepath.Join(cfg.Dir, StateFile))
 	if err != nil {
@@ -108,6 +106,22 @@ func Open(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	s.start()
 	return s, nil
+}
+
+// makeDirs makes the state directory and the machines' parents: mode
+// 0711, so a computer's users can reach their own directory beneath
+// (the provisioner requires it) but no one but root lists them. The
+// store and the log are 0600.
+func makeDirs(dir string) error {
+	for _, d := range []string{dir, filepath.Join(dir, "computers"), filepath.Join(dir, "pool")} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return fmt.Errorf("service: state dir: %w", err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return fmt.Errorf("service: state dir: %w", err)
+		}
+	}
+	return nil
 }
 
 func newService(cfg Config, st *store, lg *lifecycle.Log) *Service {
