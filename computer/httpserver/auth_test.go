@@ -55,12 +55,15 @@ func TestTokenStoredAsHashOnly(t *testing.T) {
 	unknown := TokenPrefix + strings.Repeat("ab", 32)
 	h.tokens["mallory"] = unknown
 	h.tokens["malformed"] = "tct_zz"
-	h.tokens["hash"] = strings.TrimPrefix(h.tokens["alice"], TokenPrefix) // the hash or the bare hex is no token
-	for _, who := range []string{"", "mallory", "malformed", "hash"} {
+	h.tokens["bare"] = strings.TrimPrefix(h.tokens["alice"], TokenPrefix)
+	raw, _ := hex.DecodeString(h.tokens["bare"])
+	sum := sha256.Sum256(raw)
+	h.tokens["hash"] = TokenPrefix + hex.EncodeToString(sum[:]) // what the file holds is no token
+	for _, who := range []string{"", "mallory", "malformed", "bare", "hash"} {
 		wantError(t, "token "+who, h.do(req{method: "GET", path: "/v1/computers", owner: who}), 401, api.CodeUnauthorized)
 	}
-	if n := len(h.audited(AuditUnauthorized)); n != 4 {
-		t.Errorf("%d unauthorized audit records, want 4", n)
+	if n := len(h.audited(AuditUnauthorized)); n != 5 {
+		t.Errorf("%d unauthorized audit records, want 5", n)
 	}
 	h.be.expect("Create", 1)
 	a := h.do(req{method: "POST", path: "/v1/computers", owner: "bob", body: `{}`})
@@ -119,6 +122,13 @@ func TestTokenFileRefused(t *testing.T) {
 	}
 	if _, err := OpenTokens(p); err != nil {
 		t.Errorf("positive control: a valid file: %v", err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(p, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenTokens(link); !errors.Is(err, ErrTokenFile) {
+		t.Errorf("a symlink to a valid file: OpenTokens = %v, want ErrTokenFile", err)
 	}
 }
 

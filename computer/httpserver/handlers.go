@@ -29,7 +29,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c api.Caller) {
 		return
 	}
 	comp, err := s.cfg.Backend.Create(r.Context(), c, req)
-	s.auditf(r, c, AuditCall, comp.ID, api.CodeOf(err))
+	s.auditf(r, c, AuditCall, comp.ID, outcome(err))
 	if err != nil {
 		s.fail(w, r, c, "", err)
 		return

@@ -71,6 +71,9 @@ func TestEndpoints(t *testing.T) {
 	if err := json.Unmarshal(a.body, &c); err != nil || c.Owner != "alice" || c.Labels["team"] != "a" {
 		t.Fatalf("create answered %s (%v): want alice's computer with its label", a.body, err)
 	}
+	if recs := h.audited(AuditCall); len(recs) != 1 || recs[0].Who != "alice" || recs[0].ID != c.ID || recs[0].Outcome != "ok" {
+		t.Errorf("create audited as %+v, want one call by alice on %s, ok", recs, c.ID)
+	}
 	id := "/v1/computers/" + c.ID
 	calls := []struct {
 		method, path, body, backend string
