@@ -101,8 +101,10 @@ func (s *Server) Mount(pattern string, h http.Handler) {
 // ServeHTTP serves one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// Serve serves HTTP on l until ctx ends, then shuts down (in-flight
-// requests get up to 5 s) and returns. l is closed on return. A
+// Serve serves HTTP on l until ctx ends, then shuts down and returns; l
+// is closed on return. Every request's context derives from ctx, so its
+// end also ends event streams and drops creates waiting in the queue;
+// what is still running gets up to 5 s to answer. A
 // *PeerListener's peers act as their peer credentials; on any other
 // listener a bearer token is required.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
