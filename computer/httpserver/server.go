@@ -67,18 +67,35 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// routes registers every endpoint of the OpenAPI document.
+// route is one endpoint: a ServeMux pattern ("METHOD /path/{id}", the
+// OpenAPI document's path syntax) and its handler.
+type route struct {
+	pattern string
+	handler http.Handler
+}
+
+// routeTable lists every endpoint of the OpenAPI document (a test checks
+// the two lists are the same).
+func (s *Server) routeTable() []route {
+	return []route{
+		{"GET /healthz", http.HandlerFunc(serveHealthz)},
+		{"GET /v1/openapi.json", http.HandlerFunc(serveOpenAPI)},
+		{"POST /v1/computers", s.authed(s.create)},
+		{"GET /v1/computers", s.authed(s.list)},
+		{"GET /v1/computers/{id}", s.authed(s.withID(s.get))},
+		{"DELETE /v1/computers/{id}", s.authed(s.withID(s.delete))},
+		{"POST /v1/computers/{id}/renew", s.authed(s.withID(s.renew))},
+		{"POST /v1/computers/{id}/suspend", s.authed(s.withID(s.suspend))},
+		{"POST /v1/computers/{id}/resume", s.authed(s.withID(s.resume))},
+		{"GET /v1/events", s.authed(s.events)},
+	}
+}
+
+// routes registers the endpoints, and not_found for any other request.
 func (s *Server) routes() {
-	s.mux.HandleFunc("GET /healthz", serveHealthz)
-	s.mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
-	s.mux.Handle("POST /v1/computers", s.authed(s.create))
-	s.mux.Handle("GET /v1/computers", s.authed(s.list))
-	s.mux.Handle("GET /v1/computers/{id}", s.authed(s.withID(s.get)))
-	s.mux.Handle("DELETE /v1/computers/{id}", s.authed(s.withID(s.delete)))
-	s.mux.Handle("POST /v1/computers/{id}/renew", s.authed(s.withID(s.renew)))
-	s.mux.Handle("POST /v1/computers/{id}/suspend", s.authed(s.withID(s.suspend)))
-	s.mux.Handle("POST /v1/computers/{id}/resume", s.authed(s.withID(s.resume)))
-	s.mux.Handle("GET /v1/events", s.authed(s.events))
+	for _, r := range s.routeTable() {
+		s.mux.Handle(r.pattern, r.handler)
+	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, api.Error{Code: api.CodeNotFound, Message: "no such endpoint"})
 	})

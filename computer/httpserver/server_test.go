@@ -57,6 +57,34 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 }
 
+// TestRoutesAreTheDocument: the server serves exactly the operations
+// of the document, no more and no fewer.
+func TestRoutesAreTheDocument(t *testing.T) {
+	doc, _ := loadDoc(t)
+	inDoc := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			inDoc[method+" "+path] = true
+		}
+	}
+	h := newHarness(t)
+	served := map[string]bool{}
+	for _, r := range h.srv.routeTable() {
+		served[r.pattern] = true
+		if !inDoc[r.pattern] {
+			t.Errorf("the server serves %q, the document lacks it", r.pattern)
+		}
+	}
+	for op := range inDoc {
+		if !served[op] {
+			t.Errorf("the document has %q, the server does not serve it", op)
+		}
+	}
+	if len(served) == 0 {
+		t.Fatal("no routes")
+	}
+}
+
 // TestEndpoints calls every endpoint as an owner, each request and
 // answer validated against the document.
 func TestEndpoints(t *testing.T) {
@@ -256,5 +284,30 @@ func TestMountAdminOnly(t *testing.T) {
 		if resp.StatusCode != k.status {
 			t.Errorf("/metrics as %q: %d, want %d", k.owner, resp.StatusCode, k.status)
 		}
+	}
+}
+
+// TestUnknownEndpoint: a path or method outside the document answers
+// 404 not_found as JSON (not Go's plain-text 404 or 405), and the
+// backend is never called. These requests are outside the document, so
+// they bypass its validation.
+func TestUnknownEndpoint(t *testing.T) {
+	h := newHarness(t)
+	for _, k := range []struct{ method, path string }{{"GET", "/v1/nope"}, {"PUT", "/v1/computers"}, {"PATCH", "/v1/computers/c1"}, {"GET", "/"}} {
+		r, _ := http.NewRequest(k.method, h.ts.URL+k.path, nil)
+		r.Header.Set("Authorization", "Bearer "+h.tokens["alice"])
+		resp, err := h.ts.Client().Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e api.Error
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != 404 || err != nil || e.Code != api.CodeNotFound {
+			t.Errorf("%s %s: %d %+v %v, want 404 not_found", k.method, k.path, resp.StatusCode, e, err)
+		}
+	}
+	if h.be.callCount() != 0 {
+		t.Fatal("the backend was called")
 	}
 }
