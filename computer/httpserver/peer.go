@@ -31,6 +31,11 @@ type PeerConn struct {
 	Caller api.Caller
 }
 
+var (
+	_ net.Listener = (*PeerListener)(nil)
+	_ net.Conn     = (*PeerConn)(nil)
+)
+
 type peerKey struct{}
 
 // connContext puts an admitted peer's caller in the connection's context.

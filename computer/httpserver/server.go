@@ -45,6 +45,8 @@ type Server struct {
 	mux *http.ServeMux
 }
 
+var _ http.Handler = (*Server)(nil)
+
 // New checks cfg and returns a Server.
 func New(cfg Config) (*Server, error) {
 	if cfg.Backend == nil {
