@@ -52,6 +52,13 @@ func callerName(c api.Caller) string {
 // withdraw the grant, kill the commands, tear down, record deleted (or
 // failed, naming the step that failed). The caller holds c.op.
 func (s *Service) endLocked(c *computer, reason string) error {
+	return s.endAsLocked(c, reason, api.StateDeleted)
+}
+
+// endAsLocked is endLocked with the final state of a teardown that
+// succeeded: deleted, or failed for a computer that broke (its receiver
+// died).
+func (s *Service) endAsLocked(c *computer, reason, final string) error {
 	switch st := s.stateOf(c); st {
 	case api.StateDeleted, api.StateFailed:
 		return nil
@@ -63,7 +70,7 @@ func (s *Service) endLocked(c *computer, reason string) error {
 	if err := s.move(c, api.StateExpiring, reason, nil); err != nil {
 		return internal("record expiring", err)
 	}
-	final, why := api.StateDeleted, reason
+	why := reason
 	if err := s.teardown(c.m, c.rec.Dir); err != nil {
 		final, why = api.StateFailed, reason+"; teardown: "+err.Error()
 	}

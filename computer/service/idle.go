@@ -103,8 +103,8 @@ func (s *Service) touchLocked(c *computer) {
 	s.mu.Unlock()
 }
 
-// idleLoop reads every running computer's activity each IdleCheck and
-// suspends the ones idle for their timeout.
+// idleLoop reads every running computer's receiver and activity each
+// IdleCheck.
 func (s *Service) idleLoop() {
 	t := time.NewTicker(s.cfg.IdleCheck)
 	defer t.Stop()
@@ -114,32 +114,42 @@ func (s *Service) idleLoop() {
 			return
 		case <-t.C:
 		}
-		for _, c := range s.running() {
+		for _, c := range s.made() {
 			s.checkIdle(c)
 		}
 	}
 }
 
-func (s *Service) running() []*computer {
+// made returns the running and suspended computers.
+func (s *Service) made() []*computer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*computer
 	for _, c := range s.computers {
-		if c.rec.State == api.StateRunning {
+		if c.rec.State == api.StateRunning || c.rec.State == api.StateSuspended {
 			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// checkIdle skips a computer whose op is busy (a transition is under
-// way; it is read again next time).
+// checkIdle ends a running or suspended computer whose receiver died
+// (failed), and suspends a running one idle for its timeout. It skips a computer whose op is busy (a
+// transition is under way; it is read again next time).
 func (s *Service) checkIdle(c *computer) {
 	if !c.op.TryLock() {
 		return
 	}
 	defer c.op.Unlock()
-	if s.stateOf(c) != api.StateRunning || c.m == nil {
+	st := s.stateOf(c)
+	if (st != api.StateRunning && st != api.StateSuspended) || c.m == nil {
+		return
+	}
+	if !c.m.ReceiverAlive() {
+		s.endAsLocked(c, "receiver died", api.StateFailed)
+		return
+	}
+	if st == api.StateSuspended {
 		return
 	}
 	if busy, err := c.m.Busy(s.ctx); err == nil && busy {

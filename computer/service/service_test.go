@@ -358,3 +358,25 @@ func TestOwnerQuota(t *testing.T) {
 		t.Fatalf("quota not given back: %v", err)
 	}
 }
+
+// TestReceiverDeathEndsComputer: a running computer whose receiver dies
+// is ended in the expiry order and recorded failed.
+func TestReceiverDeathEndsComputer(t *testing.T) {
+	s, prov := newTestService(t, Config{})
+	evs := subscribe(t, s, alice)
+	c, err := s.Create(context.Background(), alice, api.CreateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(s.cfg.Dir, "computers", c.ID)
+	prov.mu.Lock()
+	prov.dead[dir] = true
+	prov.mu.Unlock()
+	ev := waitFor(t, evs, 5*time.Second, to(c.ID, api.StateFailed))
+	if ev.Reason != "receiver died" {
+		t.Fatalf("reason %q", ev.Reason)
+	}
+	if ops := teardownOps(prov, dir); !slices.Equal(ops, []string{"Prepare", "Grant", "Withdraw", "KillCommands", "Close"}) {
+		t.Fatalf("calls %v", ops)
+	}
+}
