@@ -20,7 +20,9 @@ import (
 // entries. Entries carry names relative to the root, permission bits
 // only (no set-id bits), uid and gid 0 and whole-second modification
 // times; symlinks are stored, never followed; sockets, fifos and device
-// nodes are left out (Receipt.Skipped). The caller keeps root and w.
+// nodes are left out (Receipt.Skipped). Export a suspended computer: a
+// file that changes or goes while it is read fails the export. The
+// caller keeps root and w.
 func Export(ctx context.Context, root *os.Root, w io.Writer) (Receipt, error) {
 	hw := newHashWriter(w)
 	zw, err := zstd.NewWriter(hw, zstd.WithEncoderConcurrency(1))

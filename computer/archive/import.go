@@ -23,7 +23,8 @@ type ImportOptions struct {
 	// SHA256 is the expected lowercase hex SHA-256 of the whole stream,
 	// as Export's receipt has it. Required.
 	SHA256 string
-	// Owner owns every file, directory and symlink written.
+	// Owner owns every file, directory and symlink written; the zero
+	// Owner is root, so set the computer's uid and gid.
 	Owner Owner
 	// Limits cap the files and the stream; zero fields take defaults.
 	Limits Limits

@@ -43,23 +43,35 @@ func (s *rootSink) Mkdir(name string, mode fs.FileMode) error {
 	if err := s.parents(p); err != nil {
 		return err
 	}
-	if s.made[p] {
-		return s.root.Chmod(p, mode.Perm())
+	if !s.made[p] {
+		if err := s.root.Mkdir(p, 0o700); err != nil {
+			return fmt.Errorf("make directory %s: %w", p, err)
+		}
 	}
-	return s.mkdir(p, mode)
+	return s.ownDir(p, mode)
 }
 
 // mkdir makes p (whose parents exist), owned by owner, with mode's
-// permission bits; the owner and mode are set on the opened directory.
+// permission bits.
 func (s *rootSink) mkdir(p string, mode fs.FileMode) error {
 	if err := s.root.Mkdir(p, 0o700); err != nil {
 		return fmt.Errorf("make directory %s: %w", p, err)
 	}
+	return s.ownDir(p, mode)
+}
+
+// ownDir sets the owner and mode of the directory p on the opened
+// directory, not by name (os.Root's Chmod and Chown by name may act on
+// a symlink swapped in meanwhile).
+func (s *rootSink) ownDir(p string, mode fs.FileMode) error {
 	f, err := s.root.Open(p)
 	if err != nil {
 		return fmt.Errorf("open directory %s: %w", p, err)
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.IsDir() {
+		return unsafeEntry(p, "is no longer a directory (%v)", err)
+	}
 	if err := s.own(f, mode); err != nil {
 		return fmt.Errorf("directory %s: %w", p, err)
 	}

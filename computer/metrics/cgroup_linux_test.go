@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -114,6 +115,10 @@ func startHelper(t *testing.T) (*exec.Cmd, io.Writer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envHelper+"=spin")
+	// If the test binary dies, the spinning child must not outlive it.
+	// Pdeathsig follows the spawning thread, which the Go runtime keeps
+	// for the life of the process here (no locked goroutine exits).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

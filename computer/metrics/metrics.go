@@ -9,6 +9,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -108,14 +109,7 @@ func (m *Metrics) Transition(from, to string) {
 	}
 }
 
-func isState(s string) bool {
-	for _, st := range States {
-		if s == st {
-			return true
-		}
-	}
-	return false
-}
+func isState(s string) bool { return slices.Contains(States, s) }
 
 // SetQueueLength sets how many creates wait in the queue.
 func (m *Metrics) SetQueueLength(n int) { m.queueLength.Set(float64(n)) }

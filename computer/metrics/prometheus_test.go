@@ -79,6 +79,8 @@ func startPrometheus(t *testing.T, target string) string {
 	}
 	defer log.Close()
 	cmd.Stdout, cmd.Stderr = log, log
+	// Pdeathsig (see startHelper) keeps prometheus from outliving a
+	// killed test binary; Cleanup stops it otherwise.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
