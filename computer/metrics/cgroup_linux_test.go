@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/computer/api"
@@ -81,6 +83,7 @@ func TestIntegrationReadUsageRealCgroup(t *testing.T) {
 	})
 	t.Logf("v1 reading: %+v", first)
 	waitUsage(t, paths, func(u api.Usage) bool { return u.CPUSeconds > first.CPUSeconds+0.05 })
+	scrapeUsage(t, paths)
 	if v2 == "" {
 		t.Log("no cgroup2 mount: the v2 cpu.stat reading is not checked")
 		return
@@ -88,6 +91,35 @@ func TestIntegrationReadUsageRealCgroup(t *testing.T) {
 	hybrid := CgroupPaths{V2: v2, Memory: paths.Memory, Pids: paths.Pids}
 	u := waitUsage(t, hybrid, func(u api.Usage) bool { return u.CPUSeconds >= 0.05 })
 	t.Logf("v2 cpu.stat reading: %+v", u)
+}
+
+// scrapeUsage: the handler of a registry whose UsageFunc reads the
+// cgroups with ReadUsage exports the child's memory and pids.
+func scrapeUsage(t *testing.T, paths CgroupPaths) {
+	t.Helper()
+	m := New(func(context.Context) map[string]api.Usage {
+		u, err := ReadUsage(paths)
+		if err != nil {
+			t.Errorf("ReadUsage at scrape: %v", err)
+			return nil
+		}
+		return map[string]api.Usage{"c-1": u}
+	})
+	mem, err := testutil.GatherAndCount(m.Registry(), "tether_computer_memory_bytes")
+	if err != nil || mem != 1 {
+		t.Fatalf("memory series: %d, %v", mem, err)
+	}
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		if mf.GetName() == "tether_computer_memory_bytes" {
+			if v := mf.GetMetric()[0].GetGauge().GetValue(); v < helperMemory {
+				t.Errorf("scraped memory %v, want at least %d", v, helperMemory)
+			}
+		}
+	}
 }
 
 // waitUsage polls ReadUsage until ok holds, for at most 30 s.
