@@ -5,7 +5,8 @@ BIN := $(CURDIR)/bin
 CMDS := ./admission/cmd/tether-admission ./receiver/cmd/tether-receiver \
 	./custodian/cmd/tether-custodian ./plugin/cmd/tether-plugin \
 	./qmpinput/cmd/tether-qmp ./fixtures/cmd/tether-hostagent ./fixtures/cmd/tether-demo \
-	./fixtures/cmd/tether-witness ./fixtures/cmd/tether-modelserver
+	./fixtures/cmd/tether-witness ./fixtures/cmd/tether-modelserver \
+	./computer/cmd/tether-computer
 TEST_TIMEOUT ?= 30m
 
 .PHONY: all build demo test lint bench proto setup clean flakes

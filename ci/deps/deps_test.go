@@ -68,7 +68,7 @@ var rules = []rule{
 	{
 		name: "no shipped binary links a fixture",
 		from: []string{"admission/cmd/tether-admission", "receiver/cmd/tether-receiver",
-			"custodian/cmd/tether-custodian", "plugin/cmd/tether-plugin"},
+			"custodian/cmd/tether-custodian", "plugin/cmd/tether-plugin", "computer/cmd/tether-computer"},
 		forbid:  []string{"fixtures/"},
 		require: []string{"admission"},
 	},

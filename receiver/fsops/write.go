@@ -5,12 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
 	"path"
 	"regexp"
 	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/admission/atomicfile"
 )
 
 // WriteRequest creates or replaces one file beneath the root.
@@ -157,58 +162,62 @@ func (r *Root) checkDigest(dfd int, name string, req *WriteRequest) error {
 }
 
 // replace writes content to a fresh temporary entry and renames it over
-// name; noReplace makes the rename fail if name appeared meanwhile.
+// name; noReplace makes the rename fail if name appeared meanwhile. It is
+// the one atomic write (admission/atomicfile) on the parent's descriptor:
+// owner, then mode, then content, fsync, rename, fsync of the directory.
 func (r *Root) replace(dfd int, name string, content []byte, mode uint32, noReplace bool) error {
 	tmp := tempName()
-	fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create temporary file: %w", classify(err))
+	ops := atomicfile.Ops{
+		Create: func() (*os.File, error) {
+			fd, err := unix.Openat(dfd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+			if err != nil {
+				return nil, classify(err)
+			}
+			return fileOf(fd, tmp), nil
+		},
+		Rename:  func(string) error { return renameAt(dfd, tmp, name, noReplace) },
+		Remove:  func(string) { _ = unix.Unlinkat(dfd, tmp, 0) },
+		SyncDir: func() error { return syncDirFD(dfd) },
 	}
-	if err := r.fill(fd, content, mode); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
+	opts := atomicfile.Options{Chown: true, UID: int(r.owner.UID), GID: int(r.owner.GID)}
+	return atomicfile.Replace(ops, fs.FileMode(mode), opts, func(w io.Writer) error {
+		_, err := w.Write(content)
 		return err
-	}
-	return renameInto(dfd, tmp, name, noReplace)
+	})
 }
 
 // renameInto renames the temporary entry tmp over name (noReplace: only
 // if name is absent) and syncs the directory; tmp is removed on failure.
 func renameInto(dfd int, tmp, name string, noReplace bool) error {
+	if err := renameAt(dfd, tmp, name, noReplace); err != nil {
+		_ = unix.Unlinkat(dfd, tmp, 0)
+		return err
+	}
+	return syncDirFD(dfd)
+}
+
+// renameAt renames tmp over name in dfd (noReplace: only if name is
+// absent); a name that appeared meanwhile is a failed precondition.
+func renameAt(dfd int, tmp, name string, noReplace bool) error {
 	var flags uint
 	if noReplace {
 		flags = unix.RENAME_NOREPLACE
 	}
 	if err := unix.Renameat2(dfd, tmp, dfd, name, flags); err != nil {
-		_ = unix.Unlinkat(dfd, tmp, 0)
 		if err == unix.EEXIST {
 			return fmt.Errorf("%w: file appeared, expected absent", ErrPrecondition)
 		}
 		return fmt.Errorf("rename into place: %w", classify(err))
 	}
+	return nil
+}
+
+// syncDirFD makes the entries renamed in dfd durable.
+func syncDirFD(dfd int) error {
 	if err := unix.Fsync(dfd); err != nil {
 		return fmt.Errorf("sync directory: %w", err)
 	}
 	return nil
-}
-
-// fill writes content, sets owner then mode (chown may clear mode bits),
-// syncs and closes fd.
-func (r *Root) fill(fd int, content []byte, mode uint32) error {
-	f := fileOf(fd, "tmp")
-	defer f.Close()
-	if _, err := f.Write(content); err != nil {
-		return fmt.Errorf("write temporary file: %w", err)
-	}
-	if err := unix.Fchown(fd, int(r.owner.UID), int(r.owner.GID)); err != nil {
-		return fmt.Errorf("chown to %d:%d: %w", r.owner.UID, r.owner.GID, err)
-	}
-	if err := unix.Fchmod(fd, mode); err != nil {
-		return fmt.Errorf("chmod %#o: %w", mode, err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("sync temporary file: %w", err)
-	}
-	return f.Close()
 }
 
 func tempName() string {

@@ -1,0 +1,358 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tetherdev/tether/admission/cli"
+	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/computer/client"
+	"github.com/tetherdev/tether/computer/httpserver"
+)
+
+// Exit codes: 0 success, 1 a refused or failed operation (the error
+// code and reason are on stderr), 2 a usage error.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// DefaultSocket is where the daemon listens unless told otherwise.
+const DefaultSocket = client.DefaultSocket
+
+// envToken names the variable a bearer token may come in (never argv).
+const envToken = "TETHER_COMPUTER_TOKEN"
+
+const prog = "tether-computer"
+
+const usage = `usage: tether-computer <command> [flags]
+
+commands:
+  create   [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
+                                 make a computer and print it (JSON) once it runs
+  ls                             list your computers (an admin sees all)
+  show     ID                    print one computer (JSON)
+  rm       ID                    withdraw its grant, kill what runs, tear it down
+  renew    --ttl DUR ID          extend the lease
+  suspend  ID                    freeze its commands (memory kept)
+  resume   ID                    thaw it
+  token add --file FILE --owner NAME [--admin]
+                                 add a bearer token to the daemon's token file; prints it once
+
+Every command but token takes --socket PATH (default ` + DefaultSocket + `), or
+--url https://HOST:PORT with the token in $` + envToken + ` or --token-file
+and the server's CA in --ca. Run "tether-computer <command> --help" for its flags.
+`
+
+type command func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+
+var commands = map[string]command{
+	"create":  runCreate,
+	"ls":      runList,
+	"show":    idCommand("show", "print one computer (JSON)", showOne),
+	"rm":      idCommand("rm", "end a computer: withdraw its grant, kill what runs, tear down", removeOne),
+	"renew":   runRenew,
+	"suspend": idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
+	"resume":  idCommand("resume", "thaw a suspended computer", resumeOne),
+	"token":   runToken,
+}
+
+// run dispatches to a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return cli.UsageError(stderr, prog, "no command given")
+	}
+	if cli.IsHelp(args[0]) || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		return cli.UsageError(stderr, prog, "unknown command %q", args[0])
+	}
+	return c(ctx, args[1:], stdout, stderr)
+}
+
+// conn holds the connection flags every daemon command shares.
+type conn struct {
+	socket, url, tokenFile, ca string
+}
+
+// newFlags returns subcommand name's flag set with the connection flags.
+func newFlags(name, synopsis, text string, stderr io.Writer) (*flag.FlagSet, *conn) {
+	fs := cli.NewFlagSet(prog+" "+name, prog+" "+synopsis, text)
+	fs.SetOutput(stderr)
+	c := &conn{}
+	fs.StringVar(&c.socket, "socket", DefaultSocket, "the daemon's unix socket (peer credentials decide who you are)")
+	fs.StringVar(&c.url, "url", "", "the daemon's TLS listener, https://HOST:PORT, instead of the socket (needs a token)")
+	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for --url (else $"+envToken+")")
+	fs.StringVar(&c.ca, "ca", "", "PEM CA bundle that signs the daemon's certificate for --url (else the system roots)")
+	return fs, c
+}
+
+// parse parses args, taking at most want positional arguments (flags may
+// follow them); done is true when the caller must return code.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer, want int) (pos []string, code int, done bool) {
+	stderr := fs.Output()
+	for {
+		if code, done := cli.Parse(fs, args, stdout, stderr); done {
+			return nil, code, true
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) != want {
+		return nil, cli.UsageError(stderr, fs.Name(), "want %d argument(s), got %d", want, len(pos)), true
+	}
+	return pos, 0, false
+}
+
+// client makes the client the flags name.
+func (c *conn) client() (*client.Client, error) {
+	if c.url == "" {
+		return client.Unix(c.socket), nil
+	}
+	tok := os.Getenv(envToken)
+	if c.tokenFile != "" {
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("read token: %w", err)
+		}
+		tok = strings.TrimSpace(string(b))
+	}
+	if tok == "" {
+		return nil, fmt.Errorf("--url needs a token: --token-file or $%s", envToken)
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS13}
+	if c.ca != "" {
+		pem, err := os.ReadFile(c.ca)
+		if err != nil {
+			return nil, fmt.Errorf("read CA: %w", err)
+		}
+		conf.RootCAs = x509.NewCertPool()
+		if !conf.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca %s holds no PEM certificate", c.ca)
+		}
+	}
+	return client.HTTPS(c.url, tok, conf)
+}
+
+// fail prints err (its code first when it is an error answer) and
+// returns exitFail.
+func fail(stderr io.Writer, cmd string, err error) int {
+	var e *api.Error
+	if errors.As(err, &e) {
+		fmt.Fprintf(stderr, "%s %s: %s: %s\n", prog, cmd, e.Code, e.Message)
+	} else {
+		fmt.Fprintf(stderr, "%s %s: %v\n", prog, cmd, err)
+	}
+	return exitFail
+}
+
+// printJSON prints v indented.
+func printJSON(w io.Writer, v any) int {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return exitFail
+	}
+	fmt.Fprintf(w, "%s\n", b)
+	return exitOK
+}
+
+// labels is a repeatable --label K=V flag.
+type labels map[string]string
+
+func (l labels) String() string { return "" }
+
+func (l labels) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("label %q is not KEY=VALUE", v)
+	}
+	if _, dup := l[k]; dup {
+		return fmt.Errorf("label %q given twice", k)
+	}
+	l[k] = val
+	return nil
+}
+
+func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("create", "create [flags]", "Makes a computer and prints it (JSON) once it runs; while the host is at capacity it waits in the queue.", stderr)
+	mem := fs.Int64("memory", 0, "memory limit in bytes (0: the service default)")
+	pids := fs.Int64("pids", 0, "process limit (0: the service default)")
+	disk := fs.Int64("disk", 0, "disk size in bytes (0: the service default)")
+	lease := fs.Duration("ttl", 0, "lease, whole seconds (0: the service default)")
+	idle := fs.Duration("idle", 0, "suspend after this long idle (0: the default, 15m)")
+	queue := fs.Duration("queue-timeout", 0, "how long to wait in the queue (0: the service default)")
+	lbl := labels{}
+	fs.Var(lbl, "label", "KEY=VALUE label; repeatable")
+	if _, code, done := parse(fs, args, stdout, 0); done {
+		return code
+	}
+	cl, err := c.client()
+	if err != nil {
+		return fail(stderr, "create", err)
+	}
+	req := api.CreateRequest{Limits: api.Limits{MemoryBytes: *mem, Pids: *pids, DiskBytes: *disk},
+		LeaseTTLSeconds: seconds(*lease), IdleTimeoutSeconds: seconds(*idle), QueueTimeoutSeconds: seconds(*queue)}
+	if len(lbl) > 0 {
+		req.Labels = lbl
+	}
+	comp, err := cl.Create(ctx, req)
+	if err != nil {
+		return fail(stderr, "create", err)
+	}
+	return printJSON(stdout, comp)
+}
+
+func seconds(d time.Duration) int64 { return int64(d / time.Second) }
+
+func runList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("ls", "ls [flags]", "Lists your computers (an admin sees every owner's).", stderr)
+	asJSON := fs.Bool("json", false, "print the list as JSON")
+	if _, code, done := parse(fs, args, stdout, 0); done {
+		return code
+	}
+	cl, err := c.client()
+	if err != nil {
+		return fail(stderr, "ls", err)
+	}
+	cs, err := cl.List(ctx)
+	if err != nil {
+		return fail(stderr, "ls", err)
+	}
+	if *asJSON {
+		return printJSON(stdout, api.ComputerList{Computers: cs})
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tOWNER\tSTATE\tTIER\tLEASE EXPIRES")
+	for _, x := range cs {
+		exp := "-"
+		if !x.LeaseExpiresAt.IsZero() {
+			exp = x.LeaseExpiresAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.ID, x.Owner, x.State, x.Tier, exp)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+// idCommand makes a subcommand that takes one computer id.
+func idCommand(name, text string, do func(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error) command {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+		fs, c := newFlags(name, name+" [flags] ID", text, stderr)
+		pos, code, done := parse(fs, args, stdout, 1)
+		if done {
+			return code
+		}
+		cl, err := c.client()
+		if err == nil {
+			err = do(ctx, cl, pos[0], stdout)
+		}
+		if err != nil {
+			return fail(stderr, name, err)
+		}
+		return exitOK
+	}
+}
+
+func showOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {
+	comp, err := cl.Get(ctx, id)
+	if err == nil {
+		printJSON(stdout, comp)
+	}
+	return err
+}
+
+func removeOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {
+	return cl.Delete(ctx, id)
+}
+
+func suspendOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {
+	comp, err := cl.Suspend(ctx, id)
+	if err == nil {
+		printJSON(stdout, comp)
+	}
+	return err
+}
+
+func resumeOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {
+	comp, err := cl.Resume(ctx, id)
+	if err == nil {
+		printJSON(stdout, comp)
+	}
+	return err
+}
+
+func runRenew(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("renew", "renew --ttl DUR [flags] ID", "Extends a computer's lease by --ttl from now, up to the service's maximum.", stderr)
+	ttl := fs.Duration("ttl", 0, "the new lease, whole seconds; required")
+	pos, code, done := parse(fs, args, stdout, 1)
+	if done {
+		return code
+	}
+	if *ttl < time.Second {
+		return cli.UsageError(stderr, fs.Name(), "--ttl of at least 1s is required")
+	}
+	cl, err := c.client()
+	if err != nil {
+		return fail(stderr, "renew", err)
+	}
+	comp, err := cl.Renew(ctx, pos[0], *ttl)
+	if err != nil {
+		return fail(stderr, "renew", err)
+	}
+	return printJSON(stdout, comp)
+}
+
+const tokenUsage = `usage: tether-computer token add --file FILE --owner NAME [--admin]
+
+commands:
+  add   make a bearer token for OWNER, store only its SHA-256 in FILE
+        (created 0600, replaced atomically) and print the token once
+`
+
+func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return cli.UsageError(stderr, prog+" token", "no token command given")
+	}
+	if cli.IsHelp(args[0]) {
+		fmt.Fprint(stdout, tokenUsage)
+		return exitOK
+	}
+	if args[0] != "add" {
+		return cli.UsageError(stderr, prog+" token", "unknown token command %q", args[0])
+	}
+	fs := cli.NewFlagSet(prog+" token add", prog+" token add --file FILE --owner NAME [--admin]",
+		"Prints the new token once on stdout; the file keeps only its hash. Give it to the owner over a private channel.")
+	fs.SetOutput(stderr)
+	file := fs.String("file", "", "the daemon's token file; required")
+	owner := fs.String("owner", "", "the owner the token acts as; required")
+	admin := fs.Bool("admin", false, "the token sees and touches every owner's computers")
+	if _, code, done := parse(fs, args[1:], stdout, 0); done {
+		return code
+	}
+	if *file == "" || *owner == "" {
+		return cli.UsageError(stderr, fs.Name(), "--file and --owner are required")
+	}
+	tok, err := httpserver.AddToken(*file, *owner, *admin)
+	if err != nil {
+		return fail(stderr, "token add", err)
+	}
+	fmt.Fprintln(stdout, tok)
+	return exitOK
+}
