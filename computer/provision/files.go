@@ -40,7 +40,8 @@ func (c *Local) makeSigningKey(context.Context) error {
 	return err
 }
 
-// writeCustodianFiles writes the custodian's audit key and DIR/custodian.json.
+// writeCustodianFiles writes the custodian's audit key and, unless the
+// computer admits nothing yet (Options.NoGrant), DIR/custodian.json.
 func (c *Local) writeCustodianFiles(context.Context) error {
 	p, s := c.paths, c.state
 	skey, vkey, err := audit.GenerateKey("tether.local/" + s.Tuple.Allocation)
@@ -53,7 +54,17 @@ func (c *Local) writeCustodianFiles(context.Context) error {
 	if err := writeFile(p.auditPub, []byte(vkey+"\n"), 0o644, s.CustodianUID, s.CustodianGID); err != nil {
 		return err
 	}
-	cfg := custodian.Config{Tuple: s.Tuple, LeaseNotAfter: c.Grant().NotAfter, Principal: s.Tuple.Owner,
+	if c.opts.NoGrant {
+		return nil
+	}
+	return c.writeCustodianConfig(c.Grant().NotAfter)
+}
+
+// writeCustodianConfig writes DIR/custodian.json for a lease ending at
+// leaseNotAfter, replacing any earlier one.
+func (c *Local) writeCustodianConfig(leaseNotAfter time.Time) error {
+	p, s := c.paths, c.State()
+	cfg := custodian.Config{Tuple: s.Tuple, LeaseNotAfter: leaseNotAfter, Principal: s.Tuple.Owner,
 		Receiver: c.Receiver(), StateDir: p.custState, AuditKeyFile: p.auditKey}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -62,7 +73,7 @@ func (c *Local) writeCustodianFiles(context.Context) error {
 	if err != nil {
 		return err
 	}
-	return writeFile(p.custodianConfig, append(data, '\n'), 0o600, s.CustodianUID, s.CustodianGID)
+	return replaceOwnedFile(p.custodianConfig, append(data, '\n'), 0o600, s.CustodianUID, s.CustodianGID)
 }
 
 // Receiver implements Computer: the custodian's side of the listener,
@@ -78,8 +89,13 @@ func (c *Local) Receiver() custodian.ReceiverConfig {
 	return c.creds.Receiver(c.state.Address, p.cust)
 }
 
-// publishInitial publishes the first grant, Options.Lease from now.
+// publishInitial publishes the first snapshot: the grant, Options.Lease
+// from now, or with Options.NoGrant none.
 func (c *Local) publishInitial(ctx context.Context) error {
+	if c.opts.NoGrant {
+		_, err := c.Publish(ctx, time.Time{})
+		return err
+	}
 	g := c.grantFor(time.Now().Add(c.opts.Lease))
 	_, err := c.Publish(ctx, time.Time{}, g)
 	return err

@@ -244,3 +244,11 @@ func replaceFile(path string, data []byte, mode os.FileMode) error {
 	_ = os.Remove(path + ".tmp")
 	return atomicfile.Write(path, data, mode, atomicfile.Options{Temp: tmp, Chown: true, UID: os.Geteuid(), GID: os.Getegid()})
 }
+
+// replaceOwnedFile is replaceFile for a file owned by uid and gid (the
+// custodian's configuration, rewritten when a grant is published).
+func replaceOwnedFile(path string, data []byte, mode os.FileMode, uid, gid uint32) error {
+	tmp := filepath.Base(path) + ".tmp"
+	_ = os.Remove(path + ".tmp")
+	return atomicfile.Write(path, data, mode, atomicfile.Options{Temp: tmp, Chown: true, UID: int(uid), GID: int(gid)})
+}

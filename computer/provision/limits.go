@@ -25,41 +25,77 @@ import (
 //     receiver) and commands/ (pids.max; memory.limit_in_bytes and
 //     memory.memsw.limit_in_bytes equal, so no swap, and swappiness 0).
 //     The receiver's spawning thread joins commands/ for each fork
-//     (receiver CgroupConfig.V1).
+//     (receiver CgroupConfig.V1). Without a cgroup2 parent the v1
+//     freezer and cpuacct hierarchies get the same pair, so that Freeze
+//     stops the commands alone and Usage reads their CPU time.
 
 // makeLimitCgroups sets up the cgroups that hold the computer's pids
-// and memory limits and records them in the state.
+// and memory limits, and those of its freezer and CPU reading where
+// cgroup2 cannot hold them (v1Extras), and records them in the state.
 func (c *Local) makeLimitCgroups(ctx context.Context) error {
 	if !c.state.namespaced() {
 		return nil
 	}
 	l := c.state.Resources
 	if c.state.CgroupParent != "" && cgroup2.HasControllers(c.cgroupMount, "pids", "memory") == nil {
-		return cgroup2.SetLimits(c.state.CgroupParent, l.MaxPids, l.MaxMemoryBytes)
-	}
-	for _, ctrl := range []string{cgroupv1.Pids, cgroupv1.Memory} {
-		own, err := cgroupv1.Dir(ctrl)
-		if err == nil {
-			err = cgroupv1.Check(own, ctrl)
-		}
-		if err != nil {
-			return fmt.Errorf("%w: neither cgroup2 nor a cgroup v1 hierarchy can limit the computer's %s: %w", ErrOptions, ctrl, err)
-		}
-		dir := filepath.Join(own, CgroupParentName(c.state.Tuple.Sandbox))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			return fmt.Errorf("create the computer's %s cgroup: %w", ctrl, err)
-		}
-		c.mu.Lock()
-		c.state.LimitCgroups = append(c.state.LimitCgroups, dir)
-		c.mu.Unlock()
-		if err := c.saveState(ctx); err != nil {
+		if err := cgroup2.SetLimits(c.state.CgroupParent, l.MaxPids, l.MaxMemoryBytes); err != nil {
 			return err
 		}
-		if err := makeV1Computer(dir, ctrl, l.MaxPids, l.MaxMemoryBytes); err != nil {
+	} else {
+		for _, ctrl := range []string{cgroupv1.Pids, cgroupv1.Memory} {
+			if err := c.makeV1Hierarchy(ctx, ctrl); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ctrl := range c.v1Extras() {
+		if err := c.makeV1Hierarchy(ctx, ctrl); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// v1Extras are the v1 hierarchies the computer's commands also go in:
+// with a cgroup2 parent, none (its cgroup.freeze and cpu.stat serve);
+// without one, freezer and cpuacct where this host mounts them. A host
+// with neither gives a computer that cannot be frozen (ErrNoFreezer).
+func (c *Local) v1Extras() []string {
+	if c.state.CgroupParent != "" {
+		return nil
+	}
+	var out []string
+	for _, ctrl := range []string{cgroupv1.Freezer, cgroupv1.Cpuacct} {
+		if own, err := cgroupv1.Dir(ctrl); err == nil && cgroupv1.Check(own, ctrl) == nil {
+			out = append(out, ctrl)
+		}
+	}
+	return out
+}
+
+// makeV1Hierarchy makes the computer's cgroup tether-<sandbox> in this
+// process's own cgroup of ctrl's v1 hierarchy, records it, and makes its
+// receiver/ and commands/ children.
+func (c *Local) makeV1Hierarchy(ctx context.Context, ctrl string) error {
+	l := c.state.Resources
+	own, err := cgroupv1.Dir(ctrl)
+	if err == nil {
+		err = cgroupv1.Check(own, ctrl)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: neither cgroup2 nor a cgroup v1 hierarchy can limit the computer's %s: %w", ErrOptions, ctrl, err)
+	}
+	dir := filepath.Join(own, CgroupParentName(c.state.Tuple.Sandbox))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("create the computer's %s cgroup: %w", ctrl, err)
+	}
+	c.mu.Lock()
+	c.state.LimitCgroups = append(c.state.LimitCgroups, dir)
+	c.mu.Unlock()
+	if err := c.saveState(ctx); err != nil {
+		return err
+	}
+	return makeV1Computer(dir, ctrl, l.MaxPids, l.MaxMemoryBytes)
 }
 
 // makeV1Computer makes receiver/ and commands/ in the computer's v1
@@ -69,6 +105,9 @@ func makeV1Computer(dir, ctrl string, pids, memory int64) error {
 		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
 			return fmt.Errorf("create the computer's %s cgroup %s: %w", ctrl, sub, err)
 		}
+	}
+	if ctrl != cgroupv1.Pids && ctrl != cgroupv1.Memory {
+		return nil // freezer and cpuacct: nothing to limit
 	}
 	return cgroupv1.SetLimit(filepath.Join(dir, "commands"), ctrl, pids, memory)
 }

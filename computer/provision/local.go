@@ -88,6 +88,10 @@ type Options struct {
 	Detach bool
 	// Log, if set, also receives the receiver's log lines as written.
 	Log io.Writer
+	// NoGrant makes a computer that admits nothing yet: its first
+	// snapshot holds no grant (ending Lease from now) and DIR/custodian.json
+	// is written by the first GrantUntil. The warm pool's state.
+	NoGrant bool
 	// seccompOff starts the receiver with seccomp off: only for the
 	// positive control of TestIntegrationAttackUserNamespace (a computer
 	// tether makes always requires it).
@@ -129,8 +133,9 @@ func New(ctx context.Context, opts Options) (*Local, error) {
 	err := RunSteps(ctx, "computer", []Step{
 		{Name: "validate.Options", Run: c.validate},
 		{Name: "allocate.IDs", Run: c.allocateIDs},
-		{Name: "cgroup.Parent", Run: c.makeCgroupParent},
 		{Name: "layout.Directories", Run: c.makeLayout},
+		{Name: "state.Early", Run: c.saveState},
+		{Name: "cgroup.Parent", Run: c.makeCgroupParent},
 		{Name: "limits.Cgroups", Run: c.makeLimitCgroups},
 		{Name: "disk.Root", Run: c.makeDisk},
 		{Name: "pki.Certificates", Run: c.makePKI},
@@ -233,7 +238,7 @@ func (c *Local) findCgroup() error {
 
 // makeCgroupParent creates the parent cgroup of the receiver's command
 // cgroups, with CgroupRequired, and records it in the state.
-func (c *Local) makeCgroupParent(context.Context) error {
+func (c *Local) makeCgroupParent(ctx context.Context) error {
 	if c.state.Cgroup != CgroupRequired {
 		return nil
 	}
@@ -244,7 +249,7 @@ func (c *Local) makeCgroupParent(context.Context) error {
 	c.mu.Lock()
 	c.state.CgroupParent = p
 	c.mu.Unlock()
-	return nil
+	return c.saveState(ctx)
 }
 
 // grantFor returns the grant of the tuple ending at notAfter, with the

@@ -144,7 +144,8 @@ func (c *Local) receiverCommand() (*exec.Cmd, *os.File, error) {
 
 // waitReady waits until the receiver answers attach for the tuple over
 // its real listener (or refuses it as fenced: a fleet custodian's token
-// owns the tuple), or exits (an *ExitError with its log).
+// owns the tuple; or, on a computer made with Options.NoGrant, as
+// not_admitted), or exits (an *ExitError with its log).
 func (c *Local) waitReady(ctx context.Context, r *receiverProc) error {
 	ctx, cancel := context.WithTimeout(ctx, ReadyTimeout)
 	defer cancel()
@@ -157,6 +158,9 @@ func (c *Local) waitReady(ctx context.Context, r *receiverProc) error {
 		}
 		if _, last = c.Attach(ctx); last == nil || errors.Is(last, &errcode.Error{Code: errcode.CodeFenced}) {
 			return nil // fenced: it answered, and a fleet custodian owns the tuple
+		}
+		if c.opts.NoGrant && errors.Is(last, &errcode.Error{Code: errcode.CodeNotAdmitted}) {
+			return nil // it answered, and admits nothing yet
 		}
 		select {
 		case <-ctx.Done():

@@ -19,20 +19,24 @@ func (c *Local) Close(ctx context.Context) error {
 	return c.closeErr
 }
 
-// teardown stops the receiver (on a namespaced computer the kernel then
-// kills everything else in its PID namespace, and its mount and IPC
-// namespaces go with the last process), kills and removes its parent
-// cgroup (with CgroupRequired), kills and reports anything still running
-// as the grant's uid, removes the computer's limit cgroups, unmounts the
-// tuple root's bind and the disk (releasing the loop device), removes and reports System V IPC
-// objects of the grant's uid left in this namespace, removes every entry
-// the computer made in DIR and then DIR itself. Entries someone else put
-// in DIR are left and named.
+// teardown ends a frozen computer's commands (thawToEnd), stops the
+// receiver (on a namespaced computer the kernel then kills everything
+// else in its PID namespace, and its mount and IPC namespaces go with the
+// last process), kills and removes its parent cgroup (with
+// CgroupRequired), kills and reports anything still running as the
+// grant's uid, removes the computer's limit cgroups, unmounts the tuple
+// root's bind and the disk (releasing the loop device), removes and
+// reports System V IPC objects of the grant's uid left in this namespace,
+// removes every entry the computer made in DIR and then DIR itself.
+// Entries someone else put in DIR are left and named.
 func (c *Local) teardown(ctx context.Context) error {
 	if c.paths.dir == "" {
 		return nil // validate failed: nothing was made
 	}
 	var errs []error
+	if err := c.thawToEnd(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	died, err := c.stopReceiver(ctx) // killed before teardown: it could not remove its command cgroups
 	if err != nil {
 		errs = append(errs, fmt.Errorf("stop receiver: %w", err))
@@ -63,6 +67,26 @@ func (c *Local) teardown(ctx context.Context) error {
 	}
 	errs = append(errs, RemoveDir(c.paths.dir, c.paths.entries()...))
 	return errors.Join(errs...)
+}
+
+// thawToEnd lets a frozen computer end: it sends SIGKILL to every
+// process of the grant's uid while they are still frozen, then thaws
+// them, so they die without running again and the receiver (whose
+// spawning thread may wait in a frozen v1 cgroup) can stop.
+func (c *Local) thawToEnd(ctx context.Context) error {
+	s := c.State()
+	if !s.isFrozen() {
+		return nil
+	}
+	if s.UID >= MinID {
+		ps, _ := ProcessesOf(s.UID)
+		for _, p := range ps {
+			_ = syscall.Kill(p.HostPID, syscall.SIGKILL)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, CgroupDrain)
+	defer cancel()
+	return s.setFrozen(ctx, false)
 }
 
 // RemoveDir removes a computer's directory: first the entries the
