@@ -80,6 +80,12 @@ var rules = []rule{
 		require: []string{"computer/api"},
 	},
 	{
+		name:    "the provisioner links no fixture",
+		from:    []string{"computer/provision"},
+		forbid:  []string{"fixtures/"},
+		require: []string{"admission", "computer/pki", "computer/ports", "computer/bins"},
+	},
+	{
 		name:    "the live view's binary links no fixture",
 		from:    []string{"qmpinput/cmd/tether-qmp"},
 		forbid:  []string{"fixtures/"},

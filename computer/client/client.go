@@ -39,6 +39,9 @@ type Client struct {
 	hc    *http.Client
 }
 
+// DefaultSocket is where the daemon listens unless told otherwise.
+const DefaultSocket = "/run/tether-computer/api.sock"
+
 // Unix returns a client of the daemon listening on the unix socket at
 // path; the daemon knows the caller by its peer credentials.
 func Unix(path string) *Client {

@@ -29,7 +29,7 @@ const (
 )
 
 // DefaultSocket is where the daemon listens unless told otherwise.
-const DefaultSocket = "/run/tether-computer/api.sock"
+const DefaultSocket = client.DefaultSocket
 
 // envToken names the variable a bearer token may come in (never argv).
 const envToken = "TETHER_COMPUTER_TOKEN"

@@ -21,7 +21,7 @@ const (
 const usage = `tether-custodian: the ACP client side of tether.
 
 Usage:
-  tether-custodian run --config FILE [--agent PROFILE] [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]
+  tether-custodian run --config FILE|--computer-socket SOCK [--agent PROFILE] [--session-id ID] [--prompt TEXT]... -- AGENT_CMD [ARGS...]
   tether-custodian agents
   tether-custodian receipts show (--state DIR | --config FILE) [--key K] [--wait D]
   tether-custodian routine save NAME --from OP_KEY --config FILE [--replace]

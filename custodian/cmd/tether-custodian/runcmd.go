@@ -43,14 +43,15 @@ var (
 
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md; required)")
+	cfgPath := fs.String("config", "", "config file (JSON, see docs/custodian.md); required unless --computer-socket")
 	sessionID := fs.String("session-id", "", "session/load this session instead of session/new")
 	agent := fs.String("agent", "", "a profile: claude-code, gemini, plain (any agent that knows nothing of tether) or tether (the strict protocol, the default); overrides the config's agent; \"tether-custodian agents\" lists what each sets")
 	standby := fs.Bool("standby", false, "wait until no live custodian owns --session-id, take it over (its keys left in flight become interrupted), then run; needs an etcd op_store")
 	var ps prompts
 	fs.Var(&ps, "prompt", "prompt text; repeat for several (default: one prompt per stdin line, each sent as it arrives)")
 	jf := addJailFlags(fs)
-	usageFor(fs, "run --config FILE [--agent claude-code|gemini|plain|tether] [--session-id ID [--standby]] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
+	cf := addComputerFlags(fs)
+	usageFor(fs, "run --config FILE|--computer-socket SOCK [--keep-computer] [--agent claude-code|gemini|plain|tether] [--session-id ID [--standby]] [--prompt TEXT]... [--no-jail] [--jail-read PATH]... [--jail-exec PATH]... -- AGENT_CMD [ARGS...]",
 		"Spawns the ACP agent over stdio, initializes with the fs and terminal capabilities,\n"+
 			"binds a session to the config's tuple (session/new, or session/load with --session-id),\n"+
 			"sends the prompts and writes every session update to stdout as one JSON line, in order.\n"+
@@ -59,7 +60,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if code, ok := parse(fs, args, stdout, stderr); !ok {
 		return code
 	}
-	if *cfgPath == "" || fs.NArg() == 0 {
+	if (*cfgPath == "") == (cf.socket == "") || fs.NArg() == 0 {
 		fs.Usage()
 		return exitUsage
 	}
@@ -69,6 +70,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if profile, err = agentprofile.Lookup(*agent); err != nil {
 			return fail(stderr, exitUsage, "run: --agent: %v", err)
 		}
+	}
+	if cf.socket != "" {
+		path, release, err := cf.acquire(ctx, stderr)
+		defer release()
+		if err != nil {
+			return fail(stderr, exitRuntime, "run: %v", err)
+		}
+		*cfgPath = path
 	}
 	cfg, err := custodian.LoadConfig(*cfgPath)
 	if err != nil {
