@@ -62,6 +62,23 @@ func TestIntegrationServiceRealProvisioner(t *testing.T) {
 	if _, err := os.Stat(c.CustodianConfig); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the expired computer's files are left: %v", err)
 	}
+	s = realCrashAndReadopt(t, s, cfg)
+	s.Close()
+	// No pool configured: the leftover pool machine is destroyed.
+	s = openReal(t, Config{Dir: dir, Provisioner: prov})
+	if ents, err := os.ReadDir(filepath.Join(dir, "pool")); err != nil || len(ents) != 0 {
+		t.Fatalf("pool directory after the last start: %v %v", ents, err)
+	}
+	s.Close()
+}
+
+// realCrashAndReadopt makes a cold computer, crashes s, and checks that
+// the next daemon re-adopts it, suspends and resumes it, and deletes it
+// leaving none of its files. It returns the new daemon.
+func realCrashAndReadopt(t *testing.T, s *Service, cfg Config) *Service {
+	t.Helper()
+	ctx := context.Background()
+	dir, prov := cfg.Dir, cfg.Provisioner
 	cold, err := s.Create(ctx, alice, api.CreateRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -85,13 +102,7 @@ func TestIntegrationServiceRealProvisioner(t *testing.T) {
 	if _, err := os.Stat(cold.CustodianConfig); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the deleted computer's files are left: %v", err)
 	}
-	s.Close()
-	// No pool configured: the leftover pool machine is destroyed.
-	s = openReal(t, Config{Dir: dir, Provisioner: prov})
-	if ents, err := os.ReadDir(dir + "/pool"); err != nil || len(ents) != 0 {
-		t.Fatalf("pool directory after the last start: %v %v", ents, err)
-	}
-	s.Close()
+	return s
 }
 
 func openReal(t *testing.T, cfg Config) *Service {
