@@ -1,5 +1,11 @@
 package service
 
+import (
+	"context"
+
+	"github.com/tetherdev/tether/computer/api"
+)
+
 // Stats is one reading of the service, for metrics.
 type Stats struct {
 	ByState         map[string]int // computers by state (deleted and failed included)
@@ -22,4 +28,31 @@ func (s *Service) Stats() Stats {
 		st.PoolReady[p.Name] = len(p.ready)
 	}
 	return st
+}
+
+// Usage reads the cgroups of every running or suspended computer, for
+// the metrics' scrape. A computer in the middle of a transition (its op
+// lock held) is left out of this reading rather than waited for.
+func (s *Service) Usage(ctx context.Context) map[string]api.Usage {
+	s.mu.Lock()
+	live := make(map[string]*computer, len(s.computers))
+	for id, c := range s.computers {
+		if st := c.rec.State; st == api.StateRunning || st == api.StateSuspended {
+			live[id] = c
+		}
+	}
+	s.mu.Unlock()
+	out := make(map[string]api.Usage, len(live))
+	for id, c := range live {
+		if !c.op.TryLock() {
+			continue
+		}
+		if c.m != nil {
+			if u, err := c.m.Usage(ctx); err == nil {
+				out[id] = u
+			}
+		}
+		c.op.Unlock()
+	}
+	return out
 }

@@ -49,8 +49,11 @@ commands:
   resume   ID                    thaw it
   token add --file FILE --owner NAME [--admin]
                                  add a bearer token to the daemon's token file; prints it once
+  serve    [--dir DIR] [--socket PATH] [--group G] [--pool N] [--max-computers N] ...
+                                 run the daemon (root): state, API, leases, idle suspend, pool
+  verify   [--dir DIR]           check the daemon's hash-chained transition log
 
-Every command but token takes --socket PATH (default ` + DefaultSocket + `), or
+Every command but token, serve and verify takes --socket PATH (default ` + DefaultSocket + `), or
 --url https://HOST:PORT with the token in $` + envToken + ` or --token-file
 and the server's CA in --ca. Run "tether-computer <command> --help" for its flags.
 `
@@ -66,6 +69,8 @@ var commands = map[string]command{
 	"suspend": idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
 	"resume":  idCommand("resume", "thaw a suspended computer", resumeOne),
 	"token":   runToken,
+	"serve":   runServe,
+	"verify":  runVerify,
 }
 
 // run dispatches to a subcommand and returns the process exit code.

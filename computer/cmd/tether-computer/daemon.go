@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/computer/bins"
+	"github.com/tetherdev/tether/computer/httpserver"
+	"github.com/tetherdev/tether/computer/metrics"
+	"github.com/tetherdev/tether/computer/provision"
+	"github.com/tetherdev/tether/computer/service"
+)
+
+// daemonConfig is what one daemon needs: `serve` fills it from flags,
+// and `demo` embeds the same daemon in its own process.
+type daemonConfig struct {
+	Dir     string // the service's state and machines
+	BinDir  string // holds tether-receiver
+	Service service.Config
+	Tokens  string // token file; empty admits no bearer token
+	Logger  *slog.Logger
+}
+
+// daemon is the computer service with its HTTP face and metrics. Close
+// ends the service's background work and leaves the computers running,
+// for the next daemon to adopt.
+type daemon struct {
+	svc *service.Service
+	srv *httpserver.Server
+	m   *metrics.Metrics
+}
+
+// openDaemon opens the service in cfg.Dir (adopting what a previous
+// daemon left) and builds the server over it, with /metrics mounted for
+// admins.
+func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
+	b := bins.Set{Dir: cfg.BinDir}
+	if err := b.Require(bins.Receiver); err != nil {
+		return nil, fmt.Errorf("receiver binary: %w", err)
+	}
+	sc := cfg.Service
+	sc.Dir = cfg.Dir
+	sc.Provisioner = provision.NewProvisioner(provision.Config{Bins: b})
+	svc, err := service.Open(ctx, sc)
+	if err != nil {
+		return nil, err
+	}
+	d := &daemon{svc: svc}
+	d.m = metrics.New(d.usage)
+	var tokens *httpserver.Tokens
+	if cfg.Tokens != "" {
+		if tokens, err = httpserver.OpenTokens(cfg.Tokens); err != nil {
+			svc.Close()
+			return nil, err
+		}
+	}
+	backend := &instrumented{Backend: svc, m: d.m}
+	d.srv, err = httpserver.New(httpserver.Config{Backend: backend, Tokens: tokens, Logger: cfg.Logger})
+	if err != nil {
+		svc.Close()
+		return nil, err
+	}
+	d.srv.Mount("GET /metrics", d.metricsHandler())
+	go d.watch(ctx)
+	return d, nil
+}
+
+// Close closes the service; the computers keep running.
+func (d *daemon) Close() error { return d.svc.Close() }
+
+// metricsHandler refreshes the gauges read from the service's counters,
+// then serves the registry.
+func (d *daemon) metricsHandler() http.Handler {
+	h := d.m.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := d.svc.Stats()
+		d.m.SetComputers(st.ByState)
+		d.m.SetQueueLength(st.Queued)
+		for name, n := range st.PoolReady {
+			d.m.SetPoolSize(name, n)
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// usage reads every live computer's cgroups at scrape time.
+func (d *daemon) usage(ctx context.Context) map[string]api.Usage { return d.svc.Usage(ctx) }
+
+// watch counts lease expiries and queue waits from the event stream, as
+// an admin sees it, until ctx ends.
+func (d *daemon) watch(ctx context.Context) {
+	ev, err := d.svc.Events(ctx, api.Caller{Owner: "metrics", Admin: true})
+	if err != nil {
+		return
+	}
+	queued := map[string]time.Time{}
+	for e := range ev {
+		switch {
+		case e.To == api.StateQueued:
+			queued[e.Computer] = e.At
+		case e.From == api.StateQueued:
+			if t, ok := queued[e.Computer]; ok {
+				d.m.ObserveQueueWait(e.At.Sub(t))
+				delete(queued, e.Computer)
+			}
+		}
+		if e.To == api.StateExpiring {
+			d.m.LeaseExpired()
+		}
+	}
+}
+
+// serveUnix serves the API on a unix socket at path until ctx ends:
+// root is admitted as an admin, members of group (nil: none) as owners.
+func (d *daemon) serveUnix(ctx context.Context, path string, group *uint32) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("socket directory: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	l, err := httpserver.ListenUnix(path, httpserver.PeerPolicy{Group: group}, nil)
+	if err != nil {
+		return err
+	}
+	return d.srv.Serve(ctx, l)
+}
+
+// serveTLS serves the API on a TCP listener with TLS 1.3 until ctx ends;
+// every request needs a bearer token.
+func (d *daemon) serveTLS(ctx context.Context, l net.Listener) error { return d.srv.Serve(ctx, l) }
+
+// instrumented times the creates and resumes the API serves.
+type instrumented struct {
+	api.Backend
+	m *metrics.Metrics
+}
+
+func (b *instrumented) Create(ctx context.Context, c api.Caller, req api.CreateRequest) (api.Computer, error) {
+	start := time.Now()
+	comp, err := b.Backend.Create(ctx, c, req)
+	if err == nil {
+		b.m.ObserveCreate(time.Since(start))
+	}
+	return comp, err
+}
+
+func (b *instrumented) Resume(ctx context.Context, c api.Caller, id string) (api.Computer, error) {
+	start := time.Now()
+	comp, err := b.Backend.Resume(ctx, c, id)
+	if err == nil {
+		b.m.ObserveResume(time.Since(start))
+	}
+	return comp, err
+}
