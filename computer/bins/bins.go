@@ -21,6 +21,7 @@ const (
 	Plugin    = "tether-plugin"
 	HostAgent = "tether-hostagent"
 	Demo      = "tether-demo"
+	Computer  = "tether-computer"
 )
 
 // ErrMissing is returned when a required binary is not in a directory.

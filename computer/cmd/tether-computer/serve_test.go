@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/computer/client"
+	"github.com/tetherdev/tether/fixtures/bins"
+	"github.com/tetherdev/tether/fixtures/testenv"
+)
+
+// daemonProc is one `tether-computer serve` process of a test.
+type daemonProc struct {
+	cmd  *exec.Cmd
+	logs bytes.Buffer
+	done chan error
+}
+
+// startDaemon runs the real binary on dir with args and waits until its
+// socket answers /healthz.
+func startDaemon(t *testing.T, b bins.Set, dir string, args ...string) *daemonProc {
+	t.Helper()
+	sock := filepath.Join(dir, "api.sock")
+	argv := append([]string{"serve", "--dir", filepath.Join(dir, "state"), "--socket", sock, "--bin", b.Dir,
+		"--memory", "268435456", "--disk", "134217728"}, args...)
+	d := &daemonProc{cmd: exec.Command(b.Path(bins.Computer), argv...), done: make(chan error, 1)}
+	d.cmd.Stdout, d.cmd.Stderr = &d.logs, &d.logs
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.cmd.Wait() }()
+	t.Cleanup(func() { d.stop(t, syscall.SIGTERM) })
+	cl := client.Unix(sock)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		if cl.Health(ctx) == nil {
+			return d
+		}
+		select {
+		case err := <-d.done:
+			t.Fatalf("tether-computer serve exited: %v\n%s", err, d.logs.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("tether-computer serve never answered /healthz\n%s", d.logs.String())
+	return nil
+}
+
+// stop sends sig and waits for the daemon to exit (once).
+func (d *daemonProc) stop(t *testing.T, sig syscall.Signal) {
+	if d.cmd.ProcessState != nil || d.done == nil {
+		return
+	}
+	_ = d.cmd.Process.Signal(sig)
+	select {
+	case <-d.done:
+	case <-time.After(time.Minute):
+		_ = d.cmd.Process.Kill()
+		<-d.done
+		t.Errorf("tether-computer serve did not stop on %v", sig)
+	}
+	d.done = nil
+}
+
+// TestIntegrationServe drives the shipped daemon as an operator would:
+// a create served from the warm pool, a custodian run that asks the
+// service for its computer and releases it, suspend and resume, the
+// metrics an admin scrapes, a SIGKILLed daemon whose successor adopts
+// the running computer, and a last start without a pool that leaves
+// nothing of the pool behind; the transition log verifies throughout.
+func TestIntegrationServe(t *testing.T) {
+	testenv.Require(t, "root", "cgroup-limits", "loop")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	b, err := bins.Build(ctx, bins.Receiver, bins.Computer, bins.Custodian, bins.Plugin, bins.HostAgent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "tether-serve-") // t.TempDir's parent is not traversable
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "api.sock")
+	cl := client.Unix(sock)
+	d := startDaemon(t, b, dir, "--pool", "1")
+
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.logs.String())
+		}
+	})
+	comp := waitPoolCreate(ctx, t, cl)
+	custodianRun(ctx, t, b, sock)
+
+	if c, err := cl.Suspend(ctx, comp.ID); err != nil || c.State != api.StateSuspended {
+		t.Fatalf("suspend: %v (state %q)", err, c.State)
+	}
+	if c, err := cl.Resume(ctx, comp.ID); err != nil || c.State != api.StateRunning {
+		t.Fatalf("resume: %v (state %q)", err, c.State)
+	}
+	metrics := scrape(ctx, t, sock)
+	for _, want := range []string{`tether_computers{state="running"} 1`, `tether_computer_pids{computer="` + comp.ID + `"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q:\n%s", want, metrics)
+		}
+	}
+
+	d.stop(t, syscall.SIGKILL)
+	d = startDaemon(t, b, dir, "--pool", "1")
+	if c, err := cl.Get(ctx, comp.ID); err != nil || c.State != api.StateRunning {
+		t.Fatalf("after a SIGKILLed daemon, the next one should adopt %s running: %v (state %q)\n%s", comp.ID, err, c.State, d.logs.String())
+	}
+	if err := cl.Delete(ctx, comp.ID); err != nil {
+		t.Fatal(err)
+	}
+	d.stop(t, syscall.SIGTERM)
+	d = startDaemon(t, b, dir, "--pool", "0")
+	d.stop(t, syscall.SIGTERM)
+	for _, sub := range []string{"pool", "computers"} {
+		if ents, err := os.ReadDir(filepath.Join(dir, "state", sub)); err != nil || len(ents) != 0 {
+			t.Errorf("state/%s after the last daemon: %d entries, %v", sub, len(ents), err)
+		}
+	}
+	out, err := exec.CommandContext(ctx, b.Path(bins.Computer), "verify", "--dir", filepath.Join(dir, "state")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "chain intact") {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+}
+
+// waitPoolCreate creates a computer and checks that it runs.
+func waitPoolCreate(ctx context.Context, t *testing.T, cl *client.Client) api.Computer {
+	t.Helper()
+	comp, err := cl.Create(ctx, api.CreateRequest{LeaseTTLSeconds: 600})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if comp.State != api.StateRunning || comp.CustodianConfig == "" {
+		t.Fatalf("create: %+v", comp)
+	}
+	return comp
+}
+
+// custodianRun runs the host agent through tether-custodian on a
+// computer the service makes for the run, and checks the command ran
+// there and the computer was deleted at the end.
+func custodianRun(ctx context.Context, t *testing.T, b bins.Set, sock string) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, b.Path(bins.Custodian), "run", "--computer-socket", sock, "--jail-exec", b.Path(bins.Plugin),
+		"--prompt", `run_command {"command":"/bin/id"}`, "--", b.Path(bins.HostAgent), "--plugin", b.Path(bins.Plugin), "--principal", "alice")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tether-custodian run --computer-socket: %v\n%s", err, out)
+	}
+	for _, want := range []string{"from the service", `uid=`, "deleted computer"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("custodian run output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// scrape GETs /metrics over the socket, as root (an admin).
+func scrape(ctx context.Context, t *testing.T, sock string) string {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://tether-computer/metrics", nil)
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %s\n%s", resp.Status, body)
+	}
+	return string(body)
+}
