@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 )
 
 // ConnOptions tune one served ACP connection.
@@ -32,13 +33,11 @@ type ConnOptions struct {
 type Conn struct {
 	c     *Custodian
 	acp   *acp.ClientSideConnection
-	table *table
+	table *binding.Table
 	opts  ConnOptions
 
 	mu      sync.Mutex
 	watches map[*Receiver]func()
-	// unbound counts refusals of sessions not bound on this connection.
-	unbound *refusalTally
 	// unboundPerms folds the permission requests of sessions not bound
 	// on this connection.
 	unboundPerms *auditFold
@@ -61,7 +60,7 @@ var (
 // Serve starts serving an ACP connection: toAgent is the agent's input
 // (its stdin), fromAgent its output (its stdout).
 func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptions) *Conn {
-	cn := &Conn{c: c, table: newTable(), opts: opts, watches: map[*Receiver]func(){}, unbound: c.newTally("", "", ""),
+	cn := &Conn{c: c, table: c.keeper.NewTable(), opts: opts, watches: map[*Receiver]func(){},
 		unboundPerms: c.newFold(audit.Record{Method: acp.ClientMethodSessionRequestPermission}),
 		stop:         make(chan struct{})}
 	// The SDK starts reading inside its constructor; the gate holds that
@@ -111,20 +110,21 @@ func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Bin
 		return acp.NewSessionResponse{}, err
 	}
 	req.Meta = meta
-	p := cn.table.addPending(b)
+	p := cn.table.AddPending(b.spec(), cn.local(b))
 	resp, err := cn.acp.NewSession(ctx, req)
-	bnd, cerr := cn.table.confirmNew(p, string(resp.SessionId), err != nil)
+	row, cerr := cn.table.ConfirmNew(p, string(resp.SessionId), err != nil)
 	if err != nil {
 		return resp, err
 	}
 	if cerr != nil {
 		return resp, cerr
 	}
+	bnd := sessionOf(row)
 	cn.auditBind(bnd)
 	// Only the claim waits out an unavailable op store: session/new is
 	// not repeated (the agent would make another session).
-	if err := cn.c.claim(ctx, bnd); err != nil {
-		return resp, fmt.Errorf("%w: session %s: %w", ErrBind, bnd.sessionID, err)
+	if err := cn.c.claim(ctx, bnd.Session); err != nil {
+		return resp, fmt.Errorf("%w: session %s: %w", ErrBind, bnd.ID(), err)
 	}
 	return resp, cn.attachPlain(ctx, bnd)
 }
@@ -133,12 +133,12 @@ func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Bin
 // anything else is sent to the agent (its first prompt); a tether agent
 // attaches by itself. A failure leaves the session awaiting attach and is
 // returned, naming the check.
-func (cn *Conn) attachPlain(ctx context.Context, b *binding) error {
+func (cn *Conn) attachPlain(ctx context.Context, b *session) error {
 	if !b.Plain {
 		return nil
 	}
-	if err := cn.selfAttach(ctx, b); err != nil {
-		return fmt.Errorf("%w: the custodian's attach for plain session %s: %w", ErrBind, b.sessionID, err)
+	if err := cn.table.SelfAttach(ctx, b.Session); err != nil {
+		return fmt.Errorf("%w: the custodian's attach for plain session %s: %w", ErrBind, b.ID(), err)
 	}
 	return nil
 }
@@ -162,22 +162,23 @@ func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b B
 	}); err != nil {
 		return acp.LoadSessionResponse{}, err
 	}
-	bnd, created, err := cn.table.addLoad(string(req.SessionId), b)
+	row, created, err := cn.table.AddLoad(string(req.SessionId), b.spec(), cn.local(b))
 	if err != nil {
 		return acp.LoadSessionResponse{}, err
 	}
+	bnd := sessionOf(row)
 	// The claim (and its waiting) comes before session/load reaches the
 	// agent, which is sent once.
-	if err := cn.c.claim(ctx, bnd); err != nil { // a session another custodian owns is not loaded
+	if err := cn.c.claim(ctx, bnd.Session); err != nil { // a session another custodian owns is not loaded
 		if created {
-			cn.table.remove(string(req.SessionId), bnd)
+			cn.table.Remove(string(req.SessionId), row)
 		}
 		return acp.LoadSessionResponse{}, fmt.Errorf("%w: session %s: %w", ErrBind, req.SessionId, err)
 	}
 	resp, err := cn.acp.LoadSession(ctx, req)
 	if err != nil {
 		if created {
-			cn.table.remove(string(req.SessionId), bnd)
+			cn.table.Remove(string(req.SessionId), row)
 		}
 		return resp, err
 	}
@@ -196,9 +197,9 @@ func (cn *Conn) bindMeta(meta map[string]any, b Binding) (map[string]any, error)
 	return acpmeta.MergeMeta(meta, acpmeta.Bind{Tuple: b.Tuple, LeaseNotAfter: b.LeaseNotAfter.UTC()}.Meta()), nil
 }
 
-func (cn *Conn) auditBind(b *binding) {
-	lease := b.lease()
-	cn.c.audit(audit.Record{Kind: audit.KindBind, SessionID: b.sessionID, TupleSHA256: b.digest,
+func (cn *Conn) auditBind(b *session) {
+	lease := b.Lease()
+	cn.c.audit(audit.Record{Kind: audit.KindBind, SessionID: b.ID(), TupleSHA256: b.Digest,
 		Principal: b.Principal, LeaseNotAfter: &lease})
 }
 
@@ -208,18 +209,18 @@ func (cn *Conn) auditBind(b *binding) {
 // ends plus the retention; if that record fails, the lease is not
 // extended.
 func (cn *Conn) ExtendLease(ctx context.Context, sessionID string, notAfter time.Time) error {
-	b := cn.table.get(sessionID)
+	b := cn.table.Get(sessionID)
 	if b == nil {
 		return fmt.Errorf("%w: session %q is not bound", ErrBind, sessionID)
 	}
-	if err := cn.c.keepForLease(ctx, b.digest, notAfter); err != nil {
+	if err := cn.c.keepForLease(ctx, b.Digest, notAfter); err != nil {
 		return err
 	}
-	if err := b.extend(notAfter); err != nil {
+	if err := b.Extend(notAfter); err != nil {
 		return err
 	}
 	na := notAfter.UTC()
-	cn.c.audit(audit.Record{Kind: audit.KindLease, SessionID: sessionID, TupleSHA256: b.digest,
+	cn.c.audit(audit.Record{Kind: audit.KindLease, SessionID: sessionID, TupleSHA256: b.Digest,
 		Principal: b.Principal, LeaseNotAfter: &na})
 	return nil
 }
@@ -238,9 +239,9 @@ func (cn *Conn) watch(r *Receiver) {
 		return
 	}
 	cn.watches[r] = r.Watch(func(epoch uint64, cause error) {
-		for _, b := range cn.table.all() {
-			if b.Receiver == r && b.fenceEpoch(epoch, cause.Error()) {
-				cn.c.auditFence(b, "fate_unknown")
+		for _, s := range cn.table.All() {
+			if sessionOf(s).Receiver == r {
+				cn.c.keeper.FenceEpoch(s, epoch, cause.Error())
 			}
 		}
 	})

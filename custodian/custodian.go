@@ -32,6 +32,7 @@ import (
 	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/custodian/internal/durable"
 	"github.com/tetherdev/tether/custodian/opstore"
@@ -118,6 +119,19 @@ type Options struct {
 	Now func() time.Time
 }
 
+// Defaults of the refusal options (custodian/binding decides on them).
+const (
+	DefaultRefusalBudget      = binding.DefaultRefusalBudget
+	DefaultRefusalRecordEvery = binding.DefaultRefusalRecordEvery
+)
+
+// TaggedByCustodian is the tagged_by of receipts and audit records of a
+// plain agent's callback whose op tag the custodian minted.
+const TaggedByCustodian = binding.TaggedByCustodian
+
+// newKey returns a fresh operation key with a prefix.
+var newKey = binding.NewKey
+
 // Custodian holds what every connection shares: the operation-key store
 // and the audit log of one state directory. Close must be called.
 type Custodian struct {
@@ -133,10 +147,13 @@ type Custodian struct {
 	takenMu sync.Mutex
 	taken   map[string]opstore.Claimed
 
+	// keeper decides on every binding of every connection: admission,
+	// refusals, fences, attach (custodian/binding).
+	keeper *binding.Keeper
+
 	tallyMu sync.Mutex
-	tallies map[*refusalTally]struct{} // refusals not written yet (refusals.go)
-	folds   map[*auditFold]struct{}    // permission and attach records not written yet (auditfold.go)
-	lines   *lineCaps                  // long agent lines (linecap.go); nil: no caps
+	folds   map[*auditFold]struct{} // permission and attach records not written yet (auditfold.go)
+	lines   *lineCaps               // long agent lines (linecap.go); nil: no caps
 	// hook, set only by tests, is called at the named steps of a call
 	// (the crash test SIGKILLs the process there; others cancel the
 	// agent's request there).
@@ -146,7 +163,7 @@ type Custodian struct {
 // step calls the test hook, if any, at a named step of cl.
 func (cl *call) step(ctx context.Context, name string) {
 	if h := cl.c.hook; h != nil {
-		h(ctx, cl.method, name)
+		h(ctx, cl.Method, name)
 	}
 }
 
@@ -183,9 +200,13 @@ func New(opts Options) (*Custodian, error) {
 		}
 		return nil, err
 	}
-	return &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog, wit: wit,
-		tallies: map[*refusalTally]struct{}{}, taken: map[string]opstore.Claimed{},
-		folds: map[*auditFold]struct{}{}, lines: newLineCaps(opts)}, nil
+	c := &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog, wit: wit,
+		taken: map[string]opstore.Claimed{}, folds: map[*auditFold]struct{}{}, lines: newLineCaps(opts)}
+	c.keeper = binding.NewKeeper(binding.Config{CommandBudget: opts.CommandBudget, AttachTimeout: opts.AttachTimeout,
+		RefusalBudget: opts.RefusalBudget, RefusalRecordEvery: opts.RefusalRecordEvery},
+		binding.Hooks{Now: c.now, Audit: c.audit, AuditErr: c.auditErr, Claim: c.claim,
+			AskReceiver: c.askReceiver, Attached: c.attached})
+	return c, nil
 }
 
 // openStore returns the fleet's etcd store, or opens the state
@@ -211,10 +232,10 @@ func (o *Options) fill() error {
 		o.AttachTimeout = 15 * time.Second
 	}
 	if o.RefusalBudget == 0 {
-		o.RefusalBudget = DefaultRefusalBudget
+		o.RefusalBudget = binding.DefaultRefusalBudget
 	}
 	if o.RefusalRecordEvery <= 0 {
-		o.RefusalRecordEvery = DefaultRefusalRecordEvery
+		o.RefusalRecordEvery = binding.DefaultRefusalRecordEvery
 	}
 	if o.AuditBudget == 0 {
 		o.AuditBudget = DefaultAuditBudget
@@ -285,6 +306,13 @@ func (c *Custodian) auditErr() error {
 // record an act.
 func refusalUnavailable(format string, args ...any) error {
 	return acperr.NewError(errcode.CodeUnavailable, format, args...)
+}
+
+// flushRefusals writes the pending folds and refusals (before a
+// checkpoint and at Close).
+func (c *Custodian) flushRefusals() {
+	c.flushFolds()
+	c.keeper.Flush()
 }
 
 // Checkpoint makes the audit log durable and writes a signed checkpoint,

@@ -3,34 +3,13 @@ package custodian
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/admission/acperr"
-	"github.com/tetherdev/tether/admission/acpmeta"
-	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
 )
-
-// bindState is where a binding is in its life.
-type bindState int
-
-const (
-	// stateAwaitAttach: the bind was sent; nothing is dispatched until the
-	// agent's `_tether/attach` is confirmed by the receiver.
-	stateAwaitAttach bindState = iota
-	// stateActive: callbacks are dispatched on the attach's epoch.
-	stateActive
-	// stateFenced: transport loss, a tuple mismatch or lease expiry;
-	// nothing is dispatched until `_tether/attach` succeeds again.
-	stateFenced
-)
-
-func (s bindState) String() string {
-	return [...]string{"awaiting attach", "active", "fenced"}[s]
-}
 
 // Binding is what a session is bound to: the immutable tuple, the lease,
 // the receiver it runs on and the principal it acts for.
@@ -65,33 +44,36 @@ func (b Binding) validate() error {
 	return b.Tuple.Validate()
 }
 
-// binding is one row of a connection's binding table.
-type binding struct {
-	sessionID string
-	Binding
-	digest string
+// session is the custodian's side of a bound session: the binding
+// package's row (state, lease, fencing token, refusals), the connection
+// it is bound on, the receiver it runs on, its terminals and its audit
+// folds. It is the row's Local.
+type session struct {
+	*binding.Session
+	Receiver *Receiver
+	conn     *Conn
 
 	mu        sync.Mutex
-	state     bindState
-	fenceCode errcode.Code
-	fenceWhy  string
-	epoch     uint64
-	grantGen  uint64
 	terminals map[string]*terminal
 	released  []string              // ids of released terminals still in terminals, oldest first
-	refusals  *refusalTally         // made at the first refusal (refusals.go)
 	folds     map[string]*auditFold // by method, each made at its first record (auditfold.go)
-
-	// token is the fencing token this custodian holds for the session in
-	// the fleet's op store (0: none, the single-machine store, or not
-	// claimed yet); every receiver request carries it. claimMu makes
-	// one claim at a time (fleet.go).
-	token   atomic.Uint64
-	claimMu sync.Mutex
 }
 
-// fenceToken returns the fencing token the session's requests carry.
-func (b *binding) fenceToken() uint64 { return b.token.Load() }
+// sessionOf returns the custodian's side of row s.
+func sessionOf(s *binding.Session) *session { return s.Local.(*session) }
+
+// spec is what the binding package decides on of b.
+func (b Binding) spec() binding.Spec {
+	return binding.Spec{Tuple: b.Tuple, LeaseNotAfter: b.LeaseNotAfter, Principal: b.Principal, Plain: b.Plain}
+}
+
+// local returns the maker of the custodian's side of a row bound as b on
+// cn.
+func (cn *Conn) local(b Binding) func(*binding.Session) any {
+	return func(s *binding.Session) any {
+		return &session{Session: s, Receiver: b.Receiver, conn: cn, terminals: map[string]*terminal{}}
+	}
+}
 
 // maxReleasedKept bounds the released terminals a binding remembers so that
 // a repeated terminal/release or terminal/kill is answered without error;
@@ -208,94 +190,7 @@ func (t *terminal) releaseState() (released, inFlight bool) {
 	return t.rel.released, t.rel.relDone != nil
 }
 
-func newBinding(sessionID string, b Binding) *binding {
-	return &binding{sessionID: sessionID, Binding: b, digest: b.Tuple.SHA256(),
-		state: stateAwaitAttach, terminals: map[string]*terminal{}}
-}
-
-// usable returns the epoch to dispatch on, or the refusal.
-func (b *binding) usable(now time.Time) (uint64, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	switch b.state {
-	case stateAwaitAttach:
-		return 0, acperr.NewError(errcode.CodeFenced,
-			"session %s is bound but not attached; call %s first", b.sessionID, acpmeta.MethodAttach)
-	case stateFenced:
-		if b.fenceCode == codeRefusalBudget {
-			return 0, acperr.NewError(errcode.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
-				b.sessionID, b.fenceCode, b.fenceWhy)
-		}
-		return 0, acperr.NewError(errcode.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
-			b.sessionID, b.fenceCode, b.fenceWhy, acpmeta.MethodAttach)
-	}
-	if !now.Before(b.LeaseNotAfter) {
-		return 0, acperr.NewError(errcode.CodeLeaseExpired, "session %s: lease ended at %s",
-			b.sessionID, b.LeaseNotAfter.UTC().Format(time.RFC3339))
-	}
-	return b.epoch, nil
-}
-
-// selfAttachable reports whether the custodian may attach a plain agent's
-// binding itself: it awaits its first attach, or was fenced by a transport
-// loss. A binding fenced because a callback named another tuple is not:
-// only an explicit `_tether/attach` lifts that fence.
-func (b *binding) selfAttachable() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.state == stateAwaitAttach || b.state == stateFenced && b.fenceCode == errcode.CodeFateUnknown
-}
-
-// fence moves an attached binding to fenced; it reports whether the state
-// changed (so the fence is audited once).
-func (b *binding) fence(code errcode.Code, why string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.state == stateFenced {
-		return false
-	}
-	b.state, b.fenceCode, b.fenceWhy = stateFenced, code, why
-	return true
-}
-
-// fenceEpoch fences the binding if it was attached on epoch.
-func (b *binding) fenceEpoch(epoch uint64, why string) bool {
-	b.mu.Lock()
-	attachedHere := b.state == stateActive && b.epoch == epoch
-	b.mu.Unlock()
-	return attachedHere && b.fence(errcode.CodeFateUnknown, why)
-}
-
-// attached records a confirmed attach on epoch.
-func (b *binding) attached(epoch, gen uint64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.fenceCode == codeRefusalBudget {
-		return
-	}
-	b.state, b.epoch, b.grantGen, b.fenceCode, b.fenceWhy = stateActive, epoch, gen, "", ""
-}
-
-func (b *binding) lease() time.Time {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.LeaseNotAfter
-}
-
-// extend applies a same-tuple lease extension.
-func (b *binding) extend(notAfter time.Time) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	next, err := admission.Lease{Tuple: b.Tuple, NotAfter: b.LeaseNotAfter}.Extend(
-		admission.Lease{Tuple: b.Tuple, NotAfter: notAfter})
-	if err != nil {
-		return err
-	}
-	b.LeaseNotAfter = next.NotAfter
-	return nil
-}
-
-func (b *binding) addTerminalIfAbsent(id string, t *terminal) {
+func (b *session) addTerminalIfAbsent(id string, t *terminal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.terminals[id]; !ok {
@@ -303,7 +198,7 @@ func (b *binding) addTerminalIfAbsent(id string, t *terminal) {
 	}
 }
 
-func (b *binding) terminal(id string) (*terminal, bool) {
+func (b *session) terminal(id string) (*terminal, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	t, ok := b.terminals[id]
@@ -313,7 +208,7 @@ func (b *binding) terminal(id string) (*terminal, bool) {
 // markReleased keeps a released terminal known, so a repeated release or
 // kill is answered without error, forgetting the oldest beyond
 // maxReleasedKept.
-func (b *binding) markReleased(id string) {
+func (b *session) markReleased(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.released = append(b.released, id)

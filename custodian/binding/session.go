@@ -1,0 +1,210 @@
+package binding
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/acperr"
+	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
+)
+
+// State is where a binding is in its life.
+type State int
+
+const (
+	// StateAwaitAttach: the bind was sent; nothing is dispatched until the
+	// agent's `_tether/attach` is confirmed by the receiver.
+	StateAwaitAttach State = iota
+	// StateActive: callbacks are dispatched on the attach's epoch.
+	StateActive
+	// StateFenced: transport loss, a tuple mismatch or lease expiry;
+	// nothing is dispatched until `_tether/attach` succeeds again.
+	StateFenced
+)
+
+func (s State) String() string {
+	return [...]string{"awaiting attach", "active", "fenced"}[s]
+}
+
+// Spec is what a session is bound to, as far as this package decides on
+// it: the immutable tuple, the lease, the principal it acts for, and
+// whether the agent is plain (the custodian tags and attaches for it).
+type Spec struct {
+	Tuple         admission.Tuple
+	LeaseNotAfter time.Time
+	Principal     string
+	Plain         bool
+}
+
+// Session is one row of a connection's binding table. Tuple, Digest,
+// Principal, Plain and Local never change after the row is made; the
+// state, the lease, the epoch and the fencing token change only through
+// this package.
+type Session struct {
+	Tuple     admission.Tuple
+	Digest    string // Tuple.SHA256()
+	Principal string
+	Plain     bool
+	// Local is the embedder's own state of the session (the custodian's
+	// receiver, terminals and audit folds), made with the row, before the
+	// row is in a table.
+	Local any
+
+	id string // set by the table under its lock before the row is shared
+
+	mu        sync.Mutex
+	lease     time.Time
+	state     State
+	fenceCode errcode.Code
+	fenceWhy  string
+	epoch     uint64
+	grantGen  uint64
+	refusals  *tally // made at the first refusal (refusals.go)
+
+	// token is the fencing token this custodian holds for the session in
+	// the fleet's op store (0: none, the single-machine store, or not
+	// claimed yet); every receiver request carries it. claimMu makes
+	// one claim at a time.
+	token   atomic.Uint64
+	claimMu sync.Mutex
+}
+
+func newSession(sessionID string, s Spec, local func(*Session) any) *Session {
+	ns := &Session{id: sessionID, Tuple: s.Tuple, Digest: s.Tuple.SHA256(), Principal: s.Principal, Plain: s.Plain,
+		lease: s.LeaseNotAfter, state: StateAwaitAttach}
+	ns.Local = local(ns)
+	return ns
+}
+
+// ID is the session's id ("" for a session/new no attach has claimed).
+func (s *Session) ID() string { return s.id }
+
+// FenceToken returns the fencing token the session's requests carry.
+func (s *Session) FenceToken() uint64 { return s.token.Load() }
+
+// Claimed runs claim under the session's claim lock unless the session
+// holds a token already; a claim that returns a token > 0 stores it.
+func (s *Session) Claimed(claim func() (uint64, error)) error {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	if s.token.Load() != 0 {
+		return nil
+	}
+	tok, err := claim()
+	if err == nil {
+		s.token.Store(tok)
+	}
+	return err
+}
+
+// State returns the session's state.
+func (s *Session) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// Lease returns the lease's end.
+func (s *Session) Lease() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lease
+}
+
+// Shorten ends the lease at notAfter if that is earlier; a lease is never
+// lengthened here (Extend). Tests of the lease's end use it.
+func (s *Session) Shorten(notAfter time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if notAfter.Before(s.lease) {
+		s.lease = notAfter
+	}
+}
+
+// Extend applies a same-tuple lease extension.
+func (s *Session) Extend(notAfter time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, err := admission.Lease{Tuple: s.Tuple, NotAfter: s.lease}.Extend(
+		admission.Lease{Tuple: s.Tuple, NotAfter: notAfter})
+	if err != nil {
+		return err
+	}
+	s.lease = next.NotAfter
+	return nil
+}
+
+// usable returns the epoch to dispatch on, or the refusal.
+func (s *Session) usable(now time.Time) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case StateAwaitAttach:
+		return 0, acperr.NewError(errcode.CodeFenced,
+			"session %s is bound but not attached; call %s first", s.id, acpmeta.MethodAttach)
+	case StateFenced:
+		if s.fenceCode == CodeRefusalBudget {
+			return 0, acperr.NewError(errcode.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
+				s.id, s.fenceCode, s.fenceWhy)
+		}
+		return 0, acperr.NewError(errcode.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
+			s.id, s.fenceCode, s.fenceWhy, acpmeta.MethodAttach)
+	}
+	if !now.Before(s.lease) {
+		return 0, acperr.NewError(errcode.CodeLeaseExpired, "session %s: lease ended at %s",
+			s.id, s.lease.UTC().Format(time.RFC3339))
+	}
+	return s.epoch, nil
+}
+
+// selfAttachable reports whether the custodian may attach a plain agent's
+// binding itself: it awaits its first attach, or was fenced by a transport
+// loss. A binding fenced because a callback named another tuple is not:
+// only an explicit `_tether/attach` lifts that fence.
+func (s *Session) selfAttachable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == StateAwaitAttach || s.state == StateFenced && s.fenceCode == errcode.CodeFateUnknown
+}
+
+// fence moves an attached binding to fenced; it reports whether the state
+// changed (so the fence is audited once).
+func (s *Session) fence(code errcode.Code, why string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == StateFenced {
+		return false
+	}
+	s.state, s.fenceCode, s.fenceWhy = StateFenced, code, why
+	return true
+}
+
+// fenceEpoch fences the binding if it was attached on epoch.
+func (s *Session) fenceEpoch(epoch uint64, why string) bool {
+	s.mu.Lock()
+	attachedHere := s.state == StateActive && s.epoch == epoch
+	s.mu.Unlock()
+	return attachedHere && s.fence(errcode.CodeFateUnknown, why)
+}
+
+// attached records a confirmed attach on epoch.
+func (s *Session) attached(epoch, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fenceCode == CodeRefusalBudget {
+		return
+	}
+	s.state, s.epoch, s.grantGen, s.fenceCode, s.fenceWhy = StateActive, epoch, gen, "", ""
+}
+
+// reload moves an active session back to awaiting attach (a session/load).
+func (s *Session) reload() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == StateActive {
+		s.state = StateAwaitAttach
+	}
+}
