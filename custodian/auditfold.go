@@ -10,7 +10,7 @@ import (
 
 // Permission requests and confirmed attaches are one audit record each,
 // and an agent can send them as fast as it can write (refused attaches
-// are refusals, counted in refusals.go). So each session has a fold per
+// are refusals, counted in custodian/binding). So each session has a fold per
 // method, and the permission requests of sessions not bound on a
 // connection share that connection's: in each window of
 // Options.RefusalRecordEvery, which the first record opens, the first
@@ -166,7 +166,7 @@ func (b *session) fold(c *Custodian, method string) *auditFold {
 	}
 	f := b.folds[method]
 	if f == nil {
-		f = c.newFold(audit.Record{SessionID: b.ID(), TupleSHA256: b.Digest, Principal: b.Principal, Method: method})
+		f = c.newFold(audit.Record{SessionID: b.ID, TupleSHA256: b.Digest, Principal: b.Principal, Method: method})
 		b.folds[method] = f
 	}
 	return f

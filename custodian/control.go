@@ -184,7 +184,7 @@ func (cl *call) kill(id, why string) {
 	if err != nil {
 		code, _ := codeMessage(err)
 		rec.Code = string(code)
-		cl.c.log.Warn("kill after cancel failed", "session", cl.b.ID(), "terminal", id, "why", why, "err", err)
+		cl.c.log.Warn("kill after cancel failed", "session", cl.b.ID, "terminal", id, "why", why, "err", err)
 	}
 	cl.c.audit(rec)
 }

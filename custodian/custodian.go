@@ -29,8 +29,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tetherdev/tether/admission/acperr"
-	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/credfile"
@@ -160,13 +158,6 @@ type Custodian struct {
 	hook func(ctx context.Context, method, step string)
 }
 
-// step calls the test hook, if any, at a named step of cl.
-func (cl *call) step(ctx context.Context, name string) {
-	if h := cl.c.hook; h != nil {
-		h(ctx, cl.Method, name)
-	}
-}
-
 // New opens the state directory: it recovers the operation-key store
 // (keys dispatched before a crash become interrupted) and opens the audit
 // log, refusing one that does not match its own signed checkpoint.
@@ -204,7 +195,7 @@ func New(opts Options) (*Custodian, error) {
 		taken: map[string]opstore.Claimed{}, folds: map[*auditFold]struct{}{}, lines: newLineCaps(opts)}
 	c.keeper = binding.NewKeeper(binding.Config{CommandBudget: opts.CommandBudget, AttachTimeout: opts.AttachTimeout,
 		RefusalBudget: opts.RefusalBudget, RefusalRecordEvery: opts.RefusalRecordEvery},
-		binding.Hooks{Now: c.now, Audit: c.audit, AuditErr: c.auditErr, Claim: c.claim,
+		binding.Hooks{Now: opts.Now, Audit: c.audit, AuditErr: c.auditErr, KeepForLease: c.keepForLeaseWaiting, Claim: c.claim,
 			AskReceiver: c.askReceiver, Attached: c.attached})
 	return c, nil
 }
@@ -263,57 +254,6 @@ func ensureStateDir(dir string) error {
 }
 
 func (c *Custodian) now() time.Time { return c.opts.Now() }
-
-// keepForLease records a tuple's lease end in the operation-key store
-// before a binding takes it, so keys dispatched under an earlier lease
-// are kept as long as the extended one (ErrRetention when it cannot).
-func (c *Custodian) keepForLease(ctx context.Context, tupleSHA256 string, notAfter time.Time) error {
-	if err := c.store.KeepForLease(ctx, tupleSHA256, notAfter); err != nil {
-		return fmt.Errorf("%w: %w", ErrRetention, err)
-	}
-	return nil
-}
-
-// auditDispatch appends the dispatch record of a call about to be sent.
-// The log may have broken or closed since the call's auditErr check, so
-// its refusal stops the call here: nothing is sent unaudited, and the
-// caller answers with the unavailable error returned.
-func (c *Custodian) auditDispatch(r audit.Record) error {
-	if _, err := c.alog.Append(r); err != nil {
-		c.log.Error("audit append", "kind", r.Kind, "err", err)
-		return refusalUnavailable("audit log refused the dispatch record, refusing to act unaudited: %v", err)
-	}
-	return nil
-}
-
-// audit appends r; a failure is logged, and auditErr then refuses every
-// dispatch.
-func (c *Custodian) audit(r audit.Record) {
-	if _, err := c.alog.Append(r); err != nil {
-		c.log.Error("audit append", "kind", r.Kind, "err", err)
-	}
-}
-
-// auditErr refuses to act when the audit log cannot record it.
-func (c *Custodian) auditErr() error {
-	if err := c.alog.Err(); err != nil {
-		return refusalUnavailable("audit log unavailable, refusing to act unaudited: %v", err)
-	}
-	return nil
-}
-
-// refusalUnavailable is the custodian's refusal when its audit log cannot
-// record an act.
-func refusalUnavailable(format string, args ...any) error {
-	return acperr.NewError(errcode.CodeUnavailable, format, args...)
-}
-
-// flushRefusals writes the pending folds and refusals (before a
-// checkpoint and at Close).
-func (c *Custodian) flushRefusals() {
-	c.flushFolds()
-	c.keeper.Flush()
-}
 
 // Checkpoint makes the audit log durable and writes a signed checkpoint,
 // which it returns (keep a copy elsewhere to check consistency later).

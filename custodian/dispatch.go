@@ -24,19 +24,57 @@ type call struct {
 	b *session
 }
 
-// admit asks custodian/binding, once, whether the callback is admitted
-// (binding.Table.Admit decides every refusal and fence of it).
-func (h *client) admit(ctx context.Context, method, sessionID string, meta map[string]any) (*call, error) {
-	bc, err := h.conn.table.Admit(ctx, method, sessionID, meta)
-	if err != nil {
-		return nil, err
+// step calls the test hook, if any, at a named step of cl.
+func (cl *call) step(ctx context.Context, name string) {
+	if h := cl.c.hook; h != nil {
+		h(ctx, cl.Method, name)
 	}
-	return &call{Call: bc, c: h.c, b: sessionOf(bc.Session)}, nil
+}
+
+// auditDispatch appends the dispatch record of a call about to be sent.
+// The log may have broken or closed since the call's auditErr check, so
+// its refusal stops the call here: nothing is sent unaudited, and the
+// caller answers with the unavailable error returned.
+func (c *Custodian) auditDispatch(r audit.Record) error {
+	if _, err := c.alog.Append(r); err != nil {
+		c.log.Error("audit append", "kind", r.Kind, "err", err)
+		return refusalUnavailable("audit log refused the dispatch record, refusing to act unaudited: %v", err)
+	}
+	return nil
+}
+
+// audit appends r; a failure is logged, and auditErr then refuses every
+// dispatch.
+func (c *Custodian) audit(r audit.Record) {
+	if _, err := c.alog.Append(r); err != nil {
+		c.log.Error("audit append", "kind", r.Kind, "err", err)
+	}
+}
+
+// auditErr refuses to act when the audit log cannot record it.
+func (c *Custodian) auditErr() error {
+	if err := c.alog.Err(); err != nil {
+		return refusalUnavailable("audit log unavailable, refusing to act unaudited: %v", err)
+	}
+	return nil
+}
+
+// refusalUnavailable is the custodian's refusal when its audit log cannot
+// record an act.
+func refusalUnavailable(format string, args ...any) error {
+	return acperr.NewError(errcode.CodeUnavailable, format, args...)
+}
+
+// flushRefusals writes the pending folds and refusals (before a
+// checkpoint and at Close).
+func (c *Custodian) flushRefusals() {
+	c.flushFolds()
+	c.keeper.Flush()
 }
 
 // record returns an audit record describing this call.
 func (cl *call) record(kind audit.Kind) audit.Record {
-	return audit.Record{Kind: kind, SessionID: cl.b.ID(), TupleSHA256: cl.b.Digest,
+	return audit.Record{Kind: kind, SessionID: cl.b.ID, TupleSHA256: cl.b.Digest,
 		Principal: cl.b.Principal, Method: cl.Method, OpKey: cl.Op.OpKey, TaggedBy: cl.TaggedBy}
 }
 
@@ -129,6 +167,15 @@ type keyed struct {
 	annotateResult func(*audit.Record)
 }
 
+// annotation is the digests and sizes a keyed request's dispatch record
+// carries, known before it is sent (keyed.annotate = annotation.apply).
+type annotation struct {
+	digests map[string]string
+	sizes   map[string]int64
+}
+
+func (a annotation) apply(r *audit.Record) { r.Digests, r.Sizes = a.digests, a.sizes }
+
 // codeNotSent is the audit result code of a keyed request answered
 // without sending it (keyed.notSent).
 const codeNotSent = "not_sent"
@@ -144,7 +191,7 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	if k.digestArgs != nil {
 		dargs = k.digestArgs
 	}
-	digest, err := requestDigest(cl.Method, cl.b.ID(), cl.b.Digest, k.op, dargs, k.extra)
+	digest, err := requestDigest(cl.Method, cl.b.ID, cl.b.Digest, k.op, dargs, k.extra)
 	if err != nil {
 		return nil, refusal(err)
 	}
@@ -171,7 +218,7 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 
 func (cl *call) intent(digest string) opstore.Intent {
 	return opstore.Intent{OpKey: cl.Op.OpKey, RequestSHA256: digest, Method: cl.Method,
-		SessionID: cl.b.ID(), TupleSHA256: cl.b.Digest, Principal: cl.b.Principal,
+		SessionID: cl.b.ID, TupleSHA256: cl.b.Digest, Principal: cl.b.Principal,
 		LeaseNotAfter: cl.b.Lease(), TaggedBy: cl.TaggedBy}
 }
 

@@ -312,22 +312,22 @@ func (c *Custodian) claim(ctx context.Context, s *binding.Session) error {
 	return s.Claimed(func() (uint64, error) {
 		var cl opstore.Claimed
 		var fresh bool
-		err := c.waitStore(ctx, c.opts.StoreWait, "claim session "+s.ID()+" in the fleet's op store", func(ctx context.Context) error {
+		err := c.waitStore(ctx, c.opts.StoreWait, "claim session "+s.ID+" in the fleet's op store", func(ctx context.Context) error {
 			got, f, err := c.claimRecord(ctx, s)
 			cl, fresh = mergeClaims(cl, got), fresh || f
 			return err
 		})
 		if _, coded := acperr.CodeOf(err); err != nil && !coded {
-			return 0, binding.ClaimRefusal(s.ID(), err)
+			return 0, binding.ClaimRefusal(s.ID, err)
 		}
 		if err != nil {
 			return 0, err
 		}
 		c.takenMu.Lock()
-		delete(c.taken, s.ID())
+		delete(c.taken, s.ID)
 		c.takenMu.Unlock()
 		if fresh {
-			c.auditClaim(s.ID(), s.Digest, s.Principal, cl)
+			c.auditClaim(s.ID, s.Digest, s.Principal, cl)
 		}
 		return cl.Token, nil
 	})
@@ -355,15 +355,15 @@ func mergeClaims(prev, next opstore.Claimed) opstore.Claimed {
 // claimRecord is one try of a claim: claim (or reuse what TakeOver
 // claimed), check the recorded binding's tuple, record b's binding.
 func (c *Custodian) claimRecord(ctx context.Context, b *binding.Session) (opstore.Claimed, bool, error) {
-	cl, fresh, err := c.claimSession(ctx, b.ID())
+	cl, fresh, err := c.claimSession(ctx, b.ID)
 	if err != nil {
 		return cl, fresh, err
 	}
 	if cl.Binding != nil && !cl.Binding.Tuple.Equal(b.Tuple) {
 		return cl, fresh, acperr.NewError(errcode.CodeTupleMismatch, "session %s is recorded in the fleet store bound to tuple %s, not %s",
-			b.ID(), cl.Binding.TupleSHA256, b.Digest)
+			b.ID, cl.Binding.TupleSHA256, b.Digest)
 	}
-	rec := opstore.BindingRecord{SessionID: b.ID(), Tuple: b.Tuple, TupleSHA256: b.Digest,
+	rec := opstore.BindingRecord{SessionID: b.ID, Tuple: b.Tuple, TupleSHA256: b.Digest,
 		LeaseNotAfter: b.Lease().UTC(), Principal: b.Principal}
 	return cl, fresh, c.fleet.PutBinding(ctx, rec)
 }

@@ -146,10 +146,10 @@ func (cn *Conn) RunRoutine(ctx context.Context, sessionID, name, opKey string) (
 		return nil, err
 	}
 	c := cn.c
-	key := opstore.Key(b.Digest, b.ID(), opKey)
+	key := opstore.Key(b.Digest, b.ID, opKey)
 	_, getErr := c.store.Get(key)
 	replay := getErr == nil
-	rec := audit.Record{Kind: audit.KindRoutine, SessionID: b.ID(), TupleSHA256: b.Digest, Principal: b.Principal,
+	rec := audit.Record{Kind: audit.KindRoutine, SessionID: b.ID, TupleSHA256: b.Digest, Principal: b.Principal,
 		OpKey: opKey, Outcome: routineRun, Digests: map[string]string{"template": digest}}
 	if err := c.auditDispatch(rec); err != nil {
 		return nil, err
@@ -215,7 +215,7 @@ func (cn *Conn) routineRequest(b *session, t *routine.Template, opKey string) ac
 	}
 	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
 	meta := acpmeta.MergeMeta(cn.routineOp(b, opKey), acpmeta.Verify{Files: t.Verify}.Meta())
-	return acp.CreateTerminalRequest{SessionId: acp.SessionId(b.ID()), Command: t.Argv[0], Args: t.Argv[1:],
+	return acp.CreateTerminalRequest{SessionId: acp.SessionId(b.ID), Command: t.Argv[0], Args: t.Argv[1:],
 		Cwd: &cwd, Env: env, Meta: meta}
 }
 

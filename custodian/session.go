@@ -1,48 +1,13 @@
 package custodian
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
-	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
 )
-
-// Binding is what a session is bound to: the immutable tuple, the lease,
-// the receiver it runs on and the principal it acts for.
-type Binding struct {
-	Tuple         admission.Tuple
-	LeaseNotAfter time.Time
-	Principal     string
-	Receiver      *Receiver
-	// Plain says the agent knows nothing of tether (docs/custodian.md
-	// "Plain agents"): the custodian attaches the session itself once the
-	// agent answered session/new or session/load, and again after a
-	// transport loss; it tags a callback that carries no
-	// `_meta["tether/op"]` itself (the binding's digest, a fresh op key,
-	// min(command budget, lease) as the deadline), recording
-	// tagged_by "custodian". A present but wrong tag still fences, and a
-	// callback naming another session is still refused.
-	Plain bool
-}
-
-// validate refuses a binding the custodian could not enforce.
-func (b Binding) validate() error {
-	switch {
-	case b.Receiver == nil:
-		return fmt.Errorf("%w: binding has no receiver", ErrConfig)
-	case b.Principal == "":
-		return fmt.Errorf("%w: binding has no principal", ErrConfig)
-	case b.Principal != b.Tuple.Owner:
-		return fmt.Errorf("%w: principal %q is not the tuple's owner %q", ErrConfig, b.Principal, b.Tuple.Owner)
-	case b.LeaseNotAfter.IsZero():
-		return fmt.Errorf("%w: binding has no lease_not_after", ErrConfig)
-	}
-	return b.Tuple.Validate()
-}
 
 // session is the custodian's side of a bound session: the binding
 // package's row (state, lease, fencing token, refusals), the connection
@@ -61,19 +26,6 @@ type session struct {
 
 // sessionOf returns the custodian's side of row s.
 func sessionOf(s *binding.Session) *session { return s.Local.(*session) }
-
-// spec is what the binding package decides on of b.
-func (b Binding) spec() binding.Spec {
-	return binding.Spec{Tuple: b.Tuple, LeaseNotAfter: b.LeaseNotAfter, Principal: b.Principal, Plain: b.Plain}
-}
-
-// local returns the maker of the custodian's side of a row bound as b on
-// cn.
-func (cn *Conn) local(b Binding) func(*binding.Session) any {
-	return func(s *binding.Session) any {
-		return &session{Session: s, Receiver: b.Receiver, conn: cn, terminals: map[string]*terminal{}}
-	}
-}
 
 // maxReleasedKept bounds the released terminals a binding remembers so that
 // a repeated terminal/release or terminal/kill is answered without error;

@@ -113,7 +113,7 @@ func (c *Custodian) releaseAtEnd(ctx context.Context, b *session, id string, t *
 		err = nil
 	default:
 		c.log.Warn("release at session end failed; the receiver's orphan grace or the command's deadline ends it",
-			"session", b.ID(), "terminal", id, "err", err)
+			"session", b.ID, "terminal", id, "err", err)
 	}
 	t.endRelease(err == nil)
 }
@@ -125,7 +125,7 @@ func (c *Custodian) sendEndRelease(ctx context.Context, b *session, id string) e
 	if err != nil {
 		return err
 	}
-	rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.ID(), TupleSHA256: b.Digest, Principal: b.Principal,
+	rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.ID, TupleSHA256: b.Digest, Principal: b.Principal,
 		Method: acp.ClientMethodTerminalRelease, OpKey: newKey("end"), TaggedBy: TaggedByCustodian}
 	if err := c.auditDispatch(rec); err != nil {
 		return err
@@ -163,7 +163,7 @@ func (c *Custodian) claimTerminals(ctx context.Context, b *session, epoch uint64
 		if t.releasedRemotely() { // the receiver forgot it with its final wait
 			continue
 		}
-		rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.ID(), TupleSHA256: b.Digest, Principal: b.Principal,
+		rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.ID, TupleSHA256: b.Digest, Principal: b.Principal,
 			Method: acp.ClientMethodTerminalOutput, OpKey: newKey("claim"), TaggedBy: TaggedByCustodian}
 		if c.auditDispatch(rec) != nil {
 			return

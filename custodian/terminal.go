@@ -36,10 +36,8 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 				&opstore.Receipt{Outcome: opstore.Pending, TerminalID: res.TerminalID,
 					Exec: cl.execRecord(args)}
 		},
-		annotate: func(r *audit.Record) {
-			r.Digests = map[string]string{"argv": digestJSON(args.Argv), "cwd": sha256Hex([]byte(args.Cwd))}
-			r.Sizes = map[string]int64{"argv": int64(len(args.Argv)), "env": int64(len(args.Env)), "verify": int64(len(verify))}
-		},
+		annotate: annotation{digests: execDigests(args),
+			sizes: map[string]int64{"argv": int64(len(args.Argv)), "env": int64(len(args.Env)), "verify": int64(len(verify))}}.apply,
 	}
 	if len(verify) > 0 {
 		k.extra = verify
@@ -47,7 +45,7 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	var replayed *opstore.Receipt
 	k.onReplay = func(r *opstore.Receipt) { replayed = r }
 	resp, err := decodeResponse[acp.CreateTerminalResponse](cl.keyed(ctx, k))
-	createKey := opstore.Key(cl.b.Digest, cl.b.ID(), cl.Op.OpKey)
+	createKey := opstore.Key(cl.b.Digest, cl.b.ID, cl.Op.OpKey)
 	switch {
 	case err == nil && replayed != nil && replayed.Outcome.Final():
 		// A retry of a finished command: its terminal may be released, or
@@ -140,7 +138,7 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 	}
 	if released, _ := t.releaseState(); released {
 		cl.Refuse(errcode.CodeNotFound)
-		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was released by session %s", id, cl.b.ID())
+		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was released by session %s", id, cl.b.ID)
 	}
 	return t, nil
 }
@@ -151,7 +149,7 @@ func (cl *call) knownTerminal(id string) (*terminal, error) {
 	t, ok := cl.b.terminal(id)
 	if !ok {
 		cl.Refuse(errcode.CodeNotFound)
-		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.ID())
+		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.ID)
 	}
 	return t, nil
 }
@@ -367,14 +365,6 @@ func signalPtr(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-func digestJSON(v []string) string {
-	var b []byte
-	for _, s := range v {
-		b = append(append(b, s...), 0)
-	}
-	return sha256Hex(b)
 }
 
 // killTimeout bounds the kill sent when the agent cancels.

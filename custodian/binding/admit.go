@@ -46,21 +46,55 @@ func (t *Table) Admit(ctx context.Context, method, sessionID string, meta map[st
 	k := t.k
 	cl := &Call{k: k, Session: s, Method: method, Op: op, TaggedBy: taggedBy}
 	now := k.h.Now()
-	epoch, err := s.usable(now)
+	epoch, lease, err := s.usable(now)
 	if err != nil && s.Plain && s.selfAttachable() {
 		if aerr := t.SelfAttach(ctx, s); aerr == nil {
-			epoch, err = s.usable(now)
+			epoch, lease, err = s.usable(now)
 		}
 	}
 	if err != nil {
 		return nil, cl.Refused(err)
 	}
-	deadline, err := k.deadline(now, op.Deadline, s.Lease())
+	deadline, err := k.deadline(now, op.Deadline, lease)
 	if err != nil {
 		return nil, cl.Refused(err)
 	}
 	cl.Epoch, cl.Deadline = epoch, deadline
 	return cl, nil
+}
+
+// usable returns the epoch to dispatch on and the lease's end, or the
+// refusal.
+func (s *Session) usable(now time.Time) (uint64, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case StateAwaitAttach:
+		return 0, time.Time{}, acperr.NewError(errcode.CodeFenced,
+			"session %s is bound but not attached; call %s first", s.ID, acpmeta.MethodAttach)
+	case StateFenced:
+		if s.fenceCode == CodeRefusalBudget {
+			return 0, time.Time{}, acperr.NewError(errcode.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
+				s.ID, s.fenceCode, s.fenceWhy)
+		}
+		return 0, time.Time{}, acperr.NewError(errcode.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
+			s.ID, s.fenceCode, s.fenceWhy, acpmeta.MethodAttach)
+	}
+	if !now.Before(s.lease) {
+		return 0, time.Time{}, acperr.NewError(errcode.CodeLeaseExpired, "session %s: lease ended at %s",
+			s.ID, s.lease.UTC().Format(time.RFC3339))
+	}
+	return s.epoch, s.lease, nil
+}
+
+// selfAttachable reports whether the custodian may attach a plain agent's
+// binding itself: it awaits its first attach, or was fenced by a transport
+// loss. A binding fenced because a callback named another tuple is not:
+// only an explicit `_tether/attach` lifts that fence.
+func (s *Session) selfAttachable() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == StateAwaitAttach || s.state == StateFenced && s.fenceCode == errcode.CodeFateUnknown
 }
 
 // tagOf returns the callback's op tag: the agent's own, checked against

@@ -70,12 +70,12 @@ func (t *Table) attach(ctx context.Context, s *Session, taggedBy string) (acpmet
 	refuse := func(code errcode.Code) {
 		t.Refused(s, code, audit.RefusalEvent{Method: acpmeta.MethodAttach, TaggedBy: taggedBy})
 	}
-	rec := audit.Record{Kind: audit.KindAttach, SessionID: s.id, TupleSHA256: s.Digest,
+	rec := audit.Record{Kind: audit.KindAttach, SessionID: s.ID, TupleSHA256: s.Digest,
 		Principal: s.Principal, Method: acpmeta.MethodAttach, TaggedBy: taggedBy}
 	if s.overBudget() {
 		refuse(errcode.CodeFenced)
 		return acpmeta.AttachResponse{}, acperr.NewError(errcode.CodeFenced,
-			"session %s passed its refusal budget and is fenced for good; start a new session", s.id)
+			"session %s passed its refusal budget and is fenced for good; start a new session", s.ID)
 	}
 	lease := s.Lease()
 	if !k.h.Now().Before(lease) {

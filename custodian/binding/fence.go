@@ -2,7 +2,6 @@ package binding
 
 import (
 	"errors"
-	"sync"
 
 	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/acpmeta"
@@ -28,7 +27,7 @@ func (k *Keeper) FenceEpoch(s *Session, epoch uint64, cause string) {
 func (cl *Call) ConnLost(err error) error {
 	cl.k.FenceEpoch(cl.Session, cl.Epoch, err.Error())
 	return acperr.NewError(errcode.CodeFenced, "session %s: %v; reattach with %s",
-		cl.Session.id, err, acpmeta.MethodAttach)
+		cl.Session.ID, err, acpmeta.MethodAttach)
 }
 
 // LostOwnership fences s after the op store or the receiver said another
@@ -83,36 +82,9 @@ func (cl *Call) StoreRefused(err error) (refusal error, ok bool) {
 		return acperr.NewError(errcode.CodeOpKeyConflict, "%v", err), true
 	case errors.Is(err, opstore.ErrFenced), errors.Is(err, opstore.ErrNotClaimed):
 		cl.k.LostOwnership(cl.Session, err.Error())
-		return acperr.NewError(errcode.CodeFenced, "session %s: %v; nothing was sent", cl.Session.id, err), true
+		return acperr.NewError(errcode.CodeFenced, "session %s: %v; nothing was sent", cl.Session.ID, err), true
 	case err != nil:
 		return acperr.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err), true
 	}
 	return nil, false
-}
-
-// Release forgets s and ends its life, in this order: release (the
-// embedder's: the session's terminals released on the receiver), its
-// refusals written, then after (the embedder's own records).
-func (t *Table) Release(s *Session, release, after func()) {
-	t.Remove(s.id, s)
-	release()
-	s.endTally()
-	after()
-}
-
-// End ends the table with its connection: every session is released as
-// Release does, all at once, then the refusals of sessions not bound
-// here are written.
-func (t *Table) End(release, after func(*Session)) {
-	var wg sync.WaitGroup
-	for _, s := range t.All() {
-		t.Remove(s.id, s)
-		wg.Go(func() {
-			release(s)
-			s.endTally()
-			after(s)
-		})
-	}
-	wg.Wait()
-	t.unbound.end()
 }

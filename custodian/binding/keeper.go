@@ -57,6 +57,11 @@ type Hooks struct {
 	Audit func(audit.Record)
 	// AuditErr refuses (unavailable) when the audit log cannot record.
 	AuditErr func() error
+	// KeepForLease records, durably and before a binding takes it, that
+	// the op keys of tuple digest are kept for a lease ending at notAfter
+	// (only ever lengthening what is recorded, so safe to repeat while
+	// the op store is unavailable, which it waits out).
+	KeepForLease func(ctx context.Context, digest string, notAfter time.Time) error
 	// Claim makes this custodian the owner of s in the fleet's op store
 	// (nil error without a fleet); its error carries an errcode code, or
 	// is a refusal of ClaimRefusal.
@@ -95,6 +100,6 @@ func NewKey(prefix string) string {
 
 // auditFence records that s was fenced.
 func (k *Keeper) auditFence(s *Session, code errcode.Code) {
-	k.h.Audit(audit.Record{Kind: audit.KindFence, SessionID: s.id, TupleSHA256: s.Digest,
+	k.h.Audit(audit.Record{Kind: audit.KindFence, SessionID: s.ID, TupleSHA256: s.Digest,
 		Principal: s.Principal, Code: string(code)})
 }

@@ -144,7 +144,7 @@ func (s *Session) tally(k *Keeper) *tally {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refusals == nil {
-		s.refusals = k.newTally(s.id, s.Digest, s.Principal)
+		s.refusals = k.newTally(s.ID, s.Digest, s.Principal)
 	}
 	return s.refusals
 }

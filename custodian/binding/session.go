@@ -1,13 +1,12 @@
 package binding
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/admission/acperr"
-	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 )
 
@@ -39,11 +38,12 @@ type Spec struct {
 	Plain         bool
 }
 
-// Session is one row of a connection's binding table. Tuple, Digest,
-// Principal, Plain and Local never change after the row is made; the
-// state, the lease, the epoch and the fencing token change only through
-// this package.
+// Session is one row of a connection's binding table, made when its
+// session id is known. ID, Tuple, Digest, Principal, Plain and Local
+// never change after the row is made; the state, the lease, the epoch and
+// the fencing token change only through this package.
 type Session struct {
+	ID        string
 	Tuple     admission.Tuple
 	Digest    string // Tuple.SHA256()
 	Principal string
@@ -52,8 +52,6 @@ type Session struct {
 	// receiver, terminals and audit folds), made with the row, before the
 	// row is in a table.
 	Local any
-
-	id string // set by the table under its lock before the row is shared
 
 	mu        sync.Mutex
 	lease     time.Time
@@ -73,14 +71,11 @@ type Session struct {
 }
 
 func newSession(sessionID string, s Spec, local func(*Session) any) *Session {
-	ns := &Session{id: sessionID, Tuple: s.Tuple, Digest: s.Tuple.SHA256(), Principal: s.Principal, Plain: s.Plain,
+	ns := &Session{ID: sessionID, Tuple: s.Tuple, Digest: s.Tuple.SHA256(), Principal: s.Principal, Plain: s.Plain,
 		lease: s.LeaseNotAfter, state: StateAwaitAttach}
 	ns.Local = local(ns)
 	return ns
 }
-
-// ID is the session's id ("" for a session/new no attach has claimed).
-func (s *Session) ID() string { return s.id }
 
 // FenceToken returns the fencing token the session's requests carry.
 func (s *Session) FenceToken() uint64 { return s.token.Load() }
@@ -137,39 +132,6 @@ func (s *Session) Extend(notAfter time.Time) error {
 	return nil
 }
 
-// usable returns the epoch to dispatch on, or the refusal.
-func (s *Session) usable(now time.Time) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case StateAwaitAttach:
-		return 0, acperr.NewError(errcode.CodeFenced,
-			"session %s is bound but not attached; call %s first", s.id, acpmeta.MethodAttach)
-	case StateFenced:
-		if s.fenceCode == CodeRefusalBudget {
-			return 0, acperr.NewError(errcode.CodeFenced, "session %s is fenced for good (%s: %s); start a new session",
-				s.id, s.fenceCode, s.fenceWhy)
-		}
-		return 0, acperr.NewError(errcode.CodeFenced, "session %s is fenced (%s: %s); reattach with %s",
-			s.id, s.fenceCode, s.fenceWhy, acpmeta.MethodAttach)
-	}
-	if !now.Before(s.lease) {
-		return 0, acperr.NewError(errcode.CodeLeaseExpired, "session %s: lease ended at %s",
-			s.id, s.lease.UTC().Format(time.RFC3339))
-	}
-	return s.epoch, nil
-}
-
-// selfAttachable reports whether the custodian may attach a plain agent's
-// binding itself: it awaits its first attach, or was fenced by a transport
-// loss. A binding fenced because a callback named another tuple is not:
-// only an explicit `_tether/attach` lifts that fence.
-func (s *Session) selfAttachable() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state == StateAwaitAttach || s.state == StateFenced && s.fenceCode == errcode.CodeFateUnknown
-}
-
 // fence moves an attached binding to fenced; it reports whether the state
 // changed (so the fence is audited once).
 func (s *Session) fence(code errcode.Code, why string) bool {
@@ -200,11 +162,22 @@ func (s *Session) attached(epoch, gen uint64) {
 	s.state, s.epoch, s.grantGen, s.fenceCode, s.fenceWhy = StateActive, epoch, gen, "", ""
 }
 
-// reload moves an active session back to awaiting attach (a session/load).
-func (s *Session) reload() {
+// reload applies a session/load of s bound as b: b must name the same
+// tuple (else ErrTupleChanged), a later lease is taken, and an active
+// session must reattach.
+func (s *Session) reload(b Spec) error {
+	if !s.Tuple.Equal(b.Tuple) {
+		return fmt.Errorf("%w: session %q is bound to tuple %s; %w", ErrBind, s.ID, s.Digest, admission.ErrTupleChanged)
+	}
+	if b.LeaseNotAfter.After(s.Lease()) {
+		if err := s.Extend(b.LeaseNotAfter); err != nil {
+			return err
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state == StateActive {
 		s.state = StateAwaitAttach
 	}
+	return nil
 }

@@ -1,11 +1,12 @@
 package binding
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 
-	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/custodian/audit"
 )
 
 // ErrBind: a session could not be bound (the receiver refused the tuple,
@@ -26,10 +27,13 @@ type Table struct {
 	pending  []*Pending
 }
 
-// Pending is the bind of a session/new in flight (AddPending).
+// Pending is the bind of a session/new in flight (AddPending): its row
+// is made when an attach claims it or session/new answers its id.
 type Pending struct {
-	s       *Session
-	claimed string // session id an attach claimed it for
+	spec    Spec
+	digest  string
+	local   func(*Session) any
+	claimed *Session // the row an attach made for it
 }
 
 // NewTable returns an empty table of one connection. End must be called.
@@ -56,18 +60,18 @@ func (t *Table) All() []*Session {
 }
 
 // AddPending registers the bind of a session/new about to be sent; local
-// makes its Session.Local.
+// makes its row's Session.Local.
 func (t *Table) AddPending(b Spec, local func(*Session) any) *Pending {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := &Pending{s: newSession("", b, local)}
+	p := &Pending{spec: b, digest: b.Tuple.SHA256(), local: local}
 	t.pending = append(t.pending, p)
 	return p
 }
 
 // forAttach returns the session an attach for sessionID concerns: the
-// session's, or an unclaimed pending bind with that tuple digest, which
-// the attach then claims for sessionID.
+// session's, or the row of an unclaimed pending bind with that tuple
+// digest, which the attach then claims for sessionID.
 func (t *Table) forAttach(sessionID, digest string) *Session {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -75,11 +79,10 @@ func (t *Table) forAttach(sessionID, digest string) *Session {
 		return s
 	}
 	for _, p := range t.pending {
-		if p.claimed == "" && p.s.Digest == digest {
-			p.claimed = sessionID
-			p.s.id = sessionID
-			t.sessions[sessionID] = p.s
-			return p.s
+		if p.claimed == nil && p.digest == digest {
+			p.claimed = newSession(sessionID, p.spec, p.local)
+			t.sessions[sessionID] = p.claimed
+			return p.claimed
 		}
 	}
 	return nil
@@ -93,21 +96,21 @@ func (t *Table) ConfirmNew(p *Pending, sessionID string, failed bool) (*Session,
 	t.dropPendingLocked(p)
 	switch {
 	case failed:
-		if p.claimed != "" && t.sessions[p.claimed] == p.s {
-			delete(t.sessions, p.claimed)
+		if p.claimed != nil && t.sessions[p.claimed.ID] == p.claimed {
+			delete(t.sessions, p.claimed.ID)
 		}
 		return nil, nil
-	case p.claimed != "" && p.claimed != sessionID:
-		delete(t.sessions, p.claimed)
-		return nil, fmt.Errorf("%w: the agent attached session %q but session/new answered %q", ErrBind, p.claimed, sessionID)
-	case p.claimed == "":
+	case p.claimed != nil && p.claimed.ID != sessionID:
+		delete(t.sessions, p.claimed.ID)
+		return nil, fmt.Errorf("%w: the agent attached session %q but session/new answered %q", ErrBind, p.claimed.ID, sessionID)
+	case p.claimed == nil:
 		if _, taken := t.sessions[sessionID]; taken {
 			return nil, fmt.Errorf("%w: session/new answered %q, which is already bound on this connection", ErrBind, sessionID)
 		}
-		p.s.id = sessionID
-		t.sessions[sessionID] = p.s
+		p.claimed = newSession(sessionID, p.spec, p.local)
+		t.sessions[sessionID] = p.claimed
 	}
-	return p.s, nil
+	return p.claimed, nil
 }
 
 func (t *Table) dropPendingLocked(p *Pending) {
@@ -127,15 +130,9 @@ func (t *Table) AddLoad(sessionID string, b Spec, local func(*Session) any) (s *
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cur, ok := t.sessions[sessionID]; ok {
-		if !cur.Tuple.Equal(b.Tuple) {
-			return nil, false, fmt.Errorf("%w: session %q is bound to tuple %s; %w", ErrBind, sessionID, cur.Digest, admission.ErrTupleChanged)
+		if err := cur.reload(b); err != nil {
+			return nil, false, err
 		}
-		if b.LeaseNotAfter.After(cur.Lease()) {
-			if err := cur.Extend(b.LeaseNotAfter); err != nil {
-				return nil, false, err
-			}
-		}
-		cur.reload()
 		return cur, false, nil
 	}
 	ns := newSession(sessionID, b, local)
@@ -150,4 +147,108 @@ func (t *Table) Remove(sessionID string, s *Session) {
 	if t.sessions[sessionID] == s {
 		delete(t.sessions, sessionID)
 	}
+}
+
+// New binds a session/new: the bind waits in pending while send sends
+// session/new (once) and returns the agent's session id; the agent's
+// attach may claim it meanwhile. Then the bind is recorded, the session
+// claimed in the fleet's op store (only the claim waits out an
+// unavailable op store: session/new is not repeated, the agent would make
+// another session) and, for a plain agent, attached by the custodian. On
+// an error after session/new succeeded the session stays bound,
+// awaiting attach, and the error names the check.
+func (t *Table) New(ctx context.Context, b Spec, local func(*Session) any, send func(context.Context) (string, error)) error {
+	p := t.AddPending(b, local)
+	sessionID, err := send(ctx)
+	s, cerr := t.ConfirmNew(p, sessionID, err != nil)
+	if err != nil {
+		return err
+	}
+	if cerr != nil {
+		return cerr
+	}
+	t.auditBind(s)
+	if err := t.k.h.Claim(ctx, s); err != nil {
+		return fmt.Errorf("%w: session %s: %w", ErrBind, s.ID, err)
+	}
+	return t.attachPlain(ctx, s)
+}
+
+// Load binds sessionID for a session/load and sends it with send, once.
+// A load of a session already bound may extend its lease: the keys it
+// dispatched are kept for the lease as extended, recorded first
+// (Hooks.KeepForLease). The claim (and its waiting) comes before
+// session/load reaches the agent: a session another custodian owns is
+// not loaded. A session this load bound is forgotten again when the claim
+// or send fails.
+func (t *Table) Load(ctx context.Context, sessionID string, b Spec, local func(*Session) any, send func(context.Context) error) error {
+	if err := t.k.h.KeepForLease(ctx, b.Tuple.SHA256(), b.LeaseNotAfter); err != nil {
+		return err
+	}
+	s, created, err := t.AddLoad(sessionID, b, local)
+	if err != nil {
+		return err
+	}
+	if err := t.k.h.Claim(ctx, s); err != nil {
+		if created {
+			t.Remove(sessionID, s)
+		}
+		return fmt.Errorf("%w: session %s: %w", ErrBind, sessionID, err)
+	}
+	if err := send(ctx); err != nil {
+		if created {
+			t.Remove(sessionID, s)
+		}
+		return err
+	}
+	t.auditBind(s)
+	return t.attachPlain(ctx, s)
+}
+
+// auditBind records that s is bound.
+func (t *Table) auditBind(s *Session) {
+	lease := s.Lease()
+	t.k.h.Audit(audit.Record{Kind: audit.KindBind, SessionID: s.ID, TupleSHA256: s.Digest,
+		Principal: s.Principal, LeaseNotAfter: &lease})
+}
+
+// attachPlain attaches a plain agent's freshly bound session before
+// anything else is sent to the agent (its first prompt); a tether agent
+// attaches by itself. A failure leaves the session awaiting attach and is
+// returned, naming the check.
+func (t *Table) attachPlain(ctx context.Context, s *Session) error {
+	if !s.Plain {
+		return nil
+	}
+	if err := t.SelfAttach(ctx, s); err != nil {
+		return fmt.Errorf("%w: the custodian's attach for plain session %s: %w", ErrBind, s.ID, err)
+	}
+	return nil
+}
+
+// Release forgets s and ends its life, in this order: release (the
+// embedder's: the session's terminals released on the receiver), its
+// refusals written, then after (the embedder's own records).
+func (t *Table) Release(s *Session, release, after func()) {
+	t.Remove(s.ID, s)
+	release()
+	s.endTally()
+	after()
+}
+
+// End ends the table with its connection: every session is released as
+// Release does, all at once, then the refusals of sessions not bound
+// here are written.
+func (t *Table) End(release, after func(*Session)) {
+	var wg sync.WaitGroup
+	for _, s := range t.All() {
+		t.Remove(s.ID, s)
+		wg.Go(func() {
+			release(s)
+			s.endTally()
+			after(s)
+		})
+	}
+	wg.Wait()
+	t.unbound.end()
 }
