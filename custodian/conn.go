@@ -196,26 +196,13 @@ func (cn *Conn) local(b Binding) func(*binding.Session) any {
 	}
 }
 
-// ExtendLease applies a same-tuple lease extension to a bound session.
-// The later lease end is first recorded durably in the operation-key
-// store, so the keys the session already dispatched are kept until it
-// ends plus the retention; if that record fails, the lease is not
-// extended.
+// ExtendLease applies a same-tuple lease extension to a bound session
+// (binding.Table.ExtendLease): the later lease end is first recorded
+// durably in the operation-key store, so the keys the session already
+// dispatched are kept until it ends plus the retention; if that record
+// fails, the lease is not extended.
 func (cn *Conn) ExtendLease(ctx context.Context, sessionID string, notAfter time.Time) error {
-	b := cn.table.Get(sessionID)
-	if b == nil {
-		return fmt.Errorf("%w: session %q is not bound", ErrBind, sessionID)
-	}
-	if err := cn.c.keepForLease(ctx, b.Digest, notAfter); err != nil {
-		return err
-	}
-	if err := b.Extend(notAfter); err != nil {
-		return err
-	}
-	na := notAfter.UTC()
-	cn.c.audit(audit.Record{Kind: audit.KindLease, SessionID: sessionID, TupleSHA256: b.Digest,
-		Principal: b.Principal, LeaseNotAfter: &na})
-	return nil
+	return cn.table.ExtendLease(ctx, sessionID, notAfter)
 }
 
 // Prompt sends session/prompt.

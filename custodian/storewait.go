@@ -84,11 +84,14 @@ func (c *Custodian) keepForLease(ctx context.Context, tupleSHA256 string, notAft
 	return nil
 }
 
-// keepForLeaseWaiting is keepForLease waiting out an unavailable op store
-// for up to Options.StoreWait (binding.Hooks.KeepForLease): the record
-// only ever lengthens the recorded lease (a compare-and-swap), so it is
-// safe to repeat.
-func (c *Custodian) keepForLeaseWaiting(ctx context.Context, digest string, notAfter time.Time) error {
+// keepForLeaseWaiting is keepForLease (binding.Hooks.KeepForLease), with
+// wait waiting out an unavailable op store for up to Options.StoreWait:
+// the record only ever lengthens the recorded lease (a compare-and-swap),
+// so it is safe to repeat.
+func (c *Custodian) keepForLeaseWaiting(ctx context.Context, digest string, notAfter time.Time, wait bool) error {
+	if !wait {
+		return c.keepForLease(ctx, digest, notAfter)
+	}
 	return c.waitStore(ctx, c.opts.StoreWait, "record the lease of tuple "+digest, func(ctx context.Context) error {
 		return c.keepForLease(ctx, digest, notAfter)
 	})

@@ -59,9 +59,9 @@ type Hooks struct {
 	AuditErr func() error
 	// KeepForLease records, durably and before a binding takes it, that
 	// the op keys of tuple digest are kept for a lease ending at notAfter
-	// (only ever lengthening what is recorded, so safe to repeat while
-	// the op store is unavailable, which it waits out).
-	KeepForLease func(ctx context.Context, digest string, notAfter time.Time) error
+	// (only ever lengthening what is recorded, so safe to repeat); with
+	// wait it waits out an unavailable op store.
+	KeepForLease func(ctx context.Context, digest string, notAfter time.Time, wait bool) error
 	// Claim makes this custodian the owner of s in the fleet's op store
 	// (nil error without a fleet); its error carries an errcode code, or
 	// is a refusal of ClaimRefusal.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/tetherdev/tether/custodian/audit"
 )
@@ -182,7 +183,7 @@ func (t *Table) New(ctx context.Context, b Spec, local func(*Session) any, send 
 // not loaded. A session this load bound is forgotten again when the claim
 // or send fails.
 func (t *Table) Load(ctx context.Context, sessionID string, b Spec, local func(*Session) any, send func(context.Context) error) error {
-	if err := t.k.h.KeepForLease(ctx, b.Tuple.SHA256(), b.LeaseNotAfter); err != nil {
+	if err := t.k.h.KeepForLease(ctx, b.Tuple.SHA256(), b.LeaseNotAfter, true); err != nil {
 		return err
 	}
 	s, created, err := t.AddLoad(sessionID, b, local)
@@ -203,6 +204,28 @@ func (t *Table) Load(ctx context.Context, sessionID string, b Spec, local func(*
 	}
 	t.auditBind(s)
 	return t.attachPlain(ctx, s)
+}
+
+// ExtendLease applies a same-tuple lease extension to bound session
+// sessionID. The later lease end is first recorded durably
+// (Hooks.KeepForLease, without waiting), so the keys the session already
+// dispatched are kept until it ends plus the retention; if that record
+// fails, the lease is not extended.
+func (t *Table) ExtendLease(ctx context.Context, sessionID string, notAfter time.Time) error {
+	s := t.Get(sessionID)
+	if s == nil {
+		return fmt.Errorf("%w: session %q is not bound", ErrBind, sessionID)
+	}
+	if err := t.k.h.KeepForLease(ctx, s.Digest, notAfter, false); err != nil {
+		return err
+	}
+	if err := s.Extend(notAfter); err != nil {
+		return err
+	}
+	na := notAfter.UTC()
+	t.k.h.Audit(audit.Record{Kind: audit.KindLease, SessionID: sessionID, TupleSHA256: s.Digest,
+		Principal: s.Principal, LeaseNotAfter: &na})
+	return nil
 }
 
 // auditBind records that s is bound.
