@@ -48,7 +48,7 @@ func (t *Table) Admit(ctx context.Context, method, sessionID string, meta map[st
 	now := k.h.Now()
 	epoch, lease, err := s.usable(now)
 	if err != nil && s.Plain && s.selfAttachable() {
-		if aerr := t.SelfAttach(ctx, s); aerr == nil {
+		if aerr := t.selfAttach(ctx, s); aerr == nil {
 			epoch, lease, err = s.usable(now)
 		}
 	}

@@ -52,10 +52,10 @@ func (t *Table) Attach(ctx context.Context, params json.RawMessage) (acpmeta.Att
 	return t.attach(ctx, s, "")
 }
 
-// SelfAttach attaches a plain agent's binding on the custodian's own
+// selfAttach attaches a plain agent's binding on the custodian's own
 // initiative (the agent knows no `_tether/attach`); its audit record says
 // tagged_by custodian.
-func (t *Table) SelfAttach(ctx context.Context, s *Session) error {
+func (t *Table) selfAttach(ctx context.Context, s *Session) error {
 	_, err := t.attach(ctx, s, TaggedByCustodian)
 	return err
 }
@@ -87,8 +87,8 @@ func (t *Table) attach(ctx context.Context, s *Session, taggedBy string) (acpmet
 		return acpmeta.AttachResponse{}, Refusal(err)
 	}
 	res, epoch, err := k.h.AskReceiver(ctx, s)
-	if FencedByReceiver(err) {
-		k.LostOwnership(s, err.Error())
+	if fencedByReceiver(err) {
+		k.lostOwnership(s, err.Error())
 	}
 	rec.GrantGeneration, rec.FenceToken = res.GrantGeneration, s.FenceToken()
 	if err == nil {

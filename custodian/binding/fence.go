@@ -30,27 +30,27 @@ func (cl *Call) ConnLost(err error) error {
 		cl.Session.ID, err, acpmeta.MethodAttach)
 }
 
-// LostOwnership fences s after the op store or the receiver said another
+// lostOwnership fences s after the op store or the receiver said another
 // custodian owns the session now (ErrFenced, or the receiver's fenced):
 // nothing more is sent for it, and the token is dropped so that an
 // attach claims the session again (refused while the other owner lives).
-func (k *Keeper) LostOwnership(s *Session, why string) {
+func (k *Keeper) lostOwnership(s *Session, why string) {
 	s.token.Store(0)
 	if s.fence(errcode.CodeFenced, why) {
 		k.auditFence(s, errcode.CodeFenced)
 	}
 }
 
-// SentAndFenced is LostOwnership for a request the receiver answered
+// SentAndFenced is lostOwnership for a request the receiver answered
 // fenced; any other err leaves s as it is.
 func (k *Keeper) SentAndFenced(s *Session, err error) {
-	if FencedByReceiver(err) {
-		k.LostOwnership(s, err.Error())
+	if fencedByReceiver(err) {
+		k.lostOwnership(s, err.Error())
 	}
 }
 
-// FencedByReceiver reports whether err is the receiver's fenced answer.
-func FencedByReceiver(err error) bool {
+// fencedByReceiver reports whether err is the receiver's fenced answer.
+func fencedByReceiver(err error) bool {
 	var we *errcode.Error
 	return errors.As(err, &we) && we.Code == errcode.CodeFenced
 }
@@ -81,7 +81,7 @@ func (cl *Call) StoreRefused(err error) (refusal error, ok bool) {
 		cl.Refuse(errcode.CodeOpKeyConflict)
 		return acperr.NewError(errcode.CodeOpKeyConflict, "%v", err), true
 	case errors.Is(err, opstore.ErrFenced), errors.Is(err, opstore.ErrNotClaimed):
-		cl.k.LostOwnership(cl.Session, err.Error())
+		cl.k.lostOwnership(cl.Session, err.Error())
 		return acperr.NewError(errcode.CodeFenced, "session %s: %v; nothing was sent", cl.Session.ID, err), true
 	case err != nil:
 		return acperr.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err), true

@@ -2,13 +2,15 @@
 // table of one ACP connection, bind, attach (the agent's and, for a plain
 // agent, the custodian's own), the decision to admit, refuse or fence
 // each fs/* and terminal/* callback, the refusal codes and their tallies,
-// and the end of a session. Every refusal and fence is decided here, each
-// with its errcode code; the custodian's handlers call Keeper.Admit once
-// per callback and act on the Call it returns.
+// and the end of a session. Every binding check's refusal and every fence
+// is decided here, each with its errcode code; the custodian's handlers
+// call Table.Admit once per callback and act on the Call it returns. The
+// checks of a request's own content (its path, arguments, terminal id)
+// stay with the handlers, which count their refusals here (Call.Refuse).
 //
 // It does not import the custodian: what stays there (the audit log, the
-// clock, the claim in the fleet's op store, the receiver's attach op)
-// comes in as Hooks.
+// clock, the durable lease record and the claim in the op store, the
+// receiver's attach op) comes in as Hooks.
 package binding
 
 import (

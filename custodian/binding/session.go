@@ -110,7 +110,7 @@ func (s *Session) Lease() time.Time {
 }
 
 // Shorten ends the lease at notAfter if that is earlier; a lease is never
-// lengthened here (Extend). Tests of the lease's end use it.
+// lengthened here (extend). Tests of the lease's end use it.
 func (s *Session) Shorten(notAfter time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -119,8 +119,8 @@ func (s *Session) Shorten(notAfter time.Time) {
 	}
 }
 
-// Extend applies a same-tuple lease extension.
-func (s *Session) Extend(notAfter time.Time) error {
+// extend applies a same-tuple lease extension.
+func (s *Session) extend(notAfter time.Time) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	next, err := admission.Lease{Tuple: s.Tuple, NotAfter: s.lease}.Extend(
@@ -170,7 +170,7 @@ func (s *Session) reload(b Spec) error {
 		return fmt.Errorf("%w: session %q is bound to tuple %s; %w", ErrBind, s.ID, s.Digest, admission.ErrTupleChanged)
 	}
 	if b.LeaseNotAfter.After(s.Lease()) {
-		if err := s.Extend(b.LeaseNotAfter); err != nil {
+		if err := s.extend(b.LeaseNotAfter); err != nil {
 			return err
 		}
 	}

@@ -25,12 +25,12 @@ type Table struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	pending  []*Pending
+	pending  []*pendingBind
 }
 
-// Pending is the bind of a session/new in flight (AddPending): its row
+// pendingBind is the bind of a session/new in flight (addPending): its row
 // is made when an attach claims it or session/new answers its id.
-type Pending struct {
+type pendingBind struct {
 	spec    Spec
 	digest  string
 	local   func(*Session) any
@@ -60,12 +60,12 @@ func (t *Table) All() []*Session {
 	return out
 }
 
-// AddPending registers the bind of a session/new about to be sent; local
+// addPending registers the bind of a session/new about to be sent; local
 // makes its row's Session.Local.
-func (t *Table) AddPending(b Spec, local func(*Session) any) *Pending {
+func (t *Table) addPending(b Spec, local func(*Session) any) *pendingBind {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := &Pending{spec: b, digest: b.Tuple.SHA256(), local: local}
+	p := &pendingBind{spec: b, digest: b.Tuple.SHA256(), local: local}
 	t.pending = append(t.pending, p)
 	return p
 }
@@ -89,9 +89,9 @@ func (t *Table) forAttach(sessionID, digest string) *Session {
 	return nil
 }
 
-// ConfirmNew settles a pending bind with session/new's answer. The agent
+// confirmNew settles a pending bind with session/new's answer. The agent
 // must answer with the session id its attach claimed, if any.
-func (t *Table) ConfirmNew(p *Pending, sessionID string, failed bool) (*Session, error) {
+func (t *Table) confirmNew(p *pendingBind, sessionID string, failed bool) (*Session, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.dropPendingLocked(p)
@@ -114,7 +114,7 @@ func (t *Table) ConfirmNew(p *Pending, sessionID string, failed bool) (*Session,
 	return p.claimed, nil
 }
 
-func (t *Table) dropPendingLocked(p *Pending) {
+func (t *Table) dropPendingLocked(p *pendingBind) {
 	for i, q := range t.pending {
 		if q == p {
 			t.pending = append(t.pending[:i], t.pending[i+1:]...)
@@ -123,11 +123,11 @@ func (t *Table) dropPendingLocked(p *Pending) {
 	}
 }
 
-// AddLoad binds sessionID for a session/load; local makes a new row's
+// addLoad binds sessionID for a session/load; local makes a new row's
 // Session.Local. A session already bound on this connection keeps its
 // tuple (a different one is refused) and takes a later lease; either way
 // it must reattach before anything runs.
-func (t *Table) AddLoad(sessionID string, b Spec, local func(*Session) any) (s *Session, created bool, err error) {
+func (t *Table) addLoad(sessionID string, b Spec, local func(*Session) any) (s *Session, created bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if cur, ok := t.sessions[sessionID]; ok {
@@ -141,8 +141,8 @@ func (t *Table) AddLoad(sessionID string, b Spec, local func(*Session) any) (s *
 	return ns, true, nil
 }
 
-// Remove forgets s, bound as sessionID.
-func (t *Table) Remove(sessionID string, s *Session) {
+// remove forgets s, bound as sessionID.
+func (t *Table) remove(sessionID string, s *Session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.sessions[sessionID] == s {
@@ -159,9 +159,9 @@ func (t *Table) Remove(sessionID string, s *Session) {
 // an error after session/new succeeded the session stays bound,
 // awaiting attach, and the error names the check.
 func (t *Table) New(ctx context.Context, b Spec, local func(*Session) any, send func(context.Context) (string, error)) error {
-	p := t.AddPending(b, local)
+	p := t.addPending(b, local)
 	sessionID, err := send(ctx)
-	s, cerr := t.ConfirmNew(p, sessionID, err != nil)
+	s, cerr := t.confirmNew(p, sessionID, err != nil)
 	if err != nil {
 		return err
 	}
@@ -186,19 +186,19 @@ func (t *Table) Load(ctx context.Context, sessionID string, b Spec, local func(*
 	if err := t.k.h.KeepForLease(ctx, b.Tuple.SHA256(), b.LeaseNotAfter, true); err != nil {
 		return err
 	}
-	s, created, err := t.AddLoad(sessionID, b, local)
+	s, created, err := t.addLoad(sessionID, b, local)
 	if err != nil {
 		return err
 	}
 	if err := t.k.h.Claim(ctx, s); err != nil {
 		if created {
-			t.Remove(sessionID, s)
+			t.remove(sessionID, s)
 		}
 		return fmt.Errorf("%w: session %s: %w", ErrBind, sessionID, err)
 	}
 	if err := send(ctx); err != nil {
 		if created {
-			t.Remove(sessionID, s)
+			t.remove(sessionID, s)
 		}
 		return err
 	}
@@ -219,7 +219,7 @@ func (t *Table) ExtendLease(ctx context.Context, sessionID string, notAfter time
 	if err := t.k.h.KeepForLease(ctx, s.Digest, notAfter, false); err != nil {
 		return err
 	}
-	if err := s.Extend(notAfter); err != nil {
+	if err := s.extend(notAfter); err != nil {
 		return err
 	}
 	na := notAfter.UTC()
@@ -243,7 +243,7 @@ func (t *Table) attachPlain(ctx context.Context, s *Session) error {
 	if !s.Plain {
 		return nil
 	}
-	if err := t.SelfAttach(ctx, s); err != nil {
+	if err := t.selfAttach(ctx, s); err != nil {
 		return fmt.Errorf("%w: the custodian's attach for plain session %s: %w", ErrBind, s.ID, err)
 	}
 	return nil
@@ -253,7 +253,7 @@ func (t *Table) attachPlain(ctx context.Context, s *Session) error {
 // embedder's: the session's terminals released on the receiver), its
 // refusals written, then after (the embedder's own records).
 func (t *Table) Release(s *Session, release, after func()) {
-	t.Remove(s.ID, s)
+	t.remove(s.ID, s)
 	release()
 	s.endTally()
 	after()
@@ -265,7 +265,7 @@ func (t *Table) Release(s *Session, release, after func()) {
 func (t *Table) End(release, after func(*Session)) {
 	var wg sync.WaitGroup
 	for _, s := range t.All() {
-		t.Remove(s.ID, s)
+		t.remove(s.ID, s)
 		wg.Go(func() {
 			release(s)
 			s.endTally()
