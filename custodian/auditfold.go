@@ -10,7 +10,7 @@ import (
 
 // Permission requests and confirmed attaches are one audit record each,
 // and an agent can send them as fast as it can write (refused attaches
-// are refusals, counted in refusals.go). So each session has a fold per
+// are refusals, counted in custodian/binding). So each session has a fold per
 // method, and the permission requests of sessions not bound on a
 // connection share that connection's: in each window of
 // Options.RefusalRecordEvery, which the first record opens, the first
@@ -158,7 +158,7 @@ func (c *Custodian) flushFolds() {
 }
 
 // fold returns b's fold of method, made on first use.
-func (b *binding) fold(c *Custodian, method string) *auditFold {
+func (b *session) fold(c *Custodian, method string) *auditFold {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.folds == nil {
@@ -166,14 +166,14 @@ func (b *binding) fold(c *Custodian, method string) *auditFold {
 	}
 	f := b.folds[method]
 	if f == nil {
-		f = c.newFold(audit.Record{SessionID: b.sessionID, TupleSHA256: b.digest, Principal: b.Principal, Method: method})
+		f = c.newFold(audit.Record{SessionID: b.ID, TupleSHA256: b.Digest, Principal: b.Principal, Method: method})
 		b.folds[method] = f
 	}
 	return f
 }
 
 // endFolds writes and stops b's folds.
-func (b *binding) endFolds() {
+func (b *session) endFolds() {
 	b.mu.Lock()
 	folds := b.folds
 	b.mu.Unlock()

@@ -52,7 +52,7 @@ func (e *errBeforeCommit) Unwrap() error { return e.err }
 // the connection ends or it idles) and is an *errBeforeCommit.
 func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.WriteArgs, content string, sum string, res *wire.WriteResult) error {
 	call := func(op wire.Op, args, result any) error {
-		return conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, result)
+		return conn.CallFenced(ctx, op, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, result)
 	}
 	var b wire.WriteBeginResult
 	begin := wire.WriteBeginArgs{Path: a.Path, Size: int64(len(content)), SHA256: sum, Mode: a.Mode,
@@ -80,7 +80,7 @@ func (cl *call) abortTransfer(conn ReceiverConn, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	dl, _ := ctx.Deadline()
-	_ = conn.CallFenced(ctx, wire.OpWriteAbort, cl.b.digest, newKey("abort"), cl.b.fenceToken(), dl, &wire.TransferArgs{TransferID: id}, &wire.Empty{})
+	_ = conn.CallFenced(ctx, wire.OpWriteAbort, cl.b.Digest, newKey("abort"), cl.b.FenceToken(), dl, &wire.TransferArgs{TransferID: id}, &wire.Empty{})
 }
 
 // maxReadAttempts bounds how often a chunked read starts again when the
@@ -109,7 +109,7 @@ func (cl *call) readChunked(ctx context.Context, conn ReceiverConn, args *wire.R
 			return nil, acperr.NewError(errcode.CodeBusy, "read %q: the file changed while it was read in chunks, %d times; retry", args.Path, attempt)
 		}
 		var again wire.ReadResult
-		if err := conn.CallFenced(ctx, wire.OpRead, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, &again); err != nil {
+		if err := conn.CallFenced(ctx, wire.OpRead, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, &again); err != nil {
 			return nil, err
 		}
 		if !again.Chunked {
@@ -127,7 +127,7 @@ func (cl *call) fetchChunks(ctx context.Context, conn ReceiverConn, rel string, 
 	for off := int64(0); off < size; {
 		var ch wire.ReadChunkResult
 		args := wire.ReadChunkArgs{Path: rel, Offset: off, Length: min(n, size-off)}
-		if err := conn.CallFenced(ctx, wire.OpReadChunk, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, &args, &ch); err != nil {
+		if err := conn.CallFenced(ctx, wire.OpReadChunk, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, &args, &ch); err != nil {
 			return nil, err
 		}
 		if len(ch.Data) == 0 || ch.Size != size {

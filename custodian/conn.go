@@ -9,8 +9,10 @@ import (
 
 	acp "github.com/coder/acp-go-sdk"
 
+	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 )
 
 // ConnOptions tune one served ACP connection.
@@ -32,13 +34,11 @@ type ConnOptions struct {
 type Conn struct {
 	c     *Custodian
 	acp   *acp.ClientSideConnection
-	table *table
+	table *binding.Table
 	opts  ConnOptions
 
 	mu      sync.Mutex
 	watches map[*Receiver]func()
-	// unbound counts refusals of sessions not bound on this connection.
-	unbound *refusalTally
 	// unboundPerms folds the permission requests of sessions not bound
 	// on this connection.
 	unboundPerms *auditFold
@@ -61,7 +61,7 @@ var (
 // Serve starts serving an ACP connection: toAgent is the agent's input
 // (its stdin), fromAgent its output (its stdout).
 func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptions) *Conn {
-	cn := &Conn{c: c, table: newTable(), opts: opts, watches: map[*Receiver]func(){}, unbound: c.newTally("", "", ""),
+	cn := &Conn{c: c, table: c.keeper.NewTable(), opts: opts, watches: map[*Receiver]func(){},
 		unboundPerms: c.newFold(audit.Record{Method: acp.ClientMethodSessionRequestPermission}),
 		stop:         make(chan struct{})}
 	// The SDK starts reading inside its constructor; the gate holds that
@@ -104,85 +104,39 @@ func (cn *Conn) Initialize(ctx context.Context) (acp.InitializeResponse, error) 
 }
 
 // NewSession sends session/new carrying `_meta["tether/bind"]` for b. The
-// binding waits for the agent's `_tether/attach` before anything runs.
+// binding waits for the agent's `_tether/attach` before anything runs
+// (binding.Table.New).
 func (cn *Conn) NewSession(ctx context.Context, req acp.NewSessionRequest, b Binding) (acp.NewSessionResponse, error) {
 	meta, err := cn.bindMeta(req.Meta, b)
 	if err != nil {
 		return acp.NewSessionResponse{}, err
 	}
 	req.Meta = meta
-	p := cn.table.addPending(b)
-	resp, err := cn.acp.NewSession(ctx, req)
-	bnd, cerr := cn.table.confirmNew(p, string(resp.SessionId), err != nil)
-	if err != nil {
-		return resp, err
-	}
-	if cerr != nil {
-		return resp, cerr
-	}
-	cn.auditBind(bnd)
-	// Only the claim waits out an unavailable op store: session/new is
-	// not repeated (the agent would make another session).
-	if err := cn.c.claim(ctx, bnd); err != nil {
-		return resp, fmt.Errorf("%w: session %s: %w", ErrBind, bnd.sessionID, err)
-	}
-	return resp, cn.attachPlain(ctx, bnd)
-}
-
-// attachPlain attaches a plain agent's freshly bound session before
-// anything else is sent to the agent (its first prompt); a tether agent
-// attaches by itself. A failure leaves the session awaiting attach and is
-// returned, naming the check.
-func (cn *Conn) attachPlain(ctx context.Context, b *binding) error {
-	if !b.Plain {
-		return nil
-	}
-	if err := cn.selfAttach(ctx, b); err != nil {
-		return fmt.Errorf("%w: the custodian's attach for plain session %s: %w", ErrBind, b.sessionID, err)
-	}
-	return nil
+	var resp acp.NewSessionResponse
+	err = cn.table.New(ctx, b.spec(), cn.local(b), func(ctx context.Context) (string, error) {
+		var err error
+		resp, err = cn.acp.NewSession(ctx, req)
+		return string(resp.SessionId), err
+	})
+	return resp, err
 }
 
 // LoadSession sends session/load carrying `_meta["tether/bind"]` for b. A
 // session already bound on this connection must name the same tuple (only
-// a later lease is taken) and must reattach.
+// a later lease is taken) and must reattach (binding.Table.Load).
 func (cn *Conn) LoadSession(ctx context.Context, req acp.LoadSessionRequest, b Binding) (acp.LoadSessionResponse, error) {
 	meta, err := cn.bindMeta(req.Meta, b)
 	if err != nil {
 		return acp.LoadSessionResponse{}, err
 	}
 	req.Meta = meta
-	// A load of a session already bound may extend its lease: the keys it
-	// dispatched are kept for the lease as extended, recorded first. The
-	// record only ever lengthens the recorded lease (a compare-and-swap),
-	// so it is safe to repeat while the op store is unavailable.
-	digest := b.Tuple.SHA256()
-	if err := cn.c.waitStore(ctx, cn.c.opts.StoreWait, "record the lease of tuple "+digest, func(ctx context.Context) error {
-		return cn.c.keepForLease(ctx, digest, b.LeaseNotAfter)
-	}); err != nil {
-		return acp.LoadSessionResponse{}, err
-	}
-	bnd, created, err := cn.table.addLoad(string(req.SessionId), b)
-	if err != nil {
-		return acp.LoadSessionResponse{}, err
-	}
-	// The claim (and its waiting) comes before session/load reaches the
-	// agent, which is sent once.
-	if err := cn.c.claim(ctx, bnd); err != nil { // a session another custodian owns is not loaded
-		if created {
-			cn.table.remove(string(req.SessionId), bnd)
-		}
-		return acp.LoadSessionResponse{}, fmt.Errorf("%w: session %s: %w", ErrBind, req.SessionId, err)
-	}
-	resp, err := cn.acp.LoadSession(ctx, req)
-	if err != nil {
-		if created {
-			cn.table.remove(string(req.SessionId), bnd)
-		}
-		return resp, err
-	}
-	cn.auditBind(bnd)
-	return resp, cn.attachPlain(ctx, bnd)
+	var resp acp.LoadSessionResponse
+	err = cn.table.Load(ctx, string(req.SessionId), b.spec(), cn.local(b), func(ctx context.Context) error {
+		var err error
+		resp, err = cn.acp.LoadSession(ctx, req)
+		return err
+	})
+	return resp, err
 }
 
 // bindMeta validates b and adds its bind entry to meta.
@@ -196,32 +150,59 @@ func (cn *Conn) bindMeta(meta map[string]any, b Binding) (map[string]any, error)
 	return acpmeta.MergeMeta(meta, acpmeta.Bind{Tuple: b.Tuple, LeaseNotAfter: b.LeaseNotAfter.UTC()}.Meta()), nil
 }
 
-func (cn *Conn) auditBind(b *binding) {
-	lease := b.lease()
-	cn.c.audit(audit.Record{Kind: audit.KindBind, SessionID: b.sessionID, TupleSHA256: b.digest,
-		Principal: b.Principal, LeaseNotAfter: &lease})
+// Binding is what a session is bound to: the immutable tuple, the lease,
+// the receiver it runs on and the principal it acts for.
+type Binding struct {
+	Tuple         admission.Tuple
+	LeaseNotAfter time.Time
+	Principal     string
+	Receiver      *Receiver
+	// Plain says the agent knows nothing of tether (docs/custodian.md
+	// "Plain agents"): the custodian attaches the session itself once the
+	// agent answered session/new or session/load, and again after a
+	// transport loss; it tags a callback that carries no
+	// `_meta["tether/op"]` itself (the binding's digest, a fresh op key,
+	// min(command budget, lease) as the deadline), recording
+	// tagged_by "custodian". A present but wrong tag still fences, and a
+	// callback naming another session is still refused.
+	Plain bool
 }
 
-// ExtendLease applies a same-tuple lease extension to a bound session.
-// The later lease end is first recorded durably in the operation-key
-// store, so the keys the session already dispatched are kept until it
-// ends plus the retention; if that record fails, the lease is not
-// extended.
+// validate refuses a binding the custodian could not enforce.
+func (b Binding) validate() error {
+	switch {
+	case b.Receiver == nil:
+		return fmt.Errorf("%w: binding has no receiver", ErrConfig)
+	case b.Principal == "":
+		return fmt.Errorf("%w: binding has no principal", ErrConfig)
+	case b.Principal != b.Tuple.Owner:
+		return fmt.Errorf("%w: principal %q is not the tuple's owner %q", ErrConfig, b.Principal, b.Tuple.Owner)
+	case b.LeaseNotAfter.IsZero():
+		return fmt.Errorf("%w: binding has no lease_not_after", ErrConfig)
+	}
+	return b.Tuple.Validate()
+}
+
+// spec is what the binding package decides on of b.
+func (b Binding) spec() binding.Spec {
+	return binding.Spec{Tuple: b.Tuple, LeaseNotAfter: b.LeaseNotAfter, Principal: b.Principal, Plain: b.Plain}
+}
+
+// local returns the maker of the custodian's side of a row bound as b on
+// cn.
+func (cn *Conn) local(b Binding) func(*binding.Session) any {
+	return func(s *binding.Session) any {
+		return &session{Session: s, Receiver: b.Receiver, conn: cn, terminals: map[string]*terminal{}}
+	}
+}
+
+// ExtendLease applies a same-tuple lease extension to a bound session
+// (binding.Table.ExtendLease): the later lease end is first recorded
+// durably in the operation-key store, so the keys the session already
+// dispatched are kept until it ends plus the retention; if that record
+// fails, the lease is not extended.
 func (cn *Conn) ExtendLease(ctx context.Context, sessionID string, notAfter time.Time) error {
-	b := cn.table.get(sessionID)
-	if b == nil {
-		return fmt.Errorf("%w: session %q is not bound", ErrBind, sessionID)
-	}
-	if err := cn.c.keepForLease(ctx, b.digest, notAfter); err != nil {
-		return err
-	}
-	if err := b.extend(notAfter); err != nil {
-		return err
-	}
-	na := notAfter.UTC()
-	cn.c.audit(audit.Record{Kind: audit.KindLease, SessionID: sessionID, TupleSHA256: b.digest,
-		Principal: b.Principal, LeaseNotAfter: &na})
-	return nil
+	return cn.table.ExtendLease(ctx, sessionID, notAfter)
 }
 
 // Prompt sends session/prompt.
@@ -238,9 +219,9 @@ func (cn *Conn) watch(r *Receiver) {
 		return
 	}
 	cn.watches[r] = r.Watch(func(epoch uint64, cause error) {
-		for _, b := range cn.table.all() {
-			if b.Receiver == r && b.fenceEpoch(epoch, cause.Error()) {
-				cn.c.auditFence(b, "fate_unknown")
+		for _, s := range cn.table.All() {
+			if sessionOf(s).Receiver == r {
+				cn.c.keeper.FenceEpoch(s, epoch, cause.Error())
 			}
 		}
 	})

@@ -104,7 +104,7 @@ func (cl *call) claimRelease(ctx context.Context, t *terminal) (bool, error) {
 		case <-inFlight:
 		case <-ctx.Done():
 			return false, acp.NewRequestCancelled(nil)
-		case <-time.After(time.Until(cl.deadline)):
+		case <-time.After(time.Until(cl.Deadline)):
 			return false, acperr.NewError(errcode.CodeTimeout, "a release of this terminal was still in flight at the deadline")
 		}
 	}
@@ -124,7 +124,7 @@ func (cl *call) control(t *terminal, op wire.Op, id string, resp any, kind audit
 	return keyed{op: op, args: args, result: &wire.Empty{}, idempotent: true, notSent: notSent,
 		send: func(ctx context.Context, conn ReceiverConn) error {
 			if !waiting {
-				return conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, &wire.Empty{})
+				return conn.CallFenced(ctx, op, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, &wire.Empty{})
 			}
 			gone, err := cl.sendRacingWait(ctx, conn, t, idle, op, args)
 			if gone {
@@ -146,7 +146,7 @@ func (cl *call) control(t *terminal, op wire.Op, id string, resp any, kind audit
 // answers not_found, it waits for that wait's answer (bounded by ctx) and,
 // if the wait released the terminal, reports gone with no error.
 func (cl *call) sendRacingWait(ctx context.Context, conn ReceiverConn, t *terminal, idle <-chan struct{}, op wire.Op, args *wire.TerminalArgs) (gone bool, err error) {
-	err = conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, &wire.Empty{})
+	err = conn.CallFenced(ctx, op, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, &wire.Empty{})
 	if goneAtWait(ctx, idle, err) && t.releasedRemotely() {
 		return true, nil
 	}
@@ -176,15 +176,15 @@ func (cl *call) kill(id, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 	defer cancel()
 	rec := cl.record(audit.KindCancel)
-	conn, err := cl.b.Receiver.onEpoch(cl.epoch)
+	conn, err := cl.b.Receiver.onEpoch(cl.Epoch)
 	if err == nil {
 		dl, _ := ctx.Deadline()
-		err = conn.CallFenced(ctx, wire.OpExecKill, cl.b.digest, newKey("cancel"), cl.b.fenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, nil)
+		err = conn.CallFenced(ctx, wire.OpExecKill, cl.b.Digest, newKey("cancel"), cl.b.FenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, nil)
 	}
 	if err != nil {
 		code, _ := codeMessage(err)
 		rec.Code = string(code)
-		cl.c.log.Warn("kill after cancel failed", "session", cl.b.sessionID, "terminal", id, "why", why, "err", err)
+		cl.c.log.Warn("kill after cancel failed", "session", cl.b.ID, "terminal", id, "why", why, "err", err)
 	}
 	cl.c.audit(rec)
 }

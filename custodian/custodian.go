@@ -29,9 +29,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tetherdev/tether/admission/acperr"
-	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/custodian/internal/durable"
 	"github.com/tetherdev/tether/custodian/opstore"
@@ -118,6 +117,19 @@ type Options struct {
 	Now func() time.Time
 }
 
+// Defaults of the refusal options (custodian/binding decides on them).
+const (
+	DefaultRefusalBudget      = binding.DefaultRefusalBudget
+	DefaultRefusalRecordEvery = binding.DefaultRefusalRecordEvery
+)
+
+// TaggedByCustodian is the tagged_by of receipts and audit records of a
+// plain agent's callback whose op tag the custodian minted.
+const TaggedByCustodian = binding.TaggedByCustodian
+
+// newKey returns a fresh operation key with a prefix.
+var newKey = binding.NewKey
+
 // Custodian holds what every connection shares: the operation-key store
 // and the audit log of one state directory. Close must be called.
 type Custodian struct {
@@ -133,21 +145,17 @@ type Custodian struct {
 	takenMu sync.Mutex
 	taken   map[string]opstore.Claimed
 
+	// keeper decides on every binding of every connection: admission,
+	// refusals, fences, attach (custodian/binding).
+	keeper *binding.Keeper
+
 	tallyMu sync.Mutex
-	tallies map[*refusalTally]struct{} // refusals not written yet (refusals.go)
-	folds   map[*auditFold]struct{}    // permission and attach records not written yet (auditfold.go)
-	lines   *lineCaps                  // long agent lines (linecap.go); nil: no caps
+	folds   map[*auditFold]struct{} // permission and attach records not written yet (auditfold.go)
+	lines   *lineCaps               // long agent lines (linecap.go); nil: no caps
 	// hook, set only by tests, is called at the named steps of a call
 	// (the crash test SIGKILLs the process there; others cancel the
 	// agent's request there).
 	hook func(ctx context.Context, method, step string)
-}
-
-// step calls the test hook, if any, at a named step of cl.
-func (cl *call) step(ctx context.Context, name string) {
-	if h := cl.c.hook; h != nil {
-		h(ctx, cl.method, name)
-	}
 }
 
 // New opens the state directory: it recovers the operation-key store
@@ -183,9 +191,13 @@ func New(opts Options) (*Custodian, error) {
 		}
 		return nil, err
 	}
-	return &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog, wit: wit,
-		tallies: map[*refusalTally]struct{}{}, taken: map[string]opstore.Claimed{},
-		folds: map[*auditFold]struct{}{}, lines: newLineCaps(opts)}, nil
+	c := &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog, wit: wit,
+		taken: map[string]opstore.Claimed{}, folds: map[*auditFold]struct{}{}, lines: newLineCaps(opts)}
+	c.keeper = binding.NewKeeper(binding.Config{CommandBudget: opts.CommandBudget, AttachTimeout: opts.AttachTimeout,
+		RefusalBudget: opts.RefusalBudget, RefusalRecordEvery: opts.RefusalRecordEvery},
+		binding.Hooks{Now: opts.Now, Audit: c.audit, AuditErr: c.auditErr, KeepForLease: c.keepForLeaseWaiting, Claim: c.claim,
+			AskReceiver: c.askReceiver, Attached: c.attached})
+	return c, nil
 }
 
 // openStore returns the fleet's etcd store, or opens the state
@@ -211,10 +223,10 @@ func (o *Options) fill() error {
 		o.AttachTimeout = 15 * time.Second
 	}
 	if o.RefusalBudget == 0 {
-		o.RefusalBudget = DefaultRefusalBudget
+		o.RefusalBudget = binding.DefaultRefusalBudget
 	}
 	if o.RefusalRecordEvery <= 0 {
-		o.RefusalRecordEvery = DefaultRefusalRecordEvery
+		o.RefusalRecordEvery = binding.DefaultRefusalRecordEvery
 	}
 	if o.AuditBudget == 0 {
 		o.AuditBudget = DefaultAuditBudget
@@ -242,50 +254,6 @@ func ensureStateDir(dir string) error {
 }
 
 func (c *Custodian) now() time.Time { return c.opts.Now() }
-
-// keepForLease records a tuple's lease end in the operation-key store
-// before a binding takes it, so keys dispatched under an earlier lease
-// are kept as long as the extended one (ErrRetention when it cannot).
-func (c *Custodian) keepForLease(ctx context.Context, tupleSHA256 string, notAfter time.Time) error {
-	if err := c.store.KeepForLease(ctx, tupleSHA256, notAfter); err != nil {
-		return fmt.Errorf("%w: %w", ErrRetention, err)
-	}
-	return nil
-}
-
-// auditDispatch appends the dispatch record of a call about to be sent.
-// The log may have broken or closed since the call's auditErr check, so
-// its refusal stops the call here: nothing is sent unaudited, and the
-// caller answers with the unavailable error returned.
-func (c *Custodian) auditDispatch(r audit.Record) error {
-	if _, err := c.alog.Append(r); err != nil {
-		c.log.Error("audit append", "kind", r.Kind, "err", err)
-		return refusalUnavailable("audit log refused the dispatch record, refusing to act unaudited: %v", err)
-	}
-	return nil
-}
-
-// audit appends r; a failure is logged, and auditErr then refuses every
-// dispatch.
-func (c *Custodian) audit(r audit.Record) {
-	if _, err := c.alog.Append(r); err != nil {
-		c.log.Error("audit append", "kind", r.Kind, "err", err)
-	}
-}
-
-// auditErr refuses to act when the audit log cannot record it.
-func (c *Custodian) auditErr() error {
-	if err := c.alog.Err(); err != nil {
-		return refusalUnavailable("audit log unavailable, refusing to act unaudited: %v", err)
-	}
-	return nil
-}
-
-// refusalUnavailable is the custodian's refusal when its audit log cannot
-// record an act.
-func refusalUnavailable(format string, args ...any) error {
-	return acperr.NewError(errcode.CodeUnavailable, format, args...)
-}
 
 // Checkpoint makes the audit log durable and writes a signed checkpoint,
 // which it returns (keep a copy elsewhere to check consistency later).

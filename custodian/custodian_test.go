@@ -255,9 +255,7 @@ func TestDeadlineIsTheMinimum(t *testing.T) {
 		t.Fatalf("deadline %v, want the request's %v", dl, near)
 	}
 	lease := time.Now().Add(700 * time.Millisecond)
-	h.conn.table.get(h.agent.sessionID).mu.Lock()
-	h.conn.table.get(h.agent.sessionID).LeaseNotAfter = lease
-	h.conn.table.get(h.agent.sessionID).mu.Unlock()
+	h.conn.table.Get(h.agent.sessionID).Shorten(lease)
 	h.agent.conn.ReadTextFile(ctx, acp.ReadTextFileRequest{SessionId: sid(h), Path: h.tuple.Root + "/a", Meta: h.op("d3")})
 	if dl := h.fr.last().Deadline; !dl.Equal(lease.UTC()) {
 		t.Fatalf("deadline %v, want the lease's end %v", dl, lease)

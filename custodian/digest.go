@@ -50,3 +50,13 @@ func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
+
+// execDigests are the digests a terminal/create's dispatch record carries:
+// of its argv (each argument NUL-terminated) and of its cwd.
+func execDigests(args *wire.ExecStartArgs) map[string]string {
+	var b []byte
+	for _, s := range args.Argv {
+		b = append(append(b, s...), 0)
+	}
+	return map[string]string{"argv": sha256Hex(b), "cwd": sha256Hex([]byte(args.Cwd))}
+}

@@ -5,33 +5,77 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	acp "github.com/coder/acp-go-sdk"
 
 	"github.com/tetherdev/tether/admission/acperr"
-	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
-// call is one callback that passed its binding checks.
+// call is one callback custodian/binding admitted (binding.Call), with
+// the custodian's side of its session.
 type call struct {
-	c        *Custodian
-	b        *binding
-	epoch    uint64
-	method   string
-	op       acpmeta.Op
-	taggedBy string // TaggedByCustodian when the custodian minted op
-	deadline time.Time
+	*binding.Call
+	c *Custodian
+	b *session
+}
+
+// step calls the test hook, if any, at a named step of cl.
+func (cl *call) step(ctx context.Context, name string) {
+	if h := cl.c.hook; h != nil {
+		h(ctx, cl.Method, name)
+	}
+}
+
+// auditDispatch appends the dispatch record of a call about to be sent.
+// The log may have broken or closed since the call's auditErr check, so
+// its refusal stops the call here: nothing is sent unaudited, and the
+// caller answers with the unavailable error returned.
+func (c *Custodian) auditDispatch(r audit.Record) error {
+	if _, err := c.alog.Append(r); err != nil {
+		c.log.Error("audit append", "kind", r.Kind, "err", err)
+		return refusalUnavailable("audit log refused the dispatch record, refusing to act unaudited: %v", err)
+	}
+	return nil
+}
+
+// audit appends r; a failure is logged, and auditErr then refuses every
+// dispatch.
+func (c *Custodian) audit(r audit.Record) {
+	if _, err := c.alog.Append(r); err != nil {
+		c.log.Error("audit append", "kind", r.Kind, "err", err)
+	}
+}
+
+// auditErr refuses to act when the audit log cannot record it.
+func (c *Custodian) auditErr() error {
+	if err := c.alog.Err(); err != nil {
+		return refusalUnavailable("audit log unavailable, refusing to act unaudited: %v", err)
+	}
+	return nil
+}
+
+// refusalUnavailable is the custodian's refusal when its audit log cannot
+// record an act.
+func refusalUnavailable(format string, args ...any) error {
+	return acperr.NewError(errcode.CodeUnavailable, format, args...)
+}
+
+// flushRefusals writes the pending folds and refusals (before a
+// checkpoint and at Close).
+func (c *Custodian) flushRefusals() {
+	c.flushFolds()
+	c.keeper.Flush()
 }
 
 // record returns an audit record describing this call.
 func (cl *call) record(kind audit.Kind) audit.Record {
-	return audit.Record{Kind: kind, SessionID: cl.b.sessionID, TupleSHA256: cl.b.digest,
-		Principal: cl.b.Principal, Method: cl.method, OpKey: cl.op.OpKey, TaggedBy: cl.taggedBy}
+	return audit.Record{Kind: kind, SessionID: cl.b.ID, TupleSHA256: cl.b.Digest,
+		Principal: cl.b.Principal, Method: cl.Method, OpKey: cl.Op.OpKey, TaggedBy: cl.TaggedBy}
 }
 
 // readOnly sends a request that changes nothing in the computer. It is not
@@ -39,7 +83,7 @@ func (cl *call) record(kind audit.Kind) audit.Record {
 // adds digests and sizes of the result to the audit record.
 func (cl *call) readOnly(ctx context.Context, op wire.Op, args, result any, annotate func(*audit.Record)) error {
 	return cl.readOnlyWith(ctx, func(ctx context.Context, conn ReceiverConn) error {
-		return conn.CallFenced(ctx, op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, args, result)
+		return conn.CallFenced(ctx, op, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, result)
 	}, annotate)
 }
 
@@ -54,13 +98,11 @@ func (cl *call) readOnlyWith(ctx context.Context, send func(context.Context, Rec
 	if err := cl.c.auditDispatch(cl.record(audit.KindDispatch)); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithDeadline(ctx, cl.deadline)
+	ctx, cancel := context.WithDeadline(ctx, cl.Deadline)
 	defer cancel()
 	err = send(ctx, conn)
 	rec := cl.record(audit.KindResult)
-	if fencedByReceiver(err) {
-		cl.c.lostOwnership(cl.b, err.Error())
-	}
+	cl.c.keeper.SentAndFenced(cl.Session, err)
 	if err != nil {
 		code, _ := codeMessage(err)
 		rec.Code = string(code)
@@ -82,13 +124,9 @@ func (cl *call) conn() (ReceiverConn, error) {
 	if err := cl.c.auditErr(); err != nil {
 		return nil, err
 	}
-	conn, err := cl.b.Receiver.onEpoch(cl.epoch)
+	conn, err := cl.b.Receiver.onEpoch(cl.Epoch)
 	if err != nil {
-		if cl.b.fenceEpoch(cl.epoch, err.Error()) {
-			cl.c.auditFence(cl.b, errcode.CodeFateUnknown)
-		}
-		return nil, acperr.NewError(errcode.CodeFenced, "session %s: %v; reattach with %s",
-			cl.b.sessionID, err, acpmeta.MethodAttach)
+		return nil, cl.ConnLost(err)
 	}
 	return conn, nil
 }
@@ -129,6 +167,15 @@ type keyed struct {
 	annotateResult func(*audit.Record)
 }
 
+// annotation is the digests and sizes a keyed request's dispatch record
+// carries, known before it is sent (keyed.annotate = annotation.apply).
+type annotation struct {
+	digests map[string]string
+	sizes   map[string]int64
+}
+
+func (a annotation) apply(r *audit.Record) { r.Digests, r.Sizes = a.digests, a.sizes }
+
 // codeNotSent is the audit result code of a keyed request answered
 // without sending it (keyed.notSent).
 const codeNotSent = "not_sent"
@@ -144,7 +191,7 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	if k.digestArgs != nil {
 		dargs = k.digestArgs
 	}
-	digest, err := requestDigest(cl.method, cl.b.sessionID, cl.b.digest, k.op, dargs, k.extra)
+	digest, err := requestDigest(cl.Method, cl.b.ID, cl.b.Digest, k.op, dargs, k.extra)
 	if err != nil {
 		return nil, refusal(err)
 	}
@@ -157,16 +204,10 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 	}
 	cl.step(ctx, "before-intent")
 	t, replay, err := begin(ctx, cl.intent(digest))
-	switch {
-	case errors.Is(err, opstore.ErrConflict):
-		cl.refuse(errcode.CodeOpKeyConflict)
-		return nil, acperr.NewError(errcode.CodeOpKeyConflict, "%v", err)
-	case errors.Is(err, opstore.ErrFenced), errors.Is(err, opstore.ErrNotClaimed):
-		cl.c.lostOwnership(cl.b, err.Error())
-		return nil, acperr.NewError(errcode.CodeFenced, "session %s: %v; nothing was sent", cl.b.sessionID, err)
-	case err != nil:
-		return nil, acperr.NewError(errcode.CodeUnavailable, "custodian cannot record the dispatch durably: %v", err)
-	case replay != nil:
+	if refused, ok := cl.StoreRefused(err); ok {
+		return nil, refused
+	}
+	if replay != nil {
 		return cl.replay(replay, k.onReplay)
 	}
 	cl.step(ctx, "after-intent")
@@ -176,9 +217,9 @@ func (cl *call) keyed(ctx context.Context, k keyed) (json.RawMessage, error) {
 }
 
 func (cl *call) intent(digest string) opstore.Intent {
-	return opstore.Intent{OpKey: cl.op.OpKey, RequestSHA256: digest, Method: cl.method,
-		SessionID: cl.b.sessionID, TupleSHA256: cl.b.digest, Principal: cl.b.Principal,
-		LeaseNotAfter: cl.b.lease(), TaggedBy: cl.taggedBy}
+	return opstore.Intent{OpKey: cl.Op.OpKey, RequestSHA256: digest, Method: cl.Method,
+		SessionID: cl.b.ID, TupleSHA256: cl.b.Digest, Principal: cl.b.Principal,
+		LeaseNotAfter: cl.b.Lease(), TaggedBy: cl.TaggedBy}
 }
 
 // dispatch sends a claimed keyed request and records its receipt.
@@ -203,17 +244,15 @@ func (cl *call) dispatch(ctx context.Context, t *opstore.Ticket, digest string, 
 	}
 	// The request runs to its own deadline even if the agent cancels the
 	// ACP call: abandoning it would turn a known result into fate_unknown.
-	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), cl.deadline)
+	callCtx, cancel := context.WithDeadline(context.WithoutCancel(ctx), cl.Deadline)
 	defer cancel()
 	if k.send != nil {
 		err = k.send(callCtx, conn)
 	} else {
-		err = conn.CallFenced(callCtx, k.op, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, k.args, k.result)
+		err = conn.CallFenced(callCtx, k.op, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, k.args, k.result)
 	}
 	cl.step(ctx, "after-send")
-	if fencedByReceiver(err) {
-		cl.c.lostOwnership(cl.b, err.Error())
-	}
+	cl.c.keeper.SentAndFenced(cl.Session, err)
 	if err != nil {
 		r := failedReceipt(err)
 		cl.logInternal(errcode.Code(r.Error.Code), err)
@@ -281,7 +320,7 @@ func (cl *call) finish(t *opstore.Ticket, r *opstore.Receipt) { cl.finishAnnotat
 // digests and sizes to the audit result record.
 func (cl *call) finishAnnotated(t *opstore.Ticket, r *opstore.Receipt, annotate func(*audit.Record)) {
 	if err := t.Finish(r); err != nil {
-		cl.c.log.Error("record receipt", "op_key", cl.op.OpKey, "err", err)
+		cl.c.log.Error("record receipt", "op_key", cl.Op.OpKey, "err", err)
 	}
 	rec := cl.record(audit.KindResult)
 	rec.RequestSHA256, rec.Outcome = t.Intent().RequestSHA256, string(r.Outcome)
@@ -355,7 +394,7 @@ func decodeResponse[T any](raw json.RawMessage, err error) (T, error) {
 // generic message (refusal), the operator's log gets the cause.
 func (cl *call) logInternal(code errcode.Code, err error) {
 	if code == errcode.CodeInternal {
-		cl.c.log.Error("custodian: internal error", "method", cl.method, "op_key", cl.op.OpKey, "err", err)
+		cl.c.log.Error("custodian: internal error", "method", cl.Method, "op_key", cl.Op.OpKey, "err", err)
 	}
 }
 

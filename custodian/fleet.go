@@ -18,6 +18,7 @@ import (
 	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/custodian/opstore"
 )
@@ -304,36 +305,32 @@ func (c *Custodian) TakeOver(ctx context.Context, sessionID string) (opstore.Cla
 // interrupts keys still open, and the binding record is a plain put
 // fenced by the token. What TakeOver claimed is kept until a try
 // succeeds, so the claim is audited once.
-func (c *Custodian) claim(ctx context.Context, b *binding) error {
+func (c *Custodian) claim(ctx context.Context, s *binding.Session) error {
 	if c.fleet == nil {
 		return nil
 	}
-	b.claimMu.Lock()
-	defer b.claimMu.Unlock()
-	if b.token.Load() != 0 {
-		return nil
-	}
-	var cl opstore.Claimed
-	var fresh bool
-	err := c.waitStore(ctx, c.opts.StoreWait, "claim session "+b.sessionID+" in the fleet's op store", func(ctx context.Context) error {
-		got, f, err := c.claimRecord(ctx, b)
-		cl, fresh = mergeClaims(cl, got), fresh || f
-		return err
+	return s.Claimed(func() (uint64, error) {
+		var cl opstore.Claimed
+		var fresh bool
+		err := c.waitStore(ctx, c.opts.StoreWait, "claim session "+s.ID+" in the fleet's op store", func(ctx context.Context) error {
+			got, f, err := c.claimRecord(ctx, s)
+			cl, fresh = mergeClaims(cl, got), fresh || f
+			return err
+		})
+		if _, coded := acperr.CodeOf(err); err != nil && !coded {
+			return 0, binding.ClaimRefusal(s.ID, err)
+		}
+		if err != nil {
+			return 0, err
+		}
+		c.takenMu.Lock()
+		delete(c.taken, s.ID)
+		c.takenMu.Unlock()
+		if fresh {
+			c.auditClaim(s.ID, s.Digest, s.Principal, cl)
+		}
+		return cl.Token, nil
 	})
-	if _, coded := acperr.CodeOf(err); err != nil && !coded {
-		return claimRefusal(b.sessionID, err)
-	}
-	if err != nil {
-		return err
-	}
-	c.takenMu.Lock()
-	delete(c.taken, b.sessionID)
-	c.takenMu.Unlock()
-	b.token.Store(cl.Token)
-	if fresh {
-		c.auditClaim(b.sessionID, b.digest, b.Principal, cl)
-	}
-	return nil
 }
 
 // mergeClaims keeps what an earlier try of a claim learnt under the same
@@ -357,17 +354,17 @@ func mergeClaims(prev, next opstore.Claimed) opstore.Claimed {
 
 // claimRecord is one try of a claim: claim (or reuse what TakeOver
 // claimed), check the recorded binding's tuple, record b's binding.
-func (c *Custodian) claimRecord(ctx context.Context, b *binding) (opstore.Claimed, bool, error) {
-	cl, fresh, err := c.claimSession(ctx, b.sessionID)
+func (c *Custodian) claimRecord(ctx context.Context, b *binding.Session) (opstore.Claimed, bool, error) {
+	cl, fresh, err := c.claimSession(ctx, b.ID)
 	if err != nil {
 		return cl, fresh, err
 	}
 	if cl.Binding != nil && !cl.Binding.Tuple.Equal(b.Tuple) {
 		return cl, fresh, acperr.NewError(errcode.CodeTupleMismatch, "session %s is recorded in the fleet store bound to tuple %s, not %s",
-			b.sessionID, cl.Binding.TupleSHA256, b.digest)
+			b.ID, cl.Binding.TupleSHA256, b.Digest)
 	}
-	rec := opstore.BindingRecord{SessionID: b.sessionID, Tuple: b.Tuple, TupleSHA256: b.digest,
-		LeaseNotAfter: b.lease().UTC(), Principal: b.Principal}
+	rec := opstore.BindingRecord{SessionID: b.ID, Tuple: b.Tuple, TupleSHA256: b.Digest,
+		LeaseNotAfter: b.Lease().UTC(), Principal: b.Principal}
 	return cl, fresh, c.fleet.PutBinding(ctx, rec)
 }
 
@@ -385,38 +382,6 @@ func (c *Custodian) claimSession(ctx context.Context, sid string) (cl opstore.Cl
 	}
 	cl, err = c.fleet.Claim(ctx, sid)
 	return cl, true, err
-}
-
-// claimRefusal turns a failed claim into the agent's error.
-func claimRefusal(sid string, err error) error {
-	switch {
-	case errors.Is(err, opstore.ErrOwned):
-		return acperr.NewError(errcode.CodeFenced, "session %s: %v; another custodian may take it over only once that owner's lease ends (tether-custodian run --standby)", sid, err)
-	case errors.Is(err, opstore.ErrFenced):
-		return acperr.NewError(errcode.CodeFenced, "session %s: %v", sid, err)
-	case errors.Is(err, opstore.ErrUnavailable):
-		return acperr.NewError(errcode.CodeUnavailable, "session %s: the fleet's op store: %v", sid, err)
-	case errors.Is(err, opstore.ErrInvalid):
-		return acperr.NewError(errcode.CodeInvalid, "session %s: %v", sid, err)
-	}
-	return acperr.NewError(errcode.CodeInternal, "session %s: claim in the fleet's op store failed", sid)
-}
-
-// lostOwnership fences b after the op store or the receiver said another
-// custodian owns the session now (ErrFenced, or the receiver's fenced):
-// nothing more is sent for it, and the token is dropped so that an
-// attach claims the session again (refused while the other owner lives).
-func (c *Custodian) lostOwnership(b *binding, why string) {
-	b.token.Store(0)
-	if b.fence(errcode.CodeFenced, why) {
-		c.auditFence(b, errcode.CodeFenced)
-	}
-}
-
-// fencedByReceiver reports whether err is the receiver's fenced answer.
-func fencedByReceiver(err error) bool {
-	var we *errcode.Error
-	return errors.As(err, &we) && we.Code == errcode.CodeFenced
 }
 
 // auditClaim records a claim and the keys it made interrupted.

@@ -36,7 +36,7 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 	args := wire.ReadArgs{Path: rel, Line: deref(p.Line), Limit: deref(p.Limit)}
 	var res wire.ReadResult
 	send := func(ctx context.Context, conn ReceiverConn) error {
-		if err := conn.CallFenced(ctx, wire.OpRead, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline, &args, &res); err != nil || !res.Chunked {
+		if err := conn.CallFenced(ctx, wire.OpRead, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, &args, &res); err != nil || !res.Chunked {
 			return err
 		}
 		whole, err := cl.readChunked(ctx, conn, &args, &res)
@@ -53,7 +53,7 @@ func (h *client) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (a
 		r.Sizes = map[string]int64{"file": res.Size, "content": int64(len(res.Content))}
 	}
 	var resp acp.ReadTextFileResponse
-	if cl.taggedBy == TaggedByCustodian {
+	if cl.TaggedBy == TaggedByCustodian {
 		if err = cl.readOnlyWith(ctx, send, annotate); err == nil {
 			resp = answer()
 		}
@@ -107,7 +107,7 @@ func (h *client) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) 
 	}
 	exp, _, err := acpmeta.ExpectFromMeta(p.Meta)
 	if err != nil {
-		cl.refuse(errcode.CodeInvalid)
+		cl.Refuse(errcode.CodeInvalid)
 		return acp.WriteTextFileResponse{}, acperr.NewError(errcode.CodeInvalid, "%v", err)
 	}
 	args := wire.WriteArgs{Path: rel, Content: p.Content, ExpectSHA256: exp.SHA256, ExpectAbsent: exp.Absent}
@@ -158,7 +158,7 @@ func (cl *call) path(p string) (string, error) {
 	rel, err := relPath(cl.b.Tuple.Root, p)
 	if err != nil {
 		code, _ := acperr.CodeOf(err)
-		cl.refuse(code)
+		cl.Refuse(code)
 	}
 	return rel, err
 }

@@ -242,7 +242,7 @@ func (ll *longLines) refuseLong(sc *idScanner, r lineRefusal) error {
 // that it was dropped.
 func (ll *longLines) answerRefusal(sc *idScanner, r lineRefusal) {
 	if ll.cl != nil {
-		ll.cl.conn.refused(nil, r.code, audit.RefusalEvent{Method: sc.methodName()})
+		ll.cl.conn.table.Refused(nil, r.code, audit.RefusalEvent{Method: sc.methodName()})
 	}
 	id := sc.id()
 	if id == nil {

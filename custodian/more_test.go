@@ -93,7 +93,7 @@ func TestExtendLease(t *testing.T) {
 	if !errors.Is(err, admission.ErrTupleChanged) {
 		t.Fatalf("load with another tuple: %v, want ErrTupleChanged", err)
 	}
-	if b := h.conn.table.get(h.agent.sessionID); b == nil || !b.Tuple.Equal(h.tuple) || !b.lease().Equal(later) {
+	if b := h.conn.table.Get(h.agent.sessionID); b == nil || !b.Tuple.Equal(h.tuple) || !b.Lease().Equal(later) {
 		t.Fatal("the binding changed after a refused load")
 	}
 }

@@ -92,8 +92,9 @@ func (h *client) RequestPermission(ctx context.Context, req acp.RequestPermissio
 		rec.Outcome, rec.Code = PermissionOutcomeCancelled, "error"
 	}
 	fold := h.conn.unboundPerms
-	if b := h.conn.table.get(string(req.SessionId)); b != nil {
-		rec.TupleSHA256, rec.Principal = b.digest, b.Principal
+	if row := h.conn.table.Get(string(req.SessionId)); row != nil {
+		b := sessionOf(row)
+		rec.TupleSHA256, rec.Principal = b.Digest, b.Principal
 		fold = b.fold(h.c, rec.Method)
 	}
 	fold.record(rec)

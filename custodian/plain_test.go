@@ -12,6 +12,7 @@ import (
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
 )
@@ -147,9 +148,9 @@ func TestPlainAgentReattachedAfterTransportLoss(t *testing.T) {
 	h.scriptFiles()
 	h.bindPlain()
 	must(t, h.plainWrite("a.txt"))
-	b := h.conn.table.get(h.agent.sessionID)
+	b := h.conn.table.Get(h.agent.sessionID)
 	h.dropReceiver()
-	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.state == stateFenced })
+	waitFor(t, func() bool { return b.State() == binding.StateFenced })
 	must(t, h.plainWrite("b.txt"))
 	if n := h.fr.count(wire.OpAttach); n != 2 {
 		t.Fatalf("%d attaches, want 2 (after bind and after the loss)", n)

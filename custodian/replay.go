@@ -58,7 +58,7 @@ func replayTerminal(createKey string, r *opstore.Receipt) *terminal {
 // addReplayTerminal makes t the session's terminal id, unless the session
 // holds that terminal unreleased (the first call's terminal is still
 // here: it answers as it did).
-func (b *binding) addReplayTerminal(id string, t *terminal) {
+func (b *session) addReplayTerminal(id string, t *terminal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if old, ok := b.terminals[id]; ok {
@@ -78,7 +78,7 @@ func (cl *call) replayLacks(t *terminal, id, what string) error {
 	if strings.Contains(r.Note, "not kept for replay") {
 		code = errcode.CodeTooLarge
 	}
-	cl.refuse(code)
+	cl.Refuse(code)
 	return acperr.NewError(code, "terminal %q answers a retry of op key %s from its receipt (%s: %s), which keeps no %s; nothing was run again",
 		id, r.OpKey, r.Outcome, r.Note, what)
 }

@@ -31,7 +31,7 @@ import (
 // it) and for a request too large to keep (opstore.ExecRequest.Small).
 func (cl *call) execRecord(args *wire.ExecStartArgs) *opstore.ExecRequest {
 	e := &opstore.ExecRequest{Argv: args.Argv, Cwd: args.Cwd, Env: args.Env}
-	if cl.taggedBy == TaggedByCustodian || !e.Small() {
+	if cl.TaggedBy == TaggedByCustodian || !e.Small() {
 		return nil
 	}
 	return e
@@ -146,10 +146,10 @@ func (cn *Conn) RunRoutine(ctx context.Context, sessionID, name, opKey string) (
 		return nil, err
 	}
 	c := cn.c
-	key := opstore.Key(b.digest, b.sessionID, opKey)
+	key := opstore.Key(b.Digest, b.ID, opKey)
 	_, getErr := c.store.Get(key)
 	replay := getErr == nil
-	rec := audit.Record{Kind: audit.KindRoutine, SessionID: b.sessionID, TupleSHA256: b.digest, Principal: b.Principal,
+	rec := audit.Record{Kind: audit.KindRoutine, SessionID: b.ID, TupleSHA256: b.Digest, Principal: b.Principal,
 		OpKey: opKey, Outcome: routineRun, Digests: map[string]string{"template": digest}}
 	if err := c.auditDispatch(rec); err != nil {
 		return nil, err
@@ -174,13 +174,13 @@ func (cn *Conn) RunRoutine(ctx context.Context, sessionID, name, opKey string) (
 
 // routineFor checks a run's arguments and loads the template: a valid op
 // key, a session bound on cn, a template of the session's principal.
-func (cn *Conn) routineFor(sessionID, name, opKey string) (*binding, *routine.Template, string, error) {
+func (cn *Conn) routineFor(sessionID, name, opKey string) (*session, *routine.Template, string, error) {
 	if !acpmeta.ValidOpKey(opKey) {
 		return nil, nil, "", acperr.NewError(errcode.CodeInvalid, "op key %q is not well-formed", opKey)
 	}
-	b := cn.table.get(sessionID)
-	if b == nil {
-		cn.auditRefusal(nil, routineMethod, opKey, errcode.CodeNotAdmitted)
+	row := cn.table.Get(sessionID)
+	if row == nil {
+		cn.table.Refused(nil, errcode.CodeNotAdmitted, audit.RefusalEvent{Method: routineMethod, OpKey: opKey})
 		return nil, nil, "", acperr.NewError(errcode.CodeNotAdmitted, "session %q is not bound on this connection", sessionID)
 	}
 	st, err := routine.ReadStore(cn.c.opts.StateDir)
@@ -191,8 +191,9 @@ func (cn *Conn) routineFor(sessionID, name, opKey string) (*binding, *routine.Te
 	if err != nil {
 		return nil, nil, "", err
 	}
+	b := sessionOf(row)
 	if t.Owner != b.Principal {
-		cn.auditRefusal(b, routineMethod, opKey, errcode.CodeDenied)
+		cn.table.Refused(row, errcode.CodeDenied, audit.RefusalEvent{Method: routineMethod, OpKey: opKey})
 		return nil, nil, "", acperr.NewError(errcode.CodeDenied, "routine %q belongs to %q; session %s acts for %q: %v",
 			name, t.Owner, sessionID, b.Principal, routine.ErrOtherOwner)
 	}
@@ -206,7 +207,7 @@ const routineMethod = "_tether/routine_run"
 // routineRequest is the terminal/create a run sends: the template's argv
 // (exec'd as it is: Command argv[0], Args the rest), its cwd beneath the
 // session's current root, its env, and its files to verify.
-func (cn *Conn) routineRequest(b *binding, t *routine.Template, opKey string) acp.CreateTerminalRequest {
+func (cn *Conn) routineRequest(b *session, t *routine.Template, opKey string) acp.CreateTerminalRequest {
 	cwd := path.Join(b.Tuple.Root, t.Cwd)
 	env := make([]acp.EnvVariable, 0, len(t.Env))
 	for k, v := range t.Env {
@@ -214,19 +215,19 @@ func (cn *Conn) routineRequest(b *binding, t *routine.Template, opKey string) ac
 	}
 	sort.Slice(env, func(i, j int) bool { return env[i].Name < env[j].Name })
 	meta := acpmeta.MergeMeta(cn.routineOp(b, opKey), acpmeta.Verify{Files: t.Verify}.Meta())
-	return acp.CreateTerminalRequest{SessionId: acp.SessionId(b.sessionID), Command: t.Argv[0], Args: t.Argv[1:],
+	return acp.CreateTerminalRequest{SessionId: acp.SessionId(b.ID), Command: t.Argv[0], Args: t.Argv[1:],
 		Cwd: &cwd, Env: env, Meta: meta}
 }
 
 // routineOp is the op tag of a run's requests: the session's current
 // tuple digest and a deadline of the command budget (the lease caps it).
-func (cn *Conn) routineOp(b *binding, opKey string) map[string]any {
-	return acpmeta.Op{TupleSHA256: b.digest, OpKey: opKey, Deadline: cn.c.now().Add(cn.c.opts.CommandBudget)}.Meta()
+func (cn *Conn) routineOp(b *session, opKey string) map[string]any {
+	return acpmeta.Op{TupleSHA256: b.Digest, OpKey: opKey, Deadline: cn.c.now().Add(cn.c.opts.CommandBudget)}.Meta()
 }
 
 // finishRoutine waits for a run's exit (which records its receipt) and
 // releases its terminal with a fresh op key of its own.
-func (cn *Conn) finishRoutine(ctx context.Context, h *client, b *binding, sid acp.SessionId, id, opKey string) error {
+func (cn *Conn) finishRoutine(ctx context.Context, h *client, b *session, sid acp.SessionId, id, opKey string) error {
 	_, werr := h.WaitForTerminalExit(ctx, acp.WaitForTerminalExitRequest{SessionId: sid, TerminalId: id, Meta: cn.routineOp(b, opKey)})
 	_, rerr := h.ReleaseTerminal(context.WithoutCancel(ctx), acp.ReleaseTerminalRequest{SessionId: sid, TerminalId: id,
 		Meta: cn.routineOp(b, newKey("routine-release"))})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/receiver/wire"
 )
 
@@ -30,8 +31,8 @@ const endTimeout = 10 * time.Second
 // callbacks for it are refused not_admitted. The binding ends whatever the
 // agent answered.
 func (cn *Conn) CloseSession(ctx context.Context, sessionID string) error {
-	b := cn.table.get(sessionID)
-	if b == nil {
+	row := cn.table.Get(sessionID)
+	if row == nil {
 		return fmt.Errorf("%w: session %q is not bound on this connection", ErrBind, sessionID)
 	}
 	_, err := cn.acp.CloseSession(ctx, acp.CloseSessionRequest{SessionId: acp.SessionId(sessionID)})
@@ -39,10 +40,10 @@ func (cn *Conn) CloseSession(ctx context.Context, sessionID string) error {
 	if errors.As(err, &re) && re.Code == acp.NewMethodNotFound("").Code {
 		err = nil
 	}
-	cn.table.remove(sessionID, b)
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
 	defer cancel()
-	cn.c.endBinding(ectx, b)
+	b := sessionOf(row)
+	cn.table.Release(row, func() { cn.c.releaseTerminals(ectx, b) }, b.endFolds)
 	return err
 }
 
@@ -52,31 +53,24 @@ func (cn *Conn) endAll() {
 	cn.endOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), endTimeout)
 		defer cancel()
-		var wg sync.WaitGroup
-		for _, b := range cn.table.all() {
-			cn.table.remove(b.sessionID, b)
-			wg.Go(func() { cn.c.endBinding(ctx, b) })
-		}
-		wg.Wait()
-		cn.unbound.end()
+		cn.table.End(func(s *binding.Session) { cn.c.releaseTerminals(ctx, sessionOf(s)) },
+			func(s *binding.Session) { sessionOf(s).endFolds() })
 		cn.unboundPerms.end()
 	})
 }
 
-// endBinding releases b's unreleased terminals, all at once, and writes
-// its refusals.
-func (c *Custodian) endBinding(ctx context.Context, b *binding) {
+// releaseTerminals releases b's unreleased terminals, all at once (the
+// first step of binding.Table.Release).
+func (c *Custodian) releaseTerminals(ctx context.Context, b *session) {
 	var wg sync.WaitGroup
 	for id, t := range b.unreleased() {
 		wg.Go(func() { c.releaseAtEnd(ctx, b, id, t) })
 	}
 	wg.Wait()
-	b.endTally()
-	b.endFolds()
 }
 
 // unreleased returns b's terminals that no release has reached.
-func (b *binding) unreleased() map[string]*terminal {
+func (b *session) unreleased() map[string]*terminal {
 	b.mu.Lock()
 	all := make(map[string]*terminal, len(b.terminals))
 	for id, t := range b.terminals {
@@ -95,7 +89,7 @@ func (b *binding) unreleased() map[string]*terminal {
 // live connection (a lost link leaves it to the receiver's orphan grace),
 // audited as a call the custodian tagged, and completes its receipt as a
 // release by the agent would.
-func (c *Custodian) releaseAtEnd(ctx context.Context, b *binding, id string, t *terminal) {
+func (c *Custodian) releaseAtEnd(ctx context.Context, b *session, id string, t *terminal) {
 	first, _, _ := t.beginRelease()
 	if !first { // released, or a release is in flight
 		return
@@ -119,25 +113,25 @@ func (c *Custodian) releaseAtEnd(ctx context.Context, b *binding, id string, t *
 		err = nil
 	default:
 		c.log.Warn("release at session end failed; the receiver's orphan grace or the command's deadline ends it",
-			"session", b.sessionID, "terminal", id, "err", err)
+			"session", b.ID, "terminal", id, "err", err)
 	}
 	t.endRelease(err == nil)
 }
 
 // sendEndRelease sends exec_release for terminal id between a dispatch
 // and a result record.
-func (c *Custodian) sendEndRelease(ctx context.Context, b *binding, id string) error {
+func (c *Custodian) sendEndRelease(ctx context.Context, b *session, id string) error {
 	conn, _, err := b.Receiver.current(ctx, false)
 	if err != nil {
 		return err
 	}
-	rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.sessionID, TupleSHA256: b.digest, Principal: b.Principal,
+	rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.ID, TupleSHA256: b.Digest, Principal: b.Principal,
 		Method: acp.ClientMethodTerminalRelease, OpKey: newKey("end"), TaggedBy: TaggedByCustodian}
 	if err := c.auditDispatch(rec); err != nil {
 		return err
 	}
 	dl, _ := ctx.Deadline()
-	err = conn.CallFenced(ctx, wire.OpExecRelease, b.digest, rec.OpKey, b.fenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, nil)
+	err = conn.CallFenced(ctx, wire.OpExecRelease, b.Digest, rec.OpKey, b.FenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, nil)
 	rec.Kind, rec.Outcome = audit.KindResult, "session_end"
 	if err != nil {
 		code, _ := codeMessage(err)
@@ -153,7 +147,7 @@ func (c *Custodian) sendEndRelease(ctx context.Context, b *binding, id string) e
 // commands are otherwise killed at the end of the receiver's orphan
 // grace. Each ask is audited as a call the custodian made; a terminal the
 // receiver no longer knows is left for the agent to find.
-func (c *Custodian) claimTerminals(ctx context.Context, b *binding, epoch uint64) {
+func (c *Custodian) claimTerminals(ctx context.Context, b *session, epoch uint64) {
 	ids := b.unreleased()
 	if len(ids) == 0 {
 		return
@@ -169,12 +163,12 @@ func (c *Custodian) claimTerminals(ctx context.Context, b *binding, epoch uint64
 		if t.releasedRemotely() { // the receiver forgot it with its final wait
 			continue
 		}
-		rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.sessionID, TupleSHA256: b.digest, Principal: b.Principal,
+		rec := audit.Record{Kind: audit.KindDispatch, SessionID: b.ID, TupleSHA256: b.Digest, Principal: b.Principal,
 			Method: acp.ClientMethodTerminalOutput, OpKey: newKey("claim"), TaggedBy: TaggedByCustodian}
 		if c.auditDispatch(rec) != nil {
 			return
 		}
-		err := conn.CallFenced(ctx, wire.OpExecOutput, b.digest, rec.OpKey, b.fenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, &wire.ExecOutputResult{})
+		err := conn.CallFenced(ctx, wire.OpExecOutput, b.Digest, rec.OpKey, b.FenceToken(), dl, &wire.TerminalArgs{TerminalID: id}, &wire.ExecOutputResult{})
 		rec.Kind, rec.Outcome = audit.KindResult, "claimed"
 		if err != nil {
 			code, _ := codeMessage(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/tetherdev/tether/admission/acpmeta"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
+	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/wire"
@@ -108,7 +109,7 @@ func TestAttackRefusalFloodIsAggregatedAndFenced(t *testing.T) {
 	}
 	fences := 0
 	for i, r := range rs {
-		if r.Kind == audit.KindFence && r.Code == string(codeRefusalBudget) {
+		if r.Kind == audit.KindFence && r.Code == string(binding.CodeRefusalBudget) {
 			fences++
 			if i == 0 || rs[i-1].Kind != audit.KindRefusals {
 				t.Fatalf("the fence record does not follow the refusals that caused it: %+v", rs[max(i-1, 0)])

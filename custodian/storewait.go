@@ -73,3 +73,26 @@ func (c *Custodian) waitStore(ctx context.Context, bound time.Duration, what str
 		}
 	}
 }
+
+// keepForLease records a tuple's lease end in the operation-key store
+// before a binding takes it, so keys dispatched under an earlier lease
+// are kept as long as the extended one (ErrRetention when it cannot).
+func (c *Custodian) keepForLease(ctx context.Context, tupleSHA256 string, notAfter time.Time) error {
+	if err := c.store.KeepForLease(ctx, tupleSHA256, notAfter); err != nil {
+		return fmt.Errorf("%w: %w", ErrRetention, err)
+	}
+	return nil
+}
+
+// keepForLeaseWaiting is keepForLease (binding.Hooks.KeepForLease), with
+// wait waiting out an unavailable op store for up to Options.StoreWait:
+// the record only ever lengthens the recorded lease (a compare-and-swap),
+// so it is safe to repeat.
+func (c *Custodian) keepForLeaseWaiting(ctx context.Context, digest string, notAfter time.Time, wait bool) error {
+	if !wait {
+		return c.keepForLease(ctx, digest, notAfter)
+	}
+	return c.waitStore(ctx, c.opts.StoreWait, "record the lease of tuple "+digest, func(ctx context.Context) error {
+		return c.keepForLease(ctx, digest, notAfter)
+	})
+}

@@ -36,10 +36,8 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 				&opstore.Receipt{Outcome: opstore.Pending, TerminalID: res.TerminalID,
 					Exec: cl.execRecord(args)}
 		},
-		annotate: func(r *audit.Record) {
-			r.Digests = map[string]string{"argv": digestJSON(args.Argv), "cwd": sha256Hex([]byte(args.Cwd))}
-			r.Sizes = map[string]int64{"argv": int64(len(args.Argv)), "env": int64(len(args.Env)), "verify": int64(len(verify))}
-		},
+		annotate: annotation{digests: execDigests(args),
+			sizes: map[string]int64{"argv": int64(len(args.Argv)), "env": int64(len(args.Env)), "verify": int64(len(verify))}}.apply,
 	}
 	if len(verify) > 0 {
 		k.extra = verify
@@ -47,7 +45,7 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 	var replayed *opstore.Receipt
 	k.onReplay = func(r *opstore.Receipt) { replayed = r }
 	resp, err := decodeResponse[acp.CreateTerminalResponse](cl.keyed(ctx, k))
-	createKey := opstore.Key(cl.b.digest, cl.b.sessionID, cl.op.OpKey)
+	createKey := opstore.Key(cl.b.Digest, cl.b.ID, cl.Op.OpKey)
 	switch {
 	case err == nil && replayed != nil && replayed.Outcome.Final():
 		// A retry of a finished command: its terminal may be released, or
@@ -60,7 +58,7 @@ func (h *client) CreateTerminal(ctx context.Context, p acp.CreateTerminalRequest
 		// Also on a replay of a command still running here: the same digest
 		// means the same request (and the same files to verify), so the
 		// terminal is this session's.
-		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: createKey, expect: verify, deadline: cl.deadline})
+		cl.b.addTerminalIfAbsent(resp.TerminalId, &terminal{createKey: createKey, expect: verify, deadline: cl.Deadline})
 	}
 	if err == nil && ctx.Err() != nil {
 		cl.kill(resp.TerminalId, "terminal/create cancelled by the agent")
@@ -126,7 +124,7 @@ func (cl *call) execArgs(p acp.CreateTerminalRequest) (*wire.ExecStartArgs, map[
 }
 
 func (cl *call) invalid(format string, args ...any) error {
-	cl.refuse(errcode.CodeInvalid)
+	cl.Refuse(errcode.CodeInvalid)
 	return acperr.NewError(errcode.CodeInvalid, format, args...)
 }
 
@@ -139,8 +137,8 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 		return nil, err
 	}
 	if released, _ := t.releaseState(); released {
-		cl.refuse(errcode.CodeNotFound)
-		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was released by session %s", id, cl.b.sessionID)
+		cl.Refuse(errcode.CodeNotFound)
+		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was released by session %s", id, cl.b.ID)
 	}
 	return t, nil
 }
@@ -150,8 +148,8 @@ func (cl *call) terminalOf(id string) (*terminal, error) {
 func (cl *call) knownTerminal(id string) (*terminal, error) {
 	t, ok := cl.b.terminal(id)
 	if !ok {
-		cl.refuse(errcode.CodeNotFound)
-		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.sessionID)
+		cl.Refuse(errcode.CodeNotFound)
+		return nil, acperr.NewError(errcode.CodeNotFound, "terminal %q was not started by session %s", id, cl.b.ID)
 	}
 	return t, nil
 }
@@ -219,7 +217,7 @@ func (cl *call) waitReleasing(agentCtx, callCtx context.Context, conn ReceiverCo
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- conn.CallFenced(callCtx, wire.OpExecWait, cl.b.digest, cl.op.OpKey, cl.b.fenceToken(), cl.deadline,
+		done <- conn.CallFenced(callCtx, wire.OpExecWait, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline,
 			&wire.TerminalArgs{TerminalID: id, Release: true}, res)
 	}()
 	select {
@@ -350,11 +348,11 @@ const exitGrace = 15 * time.Second
 // the command is killed and answer fate_unknown instead of the exit. A
 // tether agent's wait keeps the deadline of its own tag.
 func (cl *call) waitPastCommandEnd(t *terminal) {
-	if cl.taggedBy != TaggedByCustodian || t.deadline.IsZero() {
+	if cl.TaggedBy != TaggedByCustodian || t.deadline.IsZero() {
 		return
 	}
-	if end := t.deadline.Add(exitGrace); end.After(cl.deadline) {
-		cl.deadline = end
+	if end := t.deadline.Add(exitGrace); end.After(cl.Deadline) {
+		cl.Deadline = end
 	}
 }
 
@@ -367,14 +365,6 @@ func signalPtr(s string) *string {
 		return nil
 	}
 	return &s
-}
-
-func digestJSON(v []string) string {
-	var b []byte
-	for _, s := range v {
-		b = append(append(b, s...), 0)
-	}
-	return sha256Hex(b)
 }
 
 // killTimeout bounds the kill sent when the agent cancels.
