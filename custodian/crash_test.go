@@ -26,7 +26,7 @@ import (
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/receiver/transport"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 const helperEnv = "TETHER_CUSTODIAN_TEST_HELPER"
@@ -79,7 +79,7 @@ func custodianHelper() int {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 	}
-	recv := NewReceiver(StreamDialer(transport.Unix{Path: hc.Sock, HostOnly: true}.Dial, wire.ClientConfig{}), Backoff{}, nil)
+	recv := NewReceiver(StreamDialer(transport.Unix{Path: hc.Sock, HostOnly: true}.Dial, wireclient.ClientConfig{}), Backoff{}, nil)
 	conn := c.Serve(os.Stdout, os.Stdin, ConnOptions{})
 	ctx := context.Background()
 	b := Binding{Tuple: hc.Tuple, LeaseNotAfter: time.Now().Add(time.Hour), Principal: hc.Tuple.Owner, Receiver: recv}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/receiver/transport"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // ReceiverDialer returns the Dialer of the endpoint r. For tls the
@@ -27,7 +27,7 @@ func ReceiverDialer(r ReceiverConfig) (Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return StreamDialer(dial, wire.ClientConfig{}), nil
+	return StreamDialer(dial, wireclient.ClientConfig{}), nil
 }
 
 // ReceiverStreamDialer is ReceiverDialer one layer down: it checks r and

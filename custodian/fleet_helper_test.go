@@ -31,7 +31,7 @@ import (
 	"github.com/tetherdev/tether/custodian/opstore"
 	"github.com/tetherdev/tether/fixtures/etcdtest"
 	"github.com/tetherdev/tether/receiver/transport"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // fleetHelperEnv makes the test binary a fleet custodian process
@@ -98,7 +98,7 @@ func fleetHelper() int {
 		}
 		fmt.Fprintf(status, "claimed %d %d\n", cl.Token, len(cl.Interrupted))
 	}
-	recv := NewReceiver(StreamDialer(transport.Unix{Path: fc.Sock, HostOnly: true}.Dial, wire.ClientConfig{}), Backoff{}, nil)
+	recv := NewReceiver(StreamDialer(transport.Unix{Path: fc.Sock, HostOnly: true}.Dial, wireclient.ClientConfig{}), Backoff{}, nil)
 	conn := c.Serve(os.Stdout, os.Stdin, ConnOptions{})
 	b := Binding{Tuple: fc.Tuple, LeaseNotAfter: time.Now().Add(time.Hour), Principal: fc.Tuple.Owner, Receiver: recv}
 	if _, err := conn.Initialize(ctx); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherdev/tether/fixtures/etcdtest"
 	"github.com/tetherdev/tether/receiver/transport"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // sideLines returns the lines of the side-effect file rel in rr's root.
@@ -35,7 +36,7 @@ func directCall(t testing.TB, rr *realReceiver, tok uint64, op wire.Op, args any
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := StreamDialer(transport.Unix{Path: rr.sock, HostOnly: true}.Dial, wire.ClientConfig{})(ctx)
+	conn, err := StreamDialer(transport.Unix{Path: rr.sock, HostOnly: true}.Dial, wireclient.ClientConfig{})(ctx)
 	must(t, err)
 	defer conn.Close()
 	dl, _ := ctx.Deadline()

@@ -21,6 +21,7 @@ import (
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/internal/testagent"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
@@ -181,7 +182,7 @@ func (h *harness) dial(ctx context.Context) (ReceiverConn, error) {
 	h.serving = append(h.serving, srv)
 	h.mu.Unlock()
 	go h.srv.ServeConn(context.Background(), srv)
-	return wire.NewClient(cli, wire.ClientConfig{ResponseGrace: 200 * time.Millisecond})
+	return wireclient.NewClient(cli, wireclient.ClientConfig{ResponseGrace: 200 * time.Millisecond})
 }
 
 // dropReceiver breaks every receiver connection, as a lost transport.

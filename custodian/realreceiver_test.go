@@ -6,7 +6,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/custodian/internal/realrecv"
 	"github.com/tetherdev/tether/receiver/transport"
-	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // grantUID and grantGID are what the real receivers grant (realrecv's
@@ -30,7 +30,7 @@ func startReceiver(t testing.TB) *realReceiver {
 
 // dialer dials the receiver as the custodian does.
 func (rr *realReceiver) dialer() Dialer {
-	return StreamDialer(transport.Unix{Path: rr.sock, HostOnly: true}.Dial, wire.ClientConfig{})
+	return StreamDialer(transport.Unix{Path: rr.sock, HostOnly: true}.Dial, wireclient.ClientConfig{})
 }
 
 func (rr *realReceiver) file(rel string) string { return rr.File(rel) }

@@ -12,9 +12,10 @@ import (
 	"github.com/tetherdev/tether/admission/backoff"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
-// ReceiverConn is one connection to a receiver. *wire.Client implements
+// ReceiverConn is one connection to a receiver. *wireclient.Client implements
 // it: CallFenced never re-sends, carries the session's fencing token (0:
 // none, the single-machine op store), a call in flight when the
 // connection breaks fails with an error carrying errcode.CodeFateUnknown,
@@ -25,20 +26,20 @@ type ReceiverConn interface {
 	Close() error
 }
 
-var _ ReceiverConn = (*wire.Client)(nil)
+var _ ReceiverConn = (*wireclient.Client)(nil)
 
 // Dialer opens one new receiver connection; the caller owns and closes it.
 type Dialer func(ctx context.Context) (ReceiverConn, error)
 
 // StreamDialer adapts a transport's Dial (receiver/transport.Transport)
 // into a Dialer that speaks the wire protocol over each new stream.
-func StreamDialer(dial func(ctx context.Context) (io.ReadWriteCloser, error), cfg wire.ClientConfig) Dialer {
+func StreamDialer(dial func(ctx context.Context) (io.ReadWriteCloser, error), cfg wireclient.ClientConfig) Dialer {
 	return func(ctx context.Context) (ReceiverConn, error) {
 		rwc, err := dial(ctx)
 		if err != nil {
 			return nil, err
 		}
-		c, err := wire.NewClient(rwc, cfg)
+		c, err := wireclient.NewClient(rwc, cfg)
 		if err != nil {
 			rwc.Close()
 			return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
@@ -67,10 +68,10 @@ func newConns(f *fixture) *conns {
 
 // open returns a client on a new connection; closing it ends the
 // connection as a crashed custodian's would.
-func (c *conns) open() *wire.Client {
+func (c *conns) open() *wireclient.Client {
 	cc, sc := socketpair(c.f.t)
 	go c.srv.ServeConn(context.Background(), sc)
-	cl, err := wire.NewClient(cc, wire.ClientConfig{})
+	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	if err != nil {
 		c.f.t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func (c *conns) open() *wire.Client {
 	return cl
 }
 
-func (c *conns) call(cl *wire.Client, op wire.Op, args, result any) error {
+func (c *conns) call(cl *wireclient.Client, op wire.Op, args, result any) error {
 	n := c.f.seq.Add(1)
 	return cl.Call(context.Background(), op, c.f.grant.Tuple.SHA256(), fmt.Sprintf("c-%d", n),
 		time.Now().Add(30*time.Second), args, result)

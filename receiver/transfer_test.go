@@ -14,6 +14,7 @@ import (
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 func hexSHA(b []byte) string {
@@ -32,7 +33,7 @@ func bigGrant(f *fixture, max int64) admission.Grant {
 
 // writeChunked writes content through write_begin, write_chunk and
 // write_commit on cl.
-func (c *conns) writeChunked(t *testing.T, cl *wire.Client, path string, content []byte) (wire.WriteResult, error) {
+func (c *conns) writeChunked(t *testing.T, cl *wireclient.Client, path string, content []byte) (wire.WriteResult, error) {
 	t.Helper()
 	var b wire.WriteBeginResult
 	if err := c.call(cl, wire.OpWriteBegin, wire.WriteBeginArgs{Path: path, Size: int64(len(content)), SHA256: hexSHA(content)}, &b); err != nil {

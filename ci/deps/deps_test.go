@@ -50,7 +50,7 @@ var rules = []rule{
 		name:    "the custodian links the wire contract and its client, never the wire server",
 		from:    []string{"custodian/..."},
 		forbid:  []string{"receiver/wireserver"},
-		require: []string{"receiver/wire"},
+		require: []string{"receiver/wire", "receiver/wireclient"},
 	},
 	{
 		name: "the plugin binary links only the contract",

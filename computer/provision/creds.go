@@ -14,6 +14,7 @@ import (
 	"github.com/tetherdev/tether/receiver"
 	"github.com/tetherdev/tether/receiver/transport"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // ServerName is the DNS name in every receiver certificate; custodians
@@ -206,12 +207,12 @@ var _ Dialer = (*Local)(nil)
 // WireClient connects to the receiver d reaches, as the custodian would,
 // and returns a wire client on the new stream. The caller closes the
 // client, which closes the stream.
-func WireClient(ctx context.Context, d Dialer) (*wire.Client, error) {
+func WireClient(ctx context.Context, d Dialer) (*wireclient.Client, error) {
 	conn, err := d.Dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	wc, err := wire.NewClient(conn, wire.ClientConfig{})
+	wc, err := wireclient.NewClient(conn, wireclient.ClientConfig{})
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -149,7 +149,7 @@ func startIn(t *testing.T, c *Local, script string) (string, wireCaller) {
 	return res.TerminalID, wc
 }
 
-// wireCaller is the part of *wire.Client the attacks use.
+// wireCaller is the part of *wireclient.Client the attacks use.
 type wireCaller interface {
 	Call(ctx context.Context, op wire.Op, tuple, key string, deadline time.Time, args, result any) error
 	Close() error

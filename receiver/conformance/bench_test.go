@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
@@ -43,7 +44,7 @@ func benchWire(b *testing.B, setup Setup) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, _ := wire.NewClient(conn, wire.ClientConfig{})
+	c, _ := wireclient.NewClient(conn, wireclient.ClientConfig{})
 	defer c.Close()
 	ctx := context.Background()
 	deadline := time.Now().Add(time.Hour)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 	"github.com/tetherdev/tether/receiver/wireserver"
 )
 
@@ -50,7 +51,7 @@ func Run(t *testing.T, setup Setup) {
 // env is one server serving one listener, and a client dialled to it.
 type env struct {
 	srv    *wireserver.Server
-	client *wire.Client
+	client *wireclient.Client
 	served chan error
 	// draining is closed when the server closes its listener, which
 	// Shutdown and Close do only after marking the server draining: from
@@ -78,7 +79,7 @@ func start(t *testing.T, setup Setup, h wireserver.Handler) *env {
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	e.client, err = wire.NewClient(conn, wire.ClientConfig{})
+	e.client, err = wireclient.NewClient(conn, wireclient.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ var echo = wireserver.HandlerFunc(func(ctx context.Context, req *wire.Request) (
 	return nil, errcode.Errorf(errcode.CodeDenied, "op %s not served by the conformance handler", req.Op)
 })
 
-func call(t *testing.T, c *wire.Client, key, path string) (wire.StatResult, error) {
+func call(t *testing.T, c *wireclient.Client, key, path string) (wire.StatResult, error) {
 	var res wire.StatResult
 	err := c.Call(ctx(t), wire.OpStat, Digest, key, soon(), &wire.StatArgs{Path: path}, &res)
 	return res, err
@@ -260,7 +261,7 @@ func refusalAfterShutdown(t *testing.T, setup Setup) {
 	case <-ctx(t).Done():
 		t.Fatal("the client did not end the connection after the shutdown notice and its last answer")
 	}
-	if err := e.client.Err(); !errors.Is(err, wire.ErrReceiverShutdown) {
+	if err := e.client.Err(); !errors.Is(err, wireclient.ErrReceiverShutdown) {
 		t.Fatalf("client ended with %v, want ErrReceiverShutdown", err)
 	}
 	if _, err := call(t, e.client, "after", "x"); codeOf(err) != errcode.CodeUnavailable {

@@ -18,6 +18,7 @@ import (
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/transport"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // TestIntegrationVirtioSerial runs the receiver side in a QEMU guest (TCG)
@@ -84,13 +85,13 @@ func (w logWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func dialClient(ctx context.Context, t *testing.T, host transport.Unix) *wire.Client {
+func dialClient(ctx context.Context, t *testing.T, host transport.Unix) *wireclient.Client {
 	t.Helper()
 	conn, err := host.Dial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := wire.NewClient(conn, wire.ClientConfig{})
+	c, err := wireclient.NewClient(conn, wireclient.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func dialClient(ctx context.Context, t *testing.T, host transport.Unix) *wire.Cl
 // is discarded by the guest kernel (virtio_console drops unread data on
 // close), so a first attempt may end as fate_unknown: it must never end
 // any other way, and the port must come back.
-func reconnect(ctx context.Context, t *testing.T, host transport.Unix) *wire.Client {
+func reconnect(ctx context.Context, t *testing.T, host transport.Unix) *wireclient.Client {
 	t.Helper()
 	_, c := reconnectRaw(ctx, t, host)
 	return c
@@ -110,14 +111,14 @@ func reconnect(ctx context.Context, t *testing.T, host transport.Unix) *wire.Cli
 
 // reconnectRaw is reconnect, also returning the connection under the
 // client (the caller may write raw bytes on it once the probe was served).
-func reconnectRaw(ctx context.Context, t *testing.T, host transport.Unix) (io.Writer, *wire.Client) {
+func reconnectRaw(ctx context.Context, t *testing.T, host transport.Unix) (io.Writer, *wireclient.Client) {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		conn, err := host.Dial(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := wire.NewClient(conn, wire.ClientConfig{})
+		c, err := wireclient.NewClient(conn, wireclient.ClientConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +135,7 @@ func reconnectRaw(ctx context.Context, t *testing.T, host transport.Unix) (io.Wr
 	}
 }
 
-func virtioRoundTrip(ctx context.Context, t *testing.T, c *wire.Client) {
+func virtioRoundTrip(ctx context.Context, t *testing.T, c *wireclient.Client) {
 	t.Helper()
 	var res wire.StatResult
 	if err := c.Call(ctx, wire.OpStat, Digest, "rt-1", soon(), &wire.StatArgs{Path: "dir/é"}, &res); err != nil {
@@ -156,7 +157,7 @@ func virtioRoundTrip(ctx context.Context, t *testing.T, c *wire.Client) {
 	}
 }
 
-func virtioConcurrent(ctx context.Context, t *testing.T, c *wire.Client) {
+func virtioConcurrent(ctx context.Context, t *testing.T, c *wireclient.Client) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
@@ -203,7 +204,7 @@ func virtioViolation(ctx context.Context, t *testing.T, host transport.Unix) {
 // for "block" to be in flight, "block" ends only once the server drains),
 // so nothing waits for time. (The server refusing a request that arrives
 // while it drains is checked on a pty byte stream by TestStreamPty.)
-func virtioShutdown(ctx context.Context, t *testing.T, c *wire.Client) {
+func virtioShutdown(ctx context.Context, t *testing.T, c *wireclient.Client) {
 	t.Helper()
 	blocked := make(chan error, 1)
 	go func() { blocked <- c.Call(ctx, wire.OpAttach, Digest, "block", soon(), nil, nil) }()
@@ -215,7 +216,7 @@ func virtioShutdown(ctx context.Context, t *testing.T, c *wire.Client) {
 	}
 	select {
 	case <-c.Done():
-		if !errors.Is(c.Err(), wire.ErrReceiverShutdown) {
+		if !errors.Is(c.Err(), wireclient.ErrReceiverShutdown) {
 			t.Fatalf("client ended with %v, want ErrReceiverShutdown", c.Err())
 		}
 	case <-ctx.Done():

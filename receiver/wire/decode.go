@@ -111,6 +111,10 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
+// DecodeResult decodes a response's result into v with the same strict
+// decoder; the client (receiver/wireclient) calls it.
+func DecodeResult(data []byte, v any) error { return decodeStrict(data, v) }
+
 // decodeStrictExcept is decodeStrict for a frame whose member key (the
 // request's args, the response's result) is large: that member is not
 // decoded with the envelope, which would scan it twice more only to copy

@@ -16,6 +16,9 @@ const MaxFrameSize = 1 << 20
 // headerSize is the length prefix: a 4-byte big-endian payload length.
 const headerSize = 4
 
+// HeaderSize is headerSize, for callers that size a frame's buffer.
+const HeaderSize = headerSize
+
 // Framing and decoding failures. Every one of them is fatal to the
 // connection it happened on: after a bad frame the stream can no longer be
 // trusted to be in sync.

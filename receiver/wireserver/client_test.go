@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // statHandler answers stat with the path's length as size, so each answer
@@ -121,7 +122,7 @@ func TestCallConcurrentMultiplexed(t *testing.T) {
 // Nothing that fails local checks is sent.
 func TestCallRefusesBeforeSending(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, err := wire.NewClient(cc, wire.ClientConfig{MaxFrame: 4096})
+	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{MaxFrame: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestCallRefusesBeforeSending(t *testing.T) {
 // calls as unavailable, and nothing is ever sent twice.
 func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, err := wire.NewClient(cc, wire.ClientConfig{})
+	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +272,7 @@ func TestClientRefusesBadAnswers(t *testing.T) {
 // connection ends with a protocol fault when the peer answers answer.
 func refusesBadAnswer(t *testing.T, answer string, result any) {
 	cc, sc := socketPair(t)
-	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
+	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	done := make(chan error, 1)
@@ -305,7 +306,7 @@ func TestCallResultStrict(t *testing.T) {
 // byte stream the receiver closing its end is not visible otherwise.
 func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
+	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	done := make(chan error, 1)
@@ -325,7 +326,7 @@ func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
 // A call whose ctx has already ended is not sent.
 func TestCallCtxDoneIsNotSent(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
+	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -345,7 +346,7 @@ func TestCallCtxDoneIsNotSent(t *testing.T) {
 // code the custodian passes on (an uncoded error became "internal").
 func TestCallCtxDeadlineIsTimeoutNotSent(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
+	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
@@ -366,7 +367,7 @@ func TestCallCtxDeadlineIsTimeoutNotSent(t *testing.T) {
 // after the notice is in, the notice has been seen: no step waits for time.
 func TestClientClosesAfterDrain(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
+	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	done := make(chan error, 2)
@@ -399,7 +400,7 @@ func TestClientClosesAfterDrain(t *testing.T) {
 	case <-testCtx(t).Done():
 		t.Fatal("connection not closed after the last answer")
 	}
-	if !errors.Is(cl.Err(), wire.ErrReceiverShutdown) {
+	if !errors.Is(cl.Err(), wireclient.ErrReceiverShutdown) {
 		t.Fatalf("Err() = %v, want ErrReceiverShutdown", cl.Err())
 	}
 	peer.expectEOF() // the refused calls were never written
@@ -410,7 +411,7 @@ func TestClientClosesAfterDrain(t *testing.T) {
 // waiting on a receiver that is gone (invisible on a byte stream).
 func TestClientNoAnswerEndsConnection(t *testing.T) {
 	cc, sc := socketPair(t)
-	cl, _ := wire.NewClient(cc, wire.ClientConfig{ResponseGrace: 20 * time.Millisecond})
+	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{ResponseGrace: 20 * time.Millisecond})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
 	other := make(chan error, 1)
@@ -420,7 +421,7 @@ func TestClientNoAnswerEndsConnection(t *testing.T) {
 	// The deadline leaves the call time to be sent even on a slow machine
 	// (a deadline passed before sending is refused unsent, as timeout).
 	err := cl.Call(testCtx(t), wire.OpAttach, testDigest, "k-short", time.Now().Add(500*time.Millisecond), nil, nil)
-	if codeOf(err) != errcode.CodeFateUnknown || !errors.Is(err, wire.ErrNoAnswer) {
+	if codeOf(err) != errcode.CodeFateUnknown || !errors.Is(err, wireclient.ErrNoAnswer) {
 		t.Fatalf("unanswered call: %v, want fate_unknown wrapping ErrNoAnswer", err)
 	}
 	if err := <-other; codeOf(err) != errcode.CodeFateUnknown {
@@ -431,7 +432,7 @@ func TestClientNoAnswerEndsConnection(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("connection still up after an unanswered deadline")
 	}
-	if !errors.Is(cl.Err(), wire.ErrNoAnswer) {
+	if !errors.Is(cl.Err(), wireclient.ErrNoAnswer) {
 		t.Fatalf("Err() = %v", cl.Err())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 func TestFrameLimitNeverAboveProtocolMax(t *testing.T) {
@@ -13,7 +14,7 @@ func TestFrameLimitNeverAboveProtocolMax(t *testing.T) {
 		if _, err := wire.FrameLimit(n); !errors.Is(err, wire.ErrLimit) {
 			t.Errorf("FrameLimit(%d) err = %v, want ErrLimit", n, err)
 		}
-		if _, err := wire.NewClient(nopConn{}, wire.ClientConfig{MaxFrame: n}); !errors.Is(err, wire.ErrLimit) {
+		if _, err := wireclient.NewClient(nopConn{}, wireclient.ClientConfig{MaxFrame: n}); !errors.Is(err, wire.ErrLimit) {
 			t.Errorf("NewClient(MaxFrame %d) err = %v, want ErrLimit", n, err)
 		}
 		if _, err := NewServer(HandlerFunc(nil), ServerConfig{MaxFrame: n}); !errors.Is(err, wire.ErrLimit) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 const (
@@ -43,7 +44,7 @@ func socketPair(t testing.TB) (net.Conn, net.Conn) {
 
 // pair starts a Server with h on one end and a Client on the other. Both
 // are closed at cleanup.
-func pair(t *testing.T, h Handler, scfg ServerConfig) (*wire.Client, *Server) {
+func pair(t *testing.T, h Handler, scfg ServerConfig) (*wireclient.Client, *Server) {
 	t.Helper()
 	cc, sc := socketPair(t)
 	srv, err := NewServer(h, scfg)
@@ -52,7 +53,7 @@ func pair(t *testing.T, h Handler, scfg ServerConfig) (*wire.Client, *Server) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.ServeConn(context.Background(), sc) }()
-	cl, err := wire.NewClient(cc, wire.ClientConfig{})
+	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

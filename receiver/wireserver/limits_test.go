@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // peerConn is a real socket whose remote address claims a TCP source, so
@@ -76,7 +77,7 @@ func (r *limitRig) connect(ip string) net.Conn {
 // served reports whether a request on c is answered.
 func served(t *testing.T, c net.Conn) bool {
 	t.Helper()
-	cl, err := wire.NewClient(c, wire.ClientConfig{})
+	cl, err := wireclient.NewClient(c, wireclient.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

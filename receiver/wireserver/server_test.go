@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // serveRaw runs a Server with h on one end of a socketpair and returns a
@@ -267,7 +268,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 	case <-testCtx(t).Done():
 		t.Fatal("the client did not end the connection after the notice and its last answer")
 	}
-	if !errors.Is(cl.Err(), wire.ErrReceiverShutdown) {
+	if !errors.Is(cl.Err(), wireclient.ErrReceiverShutdown) {
 		t.Fatalf("client ended with %v, want ErrReceiverShutdown", cl.Err())
 	}
 	go func() { shut <- srv.Shutdown(testCtx(t)) }()
@@ -281,7 +282,7 @@ func TestServerShutdownGraceful(t *testing.T) {
 
 // listenerPair is pair served through Serve on a pairListener, whose
 // closed channel tells when the server began to drain.
-func listenerPair(t *testing.T, h Handler) (*wire.Client, *Server, *pairListener) {
+func listenerPair(t *testing.T, h Handler) (*wireclient.Client, *Server, *pairListener) {
 	t.Helper()
 	l := &pairListener{conns: make(chan net.Conn, 1), closed: make(chan struct{})}
 	srv, err := NewServer(h, ServerConfig{})
@@ -292,7 +293,7 @@ func listenerPair(t *testing.T, h Handler) (*wire.Client, *Server, *pairListener
 	go func() { served <- srv.Serve(context.Background(), l) }()
 	cc, sc := socketPair(t)
 	l.conns <- sc
-	cl, err := wire.NewClient(cc, wire.ClientConfig{})
+	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,7 +377,7 @@ func TestServerServeListener(t *testing.T) {
 	go func() { served <- srv.Serve(context.Background(), l) }()
 	cc, sc := socketPair(t)
 	l.conns <- sc
-	cl, _ := wire.NewClient(cc, wire.ClientConfig{})
+	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	var res wire.StatResult
 	if err := cl.Call(testCtx(t), wire.OpStat, testDigest, testOpKey, soon(), &wire.StatArgs{Path: "abc"}, &res); err != nil || res.Size != 3 {

@@ -33,6 +33,7 @@ import (
 	"github.com/tetherdev/tether/receiver/internal/cgrouptest"
 	"github.com/tetherdev/tether/receiver/transport"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // The binary under test is built once, with CGO_ENABLED=0 as the Makefile
@@ -226,7 +227,7 @@ func (e *env) client() *client {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	c, err := wire.NewClient(conn, wire.ClientConfig{})
+	c, err := wireclient.NewClient(conn, wireclient.ClientConfig{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func (e *env) client() *client {
 
 type client struct {
 	t      testing.TB
-	c      *wire.Client
+	c      *wireclient.Client
 	digest string
 	seq    atomic.Int64
 }
@@ -704,7 +705,7 @@ func TestIntegrationTLSListener(t *testing.T) {
 		Certificates: []tls.Certificate{stranger.TLSCertificate()}, MinVersion: tls.VersionTLS13})
 	if err == nil {
 		defer conn.Close()
-		wc, _ := wire.NewClient(conn, wire.ClientConfig{})
+		wc, _ := wireclient.NewClient(conn, wireclient.ClientConfig{})
 		defer wc.Close()
 		// TLS 1.3 reports a refused client certificate on the first read.
 		if err := wc.Call(context.Background(), wire.OpAttach, e.grant.Tuple.SHA256(), "k", time.Now().Add(5*time.Second), nil, nil); err == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/tetherdev/tether/fixtures/pki"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // lockedLog is the daemon's stderr, safe to read while it runs.
@@ -124,7 +125,7 @@ func attachOnce(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	c, err := wire.NewClient(conn, wire.ClientConfig{})
+	c, err := wireclient.NewClient(conn, wireclient.ClientConfig{})
 	if err != nil {
 		conn.Close()
 		return err

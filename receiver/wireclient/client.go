@@ -1,7 +1,11 @@
-package wire
+// Package wireclient is the custodian's side of the wire protocol: a
+// Client that sends requests over one connection to a receiver and routes
+// the answers back. The protocol itself (messages, frames, strict
+// decoding, limits) is receiver/wire, a contract leaf that holds neither
+// this client nor the server (receiver/wireserver).
+package wireclient
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // DefaultResponseGrace is how long a Client waits for an answer after the
@@ -43,7 +48,7 @@ type Client struct {
 	wsem chan struct{} // one writer at a time; a channel so waiting obeys ctx
 
 	mu      sync.Mutex
-	pending map[uint64]chan *Response
+	pending map[uint64]chan *wire.Response
 	lastID  uint64
 	refuse  *errcode.Error // non-nil: new calls fail with it, unsent
 	drain   bool           // the receiver announced shutdown: close once pending is empty
@@ -57,18 +62,18 @@ type Client struct {
 // connection) closes conn. The caller must call Close, which joins the
 // client's reader goroutine.
 func NewClient(conn io.ReadWriteCloser, cfg ClientConfig) (*Client, error) {
-	limit, err := FrameLimit(cfg.MaxFrame)
+	limit, err := wire.FrameLimit(cfg.MaxFrame)
 	if err != nil {
 		return nil, err
 	}
-	fr, err := NewFrameReader(conn, limit)
+	fr, err := wire.NewFrameReader(conn, limit)
 	if err != nil {
 		return nil, err
 	}
 	c := &Client{
 		conn: conn, limit: limit, grace: DefaultResponseGrace,
 		wsem:    make(chan struct{}, 1),
-		pending: make(map[uint64]chan *Response),
+		pending: make(map[uint64]chan *wire.Response),
 		done:    make(chan struct{}),
 	}
 	if cfg.ResponseGrace > 0 {
@@ -132,7 +137,7 @@ func (c *Client) Err() error {
 //     No answer by the deadline plus the response grace also ends the
 //     connection (Err wraps ErrNoAnswer): the receiver answers every
 //     request by its deadline, so silence means it or the link is gone.
-func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
+func (c *Client) Call(ctx context.Context, op wire.Op, tupleSHA256, opKey string,
 	deadline time.Time, args, result any) error {
 	return c.CallFenced(ctx, op, tupleSHA256, opKey, 0, deadline, args, result)
 }
@@ -140,7 +145,7 @@ func (c *Client) Call(ctx context.Context, op Op, tupleSHA256, opKey string,
 // CallFenced is Call with a fencing token in the request (Request.Fence;
 // 0 sends none). A receiver that has seen a higher token for the tuple
 // refuses the request with CodeFenced without running it.
-func (c *Client) CallFenced(ctx context.Context, op Op, tupleSHA256, opKey string, fence uint64,
+func (c *Client) CallFenced(ctx context.Context, op wire.Op, tupleSHA256, opKey string, fence uint64,
 	deadline time.Time, args, result any) error {
 	if err := ctx.Err(); err != nil {
 		return notSent(fmt.Sprintf("call %s", op), err)
@@ -148,7 +153,7 @@ func (c *Client) CallFenced(ctx context.Context, op Op, tupleSHA256, opKey strin
 	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 		deadline = dl
 	}
-	frame, id, ch, err := c.prepare(op, Request{TupleSHA256: tupleSHA256, OpKey: opKey, Fence: fence}, deadline, args)
+	frame, id, ch, err := c.prepare(op, wire.Request{TupleSHA256: tupleSHA256, OpKey: opKey, Fence: fence}, deadline, args)
 	if err != nil {
 		return err
 	}
@@ -161,7 +166,7 @@ func (c *Client) CallFenced(ctx context.Context, op Op, tupleSHA256, opKey strin
 // prepare validates the call, registers a new id, then encodes the
 // request (outside the lock: a frame can be a megabyte). env carries the
 // request's tuple digest, op key and fencing token.
-func (c *Client) prepare(op Op, env Request, deadline time.Time, args any) ([]byte, uint64, chan *Response, error) {
+func (c *Client) prepare(op wire.Op, env wire.Request, deadline time.Time, args any) ([]byte, uint64, chan *wire.Response, error) {
 	if deadline.IsZero() {
 		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: no deadline (set one or give ctx one)", op)
 	}
@@ -179,16 +184,16 @@ func (c *Client) prepare(op Op, env Request, deadline time.Time, args any) ([]by
 		return nil, 0, nil, c.refuse
 	}
 	c.lastID++
-	id, ch := c.lastID, make(chan *Response, 1)
+	id, ch := c.lastID, make(chan *wire.Response, 1)
 	c.pending[id] = ch
 	c.mu.Unlock()
-	req := Request{ID: id, Op: op, TupleSHA256: env.TupleSHA256, OpKey: env.OpKey, Fence: env.Fence, Deadline: deadline.UTC(), Args: raw}
-	payload, err := encodeRequest(&req)
+	req := wire.Request{ID: id, Op: op, TupleSHA256: env.TupleSHA256, OpKey: env.OpKey, Fence: env.Fence, Deadline: deadline.UTC(), Args: raw}
+	payload, err := wire.EncodeRequest(&req)
 	if err != nil {
 		c.forget(id)
 		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: encode request: %v", op, err)
 	}
-	frame, err := AppendFrame(make([]byte, 0, headerSize+len(payload)), payload, c.limit)
+	frame, err := wire.AppendFrame(make([]byte, 0, wire.HeaderSize+len(payload)), payload, c.limit)
 	if err != nil {
 		c.forget(id)
 		return nil, 0, nil, errcode.Errorf(errcode.CodeTooLarge, "call %s: request of %d bytes exceeds the frame limit %d",
@@ -197,38 +202,9 @@ func (c *Client) prepare(op Op, env Request, deadline time.Time, args any) ([]by
 	return frame, id, ch, nil
 }
 
-// argsMark is how the args field of an encoded request begins when its
-// value is the placeholder 0: id is always encoded first, so the field
-// follows a comma, and inside a JSON string a quote is always escaped, so
-// the mark cannot occur within another field's value.
-var argsMark = []byte(`,"args":0`)
-
-// encodeRequest encodes req as json.Marshal would, but writes the envelope
-// around req.Args (which json.Marshal made, so it is compact and valid)
-// instead of encoding the envelope with the args inside: that would scan
-// the args again byte by byte (a chunk's are a megabyte). The envelope is
-// still encoded by json.Marshal, whatever fields Request has.
-func encodeRequest(req *Request) ([]byte, error) {
-	args := req.Args
-	req.Args = json.RawMessage("0")
-	env, err := json.Marshal(req)
-	req.Args = args
-	if err != nil {
-		return nil, err
-	}
-	i := bytes.Index(env, argsMark)
-	end := i + len(argsMark)
-	if i < 0 || bytes.Index(env[end:], argsMark) >= 0 || end >= len(env) || (env[end] != ',' && env[end] != '}') {
-		return json.Marshal(req) // not the shape expected: the slow, certain way
-	}
-	out := make([]byte, 0, len(env)+len(args))
-	out = append(append(out, env[:end-1]...), args...)
-	return append(out, env[end:]...), nil
-}
-
 // encodeArgs checks that args is op's args type and marshals it.
-func encodeArgs(op Op, args any) (json.RawMessage, error) {
-	t := ArgsType(op)
+func encodeArgs(op wire.Op, args any) (json.RawMessage, error) {
+	t := wire.ArgsType(op)
 	if t == nil {
 		return nil, errcode.Errorf(errcode.CodeInvalid, "call: unknown op %q", op)
 	}
@@ -288,11 +264,11 @@ func (c *Client) send(ctx context.Context, id uint64, frame []byte, deadline tim
 }
 
 // await waits for the answer to id until ctx ends or giveUp passes.
-func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
+func (c *Client) await(ctx context.Context, op wire.Op, id uint64, ch chan *wire.Response,
 	giveUp time.Time, result any) error {
 	timer := time.NewTimer(time.Until(giveUp))
 	defer timer.Stop()
-	var resp *Response
+	var resp *wire.Response
 	select {
 	case resp = <-ch:
 	case <-ctx.Done():
@@ -318,14 +294,14 @@ func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
 	}
 	var err error
 	if result != nil {
-		if err = decodeStrict(resp.Result, result); err == nil {
+		if err = wire.DecodeResult(resp.Result, result); err == nil {
 			return nil
 		}
 	}
 	// The frame decoder left the result's syntax to this decode; a frame
 	// that is not JSON ends the connection, as it would have there.
 	if !json.Valid(resp.Result) {
-		c.fail(fmt.Errorf("%w: %s result of request %d is not valid JSON", ErrMalformed, op, id))
+		c.fail(fmt.Errorf("%w: %s result of request %d is not valid JSON", wire.ErrMalformed, op, id))
 		return fateUnknown(id, c.Err())
 	}
 	if err != nil {
@@ -336,7 +312,7 @@ func (c *Client) await(ctx context.Context, op Op, id uint64, ch chan *Response,
 
 // abandon removes id from the pending set; if its answer raced in, that
 // answer is returned instead.
-func (c *Client) abandon(id uint64, ch chan *Response) *Response {
+func (c *Client) abandon(id uint64, ch chan *wire.Response) *wire.Response {
 	c.mu.Lock()
 	delete(c.pending, id)
 	drained := c.drained()
@@ -397,7 +373,7 @@ func fateUnknown(id uint64, cause error) error {
 }
 
 // readLoop routes answers to their calls until the connection ends.
-func (c *Client) readLoop(fr *FrameReader) {
+func (c *Client) readLoop(fr *wire.FrameReader) {
 	defer close(c.done)
 	for {
 		payload, err := fr.ReadFrame()
@@ -405,7 +381,7 @@ func (c *Client) readLoop(fr *FrameReader) {
 			c.fail(err)
 			return
 		}
-		resp, err := DecodeResponse(payload)
+		resp, err := wire.DecodeResponse(payload)
 		if err == nil {
 			err = c.route(resp)
 		}
@@ -422,7 +398,7 @@ func (c *Client) readLoop(fr *FrameReader) {
 // (on a byte stream nothing else would tell us), so it ends it here too.
 // An answer to an id never sent is a protocol violation; an answer to an
 // abandoned call is dropped.
-func (c *Client) route(resp *Response) error {
+func (c *Client) route(resp *wire.Response) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if resp.ID == 0 {
@@ -436,7 +412,7 @@ func (c *Client) route(resp *Response) error {
 		return c.drained()
 	}
 	if resp.ID > c.lastID {
-		return fmt.Errorf("%w: answer to request %d, never sent", ErrProtocol, resp.ID)
+		return fmt.Errorf("%w: answer to request %d, never sent", wire.ErrProtocol, resp.ID)
 	}
 	if ch, ok := c.pending[resp.ID]; ok {
 		delete(c.pending, resp.ID)
@@ -483,6 +459,6 @@ func (c *Client) shut(cause error, refuse *errcode.Error) {
 	}
 	for id, ch := range c.pending {
 		delete(c.pending, id)
-		ch <- &Response{ID: 0}
+		ch <- &wire.Response{ID: 0}
 	}
 }
