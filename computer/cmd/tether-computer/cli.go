@@ -52,6 +52,7 @@ commands:
   serve    [--dir DIR] [--socket PATH] [--group G] [--pool N] [--max-computers N] ...
                                  run the daemon (root): state, API, leases, idle suspend, pool
   verify   [--dir DIR]           check the daemon's hash-chained transition log
+  demo     [--bin DIR]           the service at work (pool, lease, suspend, expiry), embedded
 
 Every command but token, serve and verify takes --socket PATH (default ` + DefaultSocket + `), or
 --url https://HOST:PORT with the token in $` + envToken + ` or --token-file
@@ -71,6 +72,7 @@ var commands = map[string]command{
 	"token":   runToken,
 	"serve":   runServe,
 	"verify":  runVerify,
+	"demo":    runDemo,
 }
 
 // run dispatches to a subcommand and returns the process exit code.
