@@ -69,6 +69,29 @@ type Config struct {
 	// caller names a computer of another owner; the server audits it.
 	// The caller is answered not_found either way.
 	OnDenied func(c api.Caller, id string)
+
+	// StepHook, when set, is called at each named step of an operation
+	// (the Step constants), from the goroutine doing it and holding the
+	// computer's lock. It is a test hook: `tether-computer serve` sets it
+	// only from TETHER_COMPUTER_TEST_PAUSE, to block at one step so that a
+	// fault test can SIGKILL the daemon exactly there.
+	StepHook func(step string)
+}
+
+// Named steps StepHook sees.
+const (
+	StepCreateRecorded  = "create.recorded"  // creating is recorded; Prepare not yet called
+	StepCreatePrepared  = "create.prepared"  // the machine is made; no grant, running not recorded
+	StepEndRecorded     = "end.recorded"     // expiring is recorded; nothing withdrawn yet
+	StepEndWithdrawn    = "end.withdrawn"    // the grant is withdrawn; commands not yet killed
+	StepSuspendRecorded = "suspend.recorded" // suspended is recorded; not yet frozen
+)
+
+// step calls the StepHook, if any.
+func (c *Config) step(name string) {
+	if c.StepHook != nil {
+		c.StepHook(name)
+	}
 }
 
 func (c *Config) applyDefaults() error {

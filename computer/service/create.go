@@ -120,10 +120,12 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec) (ap
 		return api.Computer{}, s.failLocked(c, nil, "record creating: "+err.Error())
 	}
 	s.armLease(c, deadline)
+	s.cfg.step(StepCreateRecorded)
 	m, err := s.machine(pooled, dir, sp.limits)
 	if err != nil {
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
+	s.cfg.step(StepCreatePrepared)
 	c.m = m
 	if err := m.Grant(s.ctx, deadline); err != nil {
 		return api.Computer{}, s.failLocked(c, m, "grant: "+err.Error())

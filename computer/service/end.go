@@ -70,6 +70,7 @@ func (s *Service) endAsLocked(c *computer, reason, final string) error {
 	if err := s.move(c, api.StateExpiring, reason, nil); err != nil {
 		return internal("record expiring", err)
 	}
+	s.cfg.step(StepEndRecorded)
 	why := reason
 	if err := s.teardown(c.m, c.rec.Dir); err != nil {
 		final, why = api.StateFailed, reason+"; teardown: "+err.Error()
@@ -101,6 +102,7 @@ func (s *Service) teardown(m api.Machine, dir string) error {
 	if err := m.Withdraw(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("withdraw: %w", err))
 	}
+	s.cfg.step(StepEndWithdrawn)
 	if err := m.KillCommands(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("kill commands: %w", err))
 	}

@@ -36,6 +36,7 @@ func (s *Service) suspendLocked(ctx context.Context, c *computer, reason string)
 	if err := s.move(c, api.StateSuspended, reason, nil); err != nil {
 		return internal("record suspended", err)
 	}
+	s.cfg.step(StepSuspendRecorded)
 	if err := c.m.Freeze(ctx); err != nil {
 		s.move(c, api.StateRunning, "freeze failed: "+err.Error(), nil)
 		return internal("freeze", err)

@@ -59,6 +59,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := daemonConfig{Dir: *dir, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger}
 	cfg.Service.Logf = func(format string, a ...any) { logger.Warn(fmt.Sprintf(format, a...)) }
+	if step := os.Getenv(TestPauseEnv); step != "" {
+		cfg.Service.StepHook = pauseAt(step, stderr)
+	}
 	d, err := openDaemon(ctx, cfg)
 	if err != nil {
 		return fail(stderr, "serve", err)
@@ -82,6 +85,24 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "serve", err)
 	}
 	return exitOK
+}
+
+// TestPauseEnv names a service step (service.Step*) at which `serve`
+// blocks for good, after saying so on stderr, so that a fault test can
+// SIGKILL the daemon exactly there. It is a test hook: unset, nothing
+// changes.
+const TestPauseEnv = "TETHER_COMPUTER_TEST_PAUSE"
+
+// pauseAt is a service.Config.StepHook that blocks the goroutine that
+// reaches step forever, after writing "test pause at STEP" to w.
+func pauseAt(step string, w io.Writer) func(string) {
+	return func(s string) {
+		if s != step {
+			return
+		}
+		fmt.Fprintf(w, "%s serve: test pause at %s\n", prog, s)
+		select {}
+	}
 }
 
 // svcFlags are the service's capacity and lease flags.
