@@ -65,6 +65,31 @@ func MakeCgroupParent(mount, sandbox string) (string, error) {
 	return p, nil
 }
 
+// makeRecordedCgroup makes the cgroup directory dir (root's, 0755) after
+// the state file names it (record(s, true), saved): a maker killed in
+// between leaves a state naming a cgroup that teardown finds absent,
+// never a cgroup that no state names. It refuses a dir that exists (a
+// computer never takes over a cgroup it did not make), and takes dir out
+// of the state again (record(s, false)) when it cannot make it.
+func (c *Local) makeRecordedCgroup(ctx context.Context, dir string, record func(s *State, made bool)) error {
+	if _, err := os.Lstat(dir); !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%s exists, or cannot be checked: %v", dir, err)
+	}
+	c.mu.Lock()
+	record(&c.state, true)
+	c.mu.Unlock()
+	if err := c.saveState(ctx); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		c.mu.Lock()
+		record(&c.state, false)
+		c.mu.Unlock()
+		return errors.Join(err, c.saveState(ctx))
+	}
+	return nil
+}
+
 // RemoveCgroup kills every process in the cgroup tree at parent
 // (cgroup.kill), waits until it is empty (at most CgroupDrain, woken by
 // cgroup.events) and removes its child cgroups, deepest first, then

@@ -78,7 +78,7 @@ func layout(dir string) paths {
 // entries are the names a computer makes directly in DIR; teardown
 // removes these and nothing else.
 func (p paths) entries() []string {
-	return []string{p.state, p.custodianConfig, p.custodian, p.receiver, p.coordinator, p.admission, p.admissionPub, p.run, p.root,
+	return []string{p.state, p.state + ".tmp", p.custodianConfig, p.custodianConfig + ".tmp", p.custodian, p.receiver, p.coordinator, p.admission, p.admissionPub, p.run, p.root,
 		p.diskDir, p.disk, p.newRoot}
 }
 
@@ -157,6 +157,11 @@ func isEmpty(dir string) (bool, error) {
 		return true, nil
 	}
 	return false, err
+}
+
+// makeDir makes the computer's own directory (which may exist, empty).
+func (c *Local) makeDir(context.Context) error {
+	return MakeDirs(Dir{Path: c.paths.dir, Mode: 0o755})
 }
 
 // makeLayout creates the directories with explicit modes and owners, so

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/tetherdev/tether/receiver"
 	"github.com/tetherdev/tether/receiver/cgroup2"
@@ -86,14 +87,15 @@ func (c *Local) makeV1Hierarchy(ctx context.Context, ctrl string) error {
 		return fmt.Errorf("%w: neither cgroup2 nor a cgroup v1 hierarchy can limit the computer's %s: %w", ErrOptions, ctrl, err)
 	}
 	dir := filepath.Join(own, CgroupParentName(c.state.Tuple.Sandbox))
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	err = c.makeRecordedCgroup(ctx, dir, func(s *State, made bool) {
+		if made {
+			s.LimitCgroups = append(s.LimitCgroups, dir)
+		} else {
+			s.LimitCgroups = slices.DeleteFunc(s.LimitCgroups, func(d string) bool { return d == dir })
+		}
+	})
+	if err != nil {
 		return fmt.Errorf("create the computer's %s cgroup: %w", ctrl, err)
-	}
-	c.mu.Lock()
-	c.state.LimitCgroups = append(c.state.LimitCgroups, dir)
-	c.mu.Unlock()
-	if err := c.saveState(ctx); err != nil {
-		return err
 	}
 	return makeV1Computer(dir, ctrl, l.MaxPids, l.MaxMemoryBytes)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/tetherdev/tether/receiver/cgroup2"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -133,8 +134,12 @@ func New(ctx context.Context, opts Options) (*Local, error) {
 	err := RunSteps(ctx, "computer", []Step{
 		{Name: "validate.Options", Run: c.validate},
 		{Name: "allocate.IDs", Run: c.allocateIDs},
-		{Name: "layout.Directories", Run: c.makeLayout},
+		// The state file first, alone in DIR: a process killed after it
+		// leaves what Destroy can read, and one killed before it leaves
+		// at most an empty DIR (Destroy removes it).
+		{Name: "layout.Dir", Run: c.makeDir},
 		{Name: "state.Early", Run: c.saveState},
+		{Name: "layout.Directories", Run: c.makeLayout},
 		{Name: "cgroup.Parent", Run: c.makeCgroupParent},
 		{Name: "limits.Cgroups", Run: c.makeLimitCgroups},
 		{Name: "disk.Root", Run: c.makeDisk},
@@ -242,14 +247,16 @@ func (c *Local) makeCgroupParent(ctx context.Context) error {
 	if c.state.Cgroup != CgroupRequired {
 		return nil
 	}
-	p, err := MakeCgroupParent(c.cgroupMount, c.state.Tuple.Sandbox)
+	p := filepath.Join(c.cgroupMount, CgroupParentName(c.state.Tuple.Sandbox))
+	err := c.makeRecordedCgroup(ctx, p, func(s *State, made bool) {
+		if s.CgroupParent = ""; made {
+			s.CgroupParent = p
+		}
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("create the parent cgroup: %w", err)
 	}
-	c.mu.Lock()
-	c.state.CgroupParent = p
-	c.mu.Unlock()
-	return c.saveState(ctx)
+	return nil
 }
 
 // grantFor returns the grant of the tuple ending at notAfter, with the

@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -129,6 +130,9 @@ func (p *Provisioner) Destroy(ctx context.Context, dir string) error {
 		return err
 	}
 	s, err := ReadState(d)
+	if errors.Is(err, fs.ErrNotExist) {
+		return removeUnstarted(d)
+	}
 	if err != nil {
 		return err
 	}
@@ -137,6 +141,15 @@ func (p *Provisioner) Destroy(ctx context.Context, dir string) error {
 		return errors.Join(downErr, err)
 	}
 	return nil
+}
+
+// removeUnstarted removes the directory of a computer whose maker was
+// killed before it wrote the state file: New writes it before anything
+// else, so the directory holds nothing but, perhaps, the state file's
+// temporary copy. Anything else is not the computer's: it is left in
+// place and named (ErrLeftover).
+func removeUnstarted(dir string) error {
+	return RemoveDir(dir, layout(dir).state+".tmp")
 }
 
 // NothingLeft checks that nothing of the computer s describes remains on
