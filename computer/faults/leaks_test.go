@@ -67,7 +67,8 @@ func (s *seen) bySandbox(sandbox string) (provision.State, bool) {
 }
 
 // cgroupsNamed walks every cgroup hierarchy and returns, for each
-// sandbox in want, the cgroups named for it (tether-<sandbox>).
+// sandbox in want (every sandbox, when want is nil), the cgroups named
+// for it (tether-<sandbox>).
 func cgroupsNamed(want map[string]bool) (map[string][]string, error) {
 	out := map[string][]string{}
 	err := filepath.WalkDir(cgroupRoot, func(p string, d fs.DirEntry, err error) error {
@@ -81,7 +82,7 @@ func cgroupsNamed(want map[string]bool) (map[string][]string, error) {
 			return nil
 		}
 		if name, ok := strings.CutPrefix(d.Name(), "tether-"); ok {
-			if want[name] {
+			if want == nil || want[name] {
 				out[name] = append(out[name], p)
 			}
 			return fs.SkipDir // a computer's command cgroups are inside
