@@ -78,8 +78,11 @@ func layout(dir string) paths {
 // entries are the names a computer makes directly in DIR; teardown
 // removes these and nothing else.
 func (p paths) entries() []string {
-	return []string{p.state, p.state + ".tmp", p.custodianConfig, p.custodianConfig + ".tmp", p.custodian, p.receiver, p.coordinator, p.admission, p.admissionPub, p.run, p.root,
-		p.diskDir, p.disk, p.newRoot}
+	return []string{p.custodianConfig, p.custodianConfig + ".tmp", p.custodian, p.receiver, p.coordinator,
+		p.admission, p.admissionPub, p.run, p.root, p.diskDir, p.disk, p.newRoot,
+		// The state last: a teardown killed before the end leaves it
+		// naming what is left, for the next one (Destroy).
+		p.state + ".tmp", p.state}
 }
 
 // CheckDir resolves dir and checks that it can hold a computer, of any

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/fixtures/testenv"
 )
 
 // TestDestroyUnstarted: a computer whose maker was killed before it
@@ -98,5 +101,42 @@ func TestMakeRecordedCgroupWritesAhead(t *testing.T) {
 	})
 	if err == nil || strings.Contains(names(), other) {
 		t.Fatalf("an existing cgroup: err %v, state %s", err, names())
+	}
+}
+
+// TestIntegrationDestroyAfterKilledTeardown: teardown removes the state
+// file last, so a teardown killed on the way leaves a directory whose
+// state still names the computer, and Destroy finishes the job. Here the
+// directory is what is left when the kill comes just before the state
+// file's removal: nothing but computer.json. (The opposite, a directory
+// of the computer's entries without its state, is refused: the control
+// in TestDestroyUnstarted.)
+func TestIntegrationDestroyAfterKilledTeardown(t *testing.T) {
+	testenv.Require(t, "root", "cgroup-limits", "loop")
+	if last := layout("/c").entries(); last[len(last)-1] != layout("/c").state {
+		t.Fatalf("teardown removes %s last, not the state file", last[len(last)-1])
+	}
+	p := NewProvisioner(Config{Bins: receiverBins(t)})
+	ctx := ctxT(t, 2*time.Minute)
+	m := prepare(t, p)
+	s := m.Local().State()
+	state, err := os.ReadFile(layout(s.Dir).state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := os.Mkdir(s.Dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(layout(s.Dir).state, state, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Destroy(ctx, s.Dir); err != nil {
+		t.Fatalf("Destroy of what a killed teardown left: %v", err)
+	}
+	if err := NothingLeft(s); err != nil {
+		t.Fatal(err)
 	}
 }
