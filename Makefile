@@ -9,7 +9,7 @@ CMDS := ./admission/cmd/tether-admission ./receiver/cmd/tether-receiver \
 	./computer/cmd/tether-computer
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build demo test lint bench proto setup clean flakes
+.PHONY: all build demo test lint bench proto setup clean flakes faults
 
 all: build
 
@@ -43,6 +43,14 @@ test: setup
 FLAKES_COUNT ?= 20
 flakes:
 	@ci/flakes -count $(FLAKES_COUNT) $(FLAKES_FLAGS)
+
+# faults is the long churn of computer/faults (not part of make test, which
+# runs it with 60 cycles): 1,000 create/delete cycles under client
+# disconnects and daemon kills, as root (docs/ci.md).
+FAULTS_CYCLES ?= 1000
+faults: setup
+	@TETHER_FAULTS_CYCLES=$(FAULTS_CYCLES) TETHER_TEST_REQUIRE=root,cgroup-limits,cgroup-freezer,loop \
+		$(GO) test -count=1 -timeout 90m -v -run 'TestIntegrationChurn$$' ./computer/faults
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
