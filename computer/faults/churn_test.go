@@ -59,7 +59,8 @@ func TestIntegrationChurn(t *testing.T) {
 		t.Errorf("the sampler saw %d computers over %d samples: it measured nothing", peak, samples)
 	}
 	live := checkRecordsTrue(ctx, t, e)
-	t.Logf("%d computers still made at the end (created by a client that went away after the answer)", len(live))
+	t.Logf("%d computers still made at the end: their create's answer never reached its client "+
+		"(abandoned, or the daemon killed, after the create); their lease bounds them", len(live))
 	endAll(ctx, t, e)
 	verifyLog(ctx, t, e)
 }

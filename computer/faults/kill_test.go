@@ -36,6 +36,7 @@ func killCases() []killCase {
 		{"create/after-prepare", service.StepCreatePrepared, 0, create, api.StateFailed},
 		{"delete/before-withdraw", service.StepEndRecorded, 600, del, api.StateDeleted},
 		{"lease-expiry/between-withdraw-and-kill", service.StepEndWithdrawn, 2, expire, api.StateDeleted},
+		{"delete/between-kill-and-close", service.StepEndKilled, 600, del, api.StateDeleted},
 		{"suspend/before-freeze", service.StepSuspendRecorded, 600, suspend, api.StateSuspended},
 	}
 }

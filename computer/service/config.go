@@ -84,6 +84,7 @@ const (
 	StepCreatePrepared  = "create.prepared"  // the machine is made; no grant, running not recorded
 	StepEndRecorded     = "end.recorded"     // expiring is recorded; nothing withdrawn yet
 	StepEndWithdrawn    = "end.withdrawn"    // the grant is withdrawn; commands not yet killed
+	StepEndKilled       = "end.killed"       // commands are killed; the machine not yet closed
 	StepSuspendRecorded = "suspend.recorded" // suspended is recorded; not yet frozen
 )
 

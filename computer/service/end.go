@@ -106,6 +106,7 @@ func (s *Service) teardown(m api.Machine, dir string) error {
 	if err := m.KillCommands(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("kill commands: %w", err))
 	}
+	s.cfg.step(StepEndKilled)
 	if err := m.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close: %w", err))
 		if err := s.prov.Destroy(ctx, m.Dir()); err != nil {
