@@ -69,3 +69,12 @@ type Usage struct {
 	MemoryBytes int64   `json:"memory_bytes"`
 	Pids        int64   `json:"pids"`
 }
+
+// Rooted is a Machine whose tuple root the service reaches on the host,
+// which export, import and copy need. The namespaced provisioner's
+// machines are Rooted.
+type Rooted interface {
+	// Root returns the host directory that is the tuple root, and the
+	// uid and gid that must own everything written there.
+	Root() (dir string, uid, gid int)
+}

@@ -131,3 +131,12 @@ func (c *Local) KillCommands(ctx context.Context) error {
 	}
 	return nil
 }
+
+var _ api.Rooted = (*Machine)(nil)
+
+// Root implements api.Rooted: DIR/root (the disk's project directory is
+// bound there) and the grant's uid and gid.
+func (m *Machine) Root() (dir string, uid, gid int) {
+	s := m.l.State()
+	return m.l.paths.root, int(s.UID), int(s.GID)
+}
