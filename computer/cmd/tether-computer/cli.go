@@ -40,6 +40,7 @@ const usage = `usage: tether-computer <command> [flags]
 
 commands:
   create   [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
+           [--seed DIR | --seed-bundle FILE]
                                  make a computer and print it (JSON) once it runs
   ls                             list your computers (an admin sees all)
   show     ID                    print one computer (JSON)
@@ -47,6 +48,10 @@ commands:
   renew    --ttl DUR ID          extend the lease
   suspend  ID                    freeze its commands (memory kept)
   resume   ID                    thaw it
+  touch    ID                    record activity (resumes a suspended computer)
+  cp       SRC DST               copy a file or folder in or out; one side is ID:/path (receipt: JSON)
+  export   ID -o FILE            write a suspended computer's root as tar.zst; prints its SHA-256
+  import   FILE --sha256 HEX     make a computer from an export, after the daemon checks its digest
   token add --file FILE --owner NAME [--admin]
                                  add a bearer token to the daemon's token file; prints it once
   serve    [--dir DIR] [--socket PATH] [--group G] [--pool N] [--max-computers N] ...
@@ -69,6 +74,10 @@ var commands = map[string]command{
 	"renew":   runRenew,
 	"suspend": idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
 	"resume":  idCommand("resume", "thaw a suspended computer", resumeOne),
+	"touch":   idCommand("touch", "record activity on a computer, resuming it when suspended", touchOne),
+	"cp":      runCopy,
+	"export":  runExport,
+	"import":  runImport,
 	"token":   runToken,
 	"serve":   runServe,
 	"verify":  runVerify,
@@ -198,30 +207,39 @@ func (l labels) Set(v string) error {
 }
 
 func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("create", "create [flags]", "Makes a computer and prints it (JSON) once it runs; while the host is at capacity it waits in the queue.", stderr)
-	mem := fs.Int64("memory", 0, "memory limit in bytes (0: the service default)")
-	pids := fs.Int64("pids", 0, "process limit (0: the service default)")
-	disk := fs.Int64("disk", 0, "disk size in bytes (0: the service default)")
-	lease := fs.Duration("ttl", 0, "lease, whole seconds (0: the service default)")
-	idle := fs.Duration("idle", 0, "suspend after this long idle (0: the default, 15m)")
-	queue := fs.Duration("queue-timeout", 0, "how long to wait in the queue (0: the service default)")
+	fs, c := newFlags("create", "create [flags]", "Makes a computer and prints it (JSON) once it runs; while the host is at capacity it waits in the queue.\n"+
+		"--seed DIR copies the folder's contents into the new root, --seed-bundle FILE a git clone of the\n"+
+		"bundle (the seed's receipt goes to stderr); a computer whose seed fails is deleted.", stderr)
+	opts := createFlags(fs)
 	lbl := labels{}
 	fs.Var(lbl, "label", "KEY=VALUE label; repeatable")
+	seed := fs.String("seed", "", "local folder whose contents fill the new computer's root")
+	bundle := fs.String("seed-bundle", "", "git bundle cloned (by the local git) into the new computer's root")
 	if _, code, done := parse(fs, args, stdout, 0); done {
 		return code
+	}
+	if *seed != "" && *bundle != "" {
+		return cli.UsageError(stderr, fs.Name(), "--seed and --seed-bundle exclude each other")
 	}
 	cl, err := c.client()
 	if err != nil {
 		return fail(stderr, "create", err)
 	}
-	req := api.CreateRequest{Limits: api.Limits{MemoryBytes: *mem, Pids: *pids, DiskBytes: *disk},
-		LeaseTTLSeconds: seconds(*lease), IdleTimeoutSeconds: seconds(*idle), QueueTimeoutSeconds: seconds(*queue)}
+	req := opts.request()
 	if len(lbl) > 0 {
 		req.Labels = lbl
 	}
 	comp, err := cl.Create(ctx, req)
 	if err != nil {
 		return fail(stderr, "create", err)
+	}
+	if *seed != "" || *bundle != "" {
+		rec, err := seedRoot(ctx, cl, comp.ID, *seed, *bundle)
+		if err != nil {
+			err = errors.Join(fmt.Errorf("seed %s: %w", comp.ID, err), cl.Delete(context.WithoutCancel(ctx), comp.ID))
+			return fail(stderr, "create", err)
+		}
+		fmt.Fprintf(stderr, "%s create: seeded %s: sha256 %s, %d bytes, %d entries\n", prog, comp.ID, rec.SHA256, rec.Bytes, rec.Files)
 	}
 	return printJSON(stdout, comp)
 }

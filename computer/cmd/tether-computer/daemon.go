@@ -27,6 +27,9 @@ type daemonConfig struct {
 	Service service.Config
 	Tokens  string // token file; empty admits no bearer token
 	Logger  *slog.Logger
+	// MaxUpload caps an import's or a copy in's body (0: the server's
+	// default, httpserver.DefaultMaxStreamBytes).
+	MaxUpload int64
 }
 
 // daemon is the computer service with its HTTP face and metrics. Close
@@ -63,7 +66,8 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 		}
 	}
 	backend := &instrumented{Backend: svc, m: d.m}
-	d.srv, err = httpserver.New(httpserver.Config{Backend: backend, Tokens: tokens, Logger: cfg.Logger})
+	d.srv, err = httpserver.New(httpserver.Config{Backend: backend, Tokens: tokens, Logger: cfg.Logger,
+		MaxStreamBytes: cfg.MaxUpload})
 	if err != nil {
 		svc.Close()
 		return nil, err

@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	certFile := fs.String("tls-cert", "", "PEM certificate of --listen")
 	keyFile := fs.String("tls-key", "", "PEM key of --listen")
 	tokens := fs.String("tokens", "", "token file (tether-computer token add); each token names its owner")
+	maxUpload := fs.Int64("max-upload", httpserver.DefaultMaxStreamBytes, "largest import or copy-in body, in bytes (streamed, spooled in --dir/spool for an import)")
 	binDir := fs.String("bin", "", "directory holding tether-receiver (default: next to tether-computer)")
 	sc := serviceFlags(fs)
 	if code, done := cli.Parse(fs, args, stdout, stderr); done {
@@ -57,7 +58,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "serve", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := daemonConfig{Dir: *dir, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger}
+	cfg := daemonConfig{Dir: *dir, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger,
+		MaxUpload: *maxUpload}
 	cfg.Service.Logf = func(format string, a ...any) { logger.Warn(fmt.Sprintf(format, a...)) }
 	d, err := openDaemon(ctx, cfg)
 	if err != nil {
