@@ -22,7 +22,7 @@ import (
 // computer's op lock (no transition interleaves, so teardown never meets
 // an open file in the root), with a context that ends at the lease's end
 // (an expiry waits for the transfer at most until the archive's next
-// entry). What leaves the service (an export, a copy out) is written
+// entry); no network read or write happens under the lock. What leaves the service (an export, a copy out) is written
 // whole to a spool file first, so its receipt is known before the first
 // byte is sent; an import is spooled whole and its digest checked before
 // anything is created. Spool files live in Dir/spool (0700) and are
@@ -95,16 +95,32 @@ func (s *Service) out(ctx context.Context, caller api.Caller, id, op, path strin
 	return f, rec, nil
 }
 
-// CopyIn extracts the tar stream r beneath the directory dir of a
-// running or suspended computer's root (archive.ExtractTar: every top
-// name must be new; what is written belongs to the computer's uid and
-// gid), and keeps the receipt.
+// CopyIn spools the tar stream r, then extracts it beneath the
+// directory dir of a running or suspended computer's root
+// (archive.ExtractTar: every top name must be new; what is written
+// belongs to the computer's uid and gid), and keeps the receipt.
 func (s *Service) CopyIn(ctx context.Context, caller api.Caller, id, dir string, r io.Reader) (api.Receipt, error) {
+	if _, err := s.lookup(caller, id); err != nil {
+		return api.Receipt{}, err
+	}
+	// The body is spooled before the lock is taken: a slow client must
+	// not hold the computer's lock, which its expiry waits for.
+	f, err := s.spool()
+	if err != nil {
+		return api.Receipt{}, err
+	}
+	defer f.Close()
+	if _, err := io.Copy(f, r); err != nil {
+		return api.Receipt{}, &wrapped{api.Errorf(api.CodeBadRequest, "read the stream: %v", err), err}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return api.Receipt{}, internal("rewind the spool file", err)
+	}
 	var rc archive.Receipt
-	err := s.onRoot(ctx, caller, id, []string{api.StateRunning, api.StateSuspended},
+	err = s.onRoot(ctx, caller, id, []string{api.StateRunning, api.StateSuspended},
 		func(ctx context.Context, root *os.Root, own archive.Owner) error {
 			var err error
-			rc, err = archive.ExtractTar(ctx, r, root, dir, archive.CopyOptions{Owner: own})
+			rc, err = archive.ExtractTar(ctx, f, root, dir, archive.CopyOptions{Owner: own})
 			return err
 		})
 	if err != nil {
