@@ -25,7 +25,8 @@ import (
 // shipped daemon and the real provisioner: a folder copied in is owned
 // by the computer's uid and gid in its root and comes out with the same
 // SHA-256; a running computer's export is refused; a suspended one's
-// export imports as a new computer whose files belong to the NEW uid;
+// export imports as a new computer whose files belong to the NEW uid,
+// and which exports to the same bytes;
 // and an export with one flipped byte is refused with nothing made (no
 // computer, no directory, no spool file).
 func TestIntegrationTransfer(t *testing.T) {
@@ -100,6 +101,13 @@ func TestIntegrationTransfer(t *testing.T) {
 	checkOwned(t, filepath.Join(st2.Dir, "root", "work"), st2.UID, st2.GID, 8)
 	if b, err := os.ReadFile(filepath.Join(st2.Dir, "root", "work", "proj", "README")); err != nil || string(b) != "hello\n" {
 		t.Errorf("imported README: %q %v", b, err)
+	}
+	if _, err := cl.Suspend(ctx, res.Computer.ID); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = cmd(t, "export", res.Computer.ID, "-o", filepath.Join(t.TempDir(), "again.tar.zst"), "--socket", sock)
+	if again, _, _ := strings.Cut(out, " "); code != 0 || again != digest {
+		t.Errorf("the imported computer exports as %q (%d %s), the original as %s: want the same bytes", again, code, errs, digest)
 	}
 	if _, err := cl.Touch(ctx, comp.ID); err != nil {
 		t.Errorf("touch of the suspended computer: %v", err)

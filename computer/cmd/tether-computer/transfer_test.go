@@ -150,8 +150,8 @@ func receiptOf(t *testing.T, out string) api.Receipt {
 	return r
 }
 
-// TestCopyInAndOutCLI: cp of a folder in and out again gives the same
-// tree and the same SHA-256 on both receipts; a second copy to the same
+// TestCopyInAndOutCLI: cp of a folder (and of one file) in and out
+// again gives the same tree and the same SHA-256 on both receipts; a second copy to the same
 // place is refused (conflict) and leaves the first; a local destination
 // that exists is refused.
 func TestCopyInAndOutCLI(t *testing.T) {
@@ -187,6 +187,22 @@ func TestCopyInAndOutCLI(t *testing.T) {
 	}
 	if code, _, errs := cmd(t, "cp", "cx:/work/proj", dst, "--socket", sock); code != exitFail {
 		t.Errorf("cp out over an existing folder: %d %q, want a refusal", code, errs)
+	}
+	code, out, errs = cmd(t, "cp", filepath.Join(src, "README"), "cx:/notes/readme.txt", "--socket", sock)
+	if code != 0 {
+		t.Fatalf("cp of one file in: %d %s", code, errs)
+	}
+	one := receiptOf(t, out)
+	file := filepath.Join(t.TempDir(), "readme.txt")
+	code, out, errs = cmd(t, "cp", "cx:/notes/readme.txt", file, "--socket", sock)
+	if code != 0 {
+		t.Fatalf("cp of one file out: %d %s", code, errs)
+	}
+	if r := receiptOf(t, out); r.SHA256 != one.SHA256 || one.Files != 1 {
+		t.Errorf("one file: in %+v, out %+v; want one entry and the same digest", one, r)
+	}
+	if b, err := os.ReadFile(file); err != nil || string(b) != "hello\n" {
+		t.Errorf("the file copied out: %q %v", b, err)
 	}
 	if code, _, _ := cmd(t, "cp", src, dst, "--socket", sock); code != exitUsage {
 		t.Errorf("cp with no remote side: exit %d, want %d", code, exitUsage)
