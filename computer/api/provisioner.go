@@ -69,3 +69,13 @@ type Usage struct {
 	MemoryBytes int64   `json:"memory_bytes"`
 	Pids        int64   `json:"pids"`
 }
+
+// RecordKeeper is implemented by machines whose custody records (the
+// custodian's receipts and tamper-evident audit log, with the key that
+// verifies it) outlive the machine. The service calls KeepRecords in a
+// teardown after KillCommands and before Close: it moves the records
+// into dst, a new directory, so that they stay readable after the
+// computer is gone.
+type RecordKeeper interface {
+	KeepRecords(ctx context.Context, dst string) error
+}

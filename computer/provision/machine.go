@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/admission/atomicfile"
 	"github.com/tetherdev/tether/computer/api"
 )
 
@@ -130,4 +133,26 @@ func (c *Local) KillCommands(ctx context.Context) error {
 		return s.setFrozen(ctx, true)
 	}
 	return nil
+}
+
+var _ api.RecordKeeper = (*Machine)(nil)
+
+// KeepRecords implements api.RecordKeeper: it moves the custodian's state
+// (op keys, receipts, the audit log) and the audit log's public key from
+// DIR/custodian into dst, which it creates (mode 0700); a computer no
+// custodian ever used has no state, and dst then holds the key only.
+func (m *Machine) KeepRecords(_ context.Context, dst string) error {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
+		return fmt.Errorf("keep records: %w", err)
+	}
+	p := m.l.paths
+	for _, mv := range []struct{ from, to string }{
+		{p.custState, filepath.Join(dst, "state")},
+		{p.auditPub, filepath.Join(dst, "audit.pub")},
+	} {
+		if err := os.Rename(mv.from, mv.to); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("keep records: %w", err)
+		}
+	}
+	return atomicfile.SyncDir(dst)
 }

@@ -178,7 +178,7 @@ func (s *Service) failLocked(c *computer, m api.Machine, why string) error {
 	if s.stateOf(c) == api.StateQueued {
 		final = api.StateDeleted // nothing was made
 	}
-	if err := s.teardown(m, c.rec.Dir); err != nil {
+	if err := s.teardown(m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		why += "; teardown: " + err.Error()
 	}
 	s.finish(c, final, why)

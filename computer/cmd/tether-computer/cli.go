@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/cli"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/client"
 	"github.com/tetherdev/tether/computer/httpserver"
@@ -30,6 +31,18 @@ const (
 
 // DefaultSocket is where the daemon listens unless told otherwise.
 const DefaultSocket = client.DefaultSocket
+
+// envSocket names the variable that changes the default socket, for
+// the daemon and its clients alike.
+const envSocket = "TETHER_COMPUTER_SOCKET"
+
+// defaultSocket is $TETHER_COMPUTER_SOCKET, else DefaultSocket.
+func defaultSocket() string {
+	if s := os.Getenv(envSocket); s != "" {
+		return s
+	}
+	return DefaultSocket
+}
 
 // envToken names the variable a bearer token may come in (never argv).
 const envToken = "TETHER_COMPUTER_TOKEN"
@@ -54,7 +67,8 @@ commands:
   verify   [--dir DIR]           check the daemon's hash-chained transition log
   demo     [--bin DIR]           the service at work (pool, lease, suspend, expiry), embedded
 
-Every command but token, serve and verify takes --socket PATH (default ` + DefaultSocket + `), or
+Every command but token, serve and verify takes --socket PATH (default ` + DefaultSocket + `,
+or $` + envSocket + `), or
 --url https://HOST:PORT with the token in $` + envToken + ` or --token-file
 and the server's CA in --ca. Run "tether-computer <command> --help" for its flags.
 `
@@ -64,7 +78,7 @@ type command func(ctx context.Context, args []string, stdout, stderr io.Writer) 
 var commands = map[string]command{
 	"create":  runCreate,
 	"ls":      runList,
-	"show":    idCommand("show", "print one computer (JSON)", showOne),
+	"show":    runShow,
 	"rm":      idCommand("rm", "end a computer: withdraw its grant, kill what runs, tear down", removeOne),
 	"renew":   runRenew,
 	"suspend": idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
@@ -101,7 +115,7 @@ func newFlags(name, synopsis, text string, stderr io.Writer) (*flag.FlagSet, *co
 	fs := cli.NewFlagSet(prog+" "+name, prog+" "+synopsis, text)
 	fs.SetOutput(stderr)
 	c := &conn{}
-	fs.StringVar(&c.socket, "socket", DefaultSocket, "the daemon's unix socket (peer credentials decide who you are)")
+	fs.StringVar(&c.socket, "socket", defaultSocket(), "the daemon's unix socket (peer credentials decide who you are; $"+envSocket+" changes the default)")
 	fs.StringVar(&c.url, "url", "", "the daemon's TLS listener, https://HOST:PORT, instead of the socket (needs a token)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for --url (else $"+envToken+")")
 	fs.StringVar(&c.ca, "ca", "", "PEM CA bundle that signs the daemon's certificate for --url (else the system roots)")
@@ -207,6 +221,7 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	queue := fs.Duration("queue-timeout", 0, "how long to wait in the queue (0: the service default)")
 	lbl := labels{}
 	fs.Var(lbl, "label", "KEY=VALUE label; repeatable")
+	field := fieldFlag(fs)
 	if _, code, done := parse(fs, args, stdout, 0); done {
 		return code
 	}
@@ -223,7 +238,10 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return fail(stderr, "create", err)
 	}
-	return printJSON(stdout, comp)
+	if err := printComputer(stdout, comp, *field); err != nil {
+		return fail(stderr, "create", err)
+	}
+	return exitOK
 }
 
 func seconds(d time.Duration) int64 { return int64(d / time.Second) }
@@ -277,12 +295,62 @@ func idCommand(name, text string, do func(ctx context.Context, cl *client.Client
 	}
 }
 
-func showOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {
-	comp, err := cl.Get(ctx, id)
-	if err == nil {
-		printJSON(stdout, comp)
+func runShow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("show", "show [flags] ID", "print one computer (JSON)", stderr)
+	field := fieldFlag(fs)
+	pos, code, done := parse(fs, args, stdout, 1)
+	if done {
+		return code
 	}
-	return err
+	cl, err := c.client()
+	if err != nil {
+		return fail(stderr, "show", err)
+	}
+	comp, err := cl.Get(ctx, pos[0])
+	if err == nil {
+		err = printComputer(stdout, comp, *field)
+	}
+	if err != nil {
+		return fail(stderr, "show", err)
+	}
+	return exitOK
+}
+
+// fieldFlag is --field: print one field of the computer instead of all.
+func fieldFlag(fs *flag.FlagSet) *string {
+	return fs.String("field", "", "print only this field of the computer, by its JSON name (\"id\", \"custodian_config\", \"tuple.root\"), for scripts")
+}
+
+// printComputer prints comp as JSON, or only its field (a dotted JSON
+// path to a string or number) on one line.
+func printComputer(w io.Writer, comp api.Computer, field string) error {
+	if field == "" {
+		printJSON(w, comp)
+		return nil
+	}
+	raw, err := json.Marshal(comp)
+	if err != nil {
+		return err
+	}
+	var v any
+	if err := strictjson.Decode(raw, len(raw), &v); err != nil {
+		return err
+	}
+	for _, k := range strings.Split(field, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("--field %s: %q is not an object", field, k)
+		}
+		if v, ok = m[k]; !ok {
+			return fmt.Errorf("--field %s: no field %q", field, k)
+		}
+	}
+	switch x := v.(type) {
+	case string, float64, bool:
+		fmt.Fprintln(w, x)
+		return nil
+	}
+	return fmt.Errorf("--field %s is not a string, number or boolean", field)
 }
 
 func removeOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,7 +107,8 @@ func TestIntegrationServe(t *testing.T) {
 		}
 	})
 	comp := waitPoolCreate(ctx, t, cl)
-	custodianRun(ctx, t, b, sock)
+	ran := custodianRun(ctx, t, b, sock)
+	checkRecords(ctx, t, b, cl, ran)
 
 	if c, err := cl.Suspend(ctx, comp.ID); err != nil || c.State != api.StateSuspended {
 		t.Fatalf("suspend: %v (state %q)", err, c.State)
@@ -157,9 +159,9 @@ func waitPoolCreate(ctx context.Context, t *testing.T, cl *client.Client) api.Co
 }
 
 // custodianRun runs the host agent through tether-custodian on a
-// computer the service makes for the run, and checks the command ran
-// there and the computer was deleted at the end.
-func custodianRun(ctx context.Context, t *testing.T, b bins.Set, sock string) {
+// computer the service makes for the run, checks the command ran there
+// and the computer was deleted at the end, and returns its id.
+func custodianRun(ctx context.Context, t *testing.T, b bins.Set, sock string) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, b.Path(bins.Custodian), "run", "--computer-socket", sock, "--jail-exec", b.Path(bins.Plugin),
 		"--prompt", `run_command {"command":"/bin/id"}`, "--", b.Path(bins.HostAgent), "--plugin", b.Path(bins.Plugin), "--principal", "alice")
@@ -171,6 +173,32 @@ func custodianRun(ctx context.Context, t *testing.T, b bins.Set, sock string) {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("custodian run output lacks %q:\n%s", want, out)
 		}
+	}
+	m := regexp.MustCompile(`deleted computer (c-[0-9a-f]+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("custodian run output names no deleted computer:\n%s", out)
+	}
+	return string(m[1])
+}
+
+// checkRecords checks that the receipts and the audit log of a deleted
+// computer stay readable: its records hold the run's command, and the
+// audit log verifies with the key kept beside it.
+func checkRecords(ctx context.Context, t *testing.T, b bins.Set, cl *client.Client, id string) {
+	t.Helper()
+	c, err := cl.Get(ctx, id)
+	if err != nil || c.State != api.StateDeleted || c.Records == "" {
+		t.Fatalf("the deleted computer %s: %v (state %q, records %q)", id, err, c.State, c.Records)
+	}
+	state := filepath.Join(c.Records, "state")
+	out, err := exec.CommandContext(ctx, b.Path(bins.Custodian), "receipts", "show", "--state", state).CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte(`/bin/id`)) {
+		t.Errorf("receipts show of the deleted computer's records: %v\n%s", err, out)
+	}
+	out, err = exec.CommandContext(ctx, b.Path(bins.Custodian), "audit", "verify", "--state", state,
+		"--pubkey", filepath.Join(c.Records, "audit.pub")).CombinedOutput()
+	if err != nil {
+		t.Errorf("audit verify of the deleted computer's records: %v\n%s", err, out)
 	}
 }
 
