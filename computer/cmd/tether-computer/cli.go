@@ -105,6 +105,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return c(ctx, args[1:], stdout, stderr)
 }
 
+// socketWait is how long a command waits for the daemon's socket to
+// appear: `serve &` followed at once by a command is the common start.
+const socketWait = 5 * time.Second
+
+// waitSocket waits until path is a socket, at most d; the daemon makes
+// it only once it serves.
+func waitSocket(path string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		fi, err := os.Stat(path)
+		if err == nil && fi.Mode().Type() == os.ModeSocket {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no computer service at %s (start one with: tether-computer serve): %w", path, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a path another process creates; no event to wait on
+	}
+}
+
 // conn holds the connection flags every daemon command shares.
 type conn struct {
 	socket, url, tokenFile, ca string
@@ -145,6 +165,9 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer, want int) (pos []s
 // client makes the client the flags name.
 func (c *conn) client() (*client.Client, error) {
 	if c.url == "" {
+		if err := waitSocket(c.socket, socketWait); err != nil {
+			return nil, err
+		}
 		return client.Unix(c.socket), nil
 	}
 	tok := os.Getenv(envToken)
