@@ -22,8 +22,11 @@ build:
 setup:
 	@if [ "$$(id -u)" = 0 ]; then ci/setup; else echo "make setup: not root; skipping package installs (tests that need them will say so)"; fi
 
-# demo runs the main job on a disposable computer.
+# demo runs the main job: the computer service's life cycle (a create
+# from the warm pool, a lease, suspend and resume, an expiry) with the
+# service embedded, then the whole chain on a disposable computer.
 demo: build
+	@$(BIN)/tether-computer demo
 	@$(BIN)/tether-demo run
 
 # test runs the whole suite, and every benchmark once (-benchtime 1x) so a

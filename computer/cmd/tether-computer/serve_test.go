@@ -221,3 +221,36 @@ func scrape(ctx context.Context, t *testing.T, sock string) string {
 	}
 	return string(body)
 }
+
+// TestIntegrationDemo is the service half of `make demo`: the shipped
+// binary's demo exits 0 having shown every step, and leaves no receiver
+// running.
+func TestIntegrationDemo(t *testing.T) {
+	testenv.Require(t, "root", "cgroup-limits", "cgroup-freezer", "loop")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b, err := bins.Build(ctx, bins.Receiver, bins.Computer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, b.Path(bins.Computer), "demo", "--bin", b.Dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tether-computer demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"claimed from the pool", "renewed", "resumed in", "expiring -> deleted", "every step behaved as expected"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, out)
+		}
+	}
+	dir := regexp.MustCompile(`(/\S*tether-computer-demo-\d+)/`).FindSubmatch(out)
+	if dir == nil {
+		t.Fatalf("the demo names no directory:\n%s", out)
+	}
+	if _, err := os.Stat(string(dir[1])); !os.IsNotExist(err) {
+		t.Errorf("the demo left %s: %v", dir[1], err)
+	}
+	procs, _ := exec.CommandContext(ctx, "pgrep", "-f", string(dir[1])).Output()
+	if len(bytes.TrimSpace(procs)) != 0 {
+		t.Errorf("the demo left processes running on %s: %s", dir[1], procs)
+	}
+}
