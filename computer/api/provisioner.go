@@ -79,3 +79,18 @@ type Usage struct {
 type RecordKeeper interface {
 	KeepRecords(ctx context.Context, dst string) error
 }
+
+// ServiceRef names the service that made a computer: its unix socket and
+// the computer's id there.
+type ServiceRef struct {
+	Socket string
+	ID     string
+}
+
+// Referrer is implemented by machines that tell their custodian which
+// service made them (so it can wake a suspended computer before it
+// forwards a callback). The service calls SetServiceRef before Grant,
+// and again after it adopts the machine; the next Grant writes it out.
+type Referrer interface {
+	SetServiceRef(ref ServiceRef)
+}

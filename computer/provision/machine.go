@@ -13,6 +13,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/atomicfile"
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/custodian"
 )
 
 // Machine is one computer the Provisioner made or adopted
@@ -155,4 +156,14 @@ func (m *Machine) KeepRecords(_ context.Context, dst string) error {
 		}
 	}
 	return atomicfile.SyncDir(dst)
+}
+
+var _ api.Referrer = (*Machine)(nil)
+
+// SetServiceRef implements api.Referrer: the custodian configuration the
+// next Grant writes names the service (custodian.Config.Computer).
+func (m *Machine) SetServiceRef(ref api.ServiceRef) {
+	m.l.mu.Lock()
+	defer m.l.mu.Unlock()
+	m.l.serviceRef = &custodian.ComputerRef{Socket: ref.Socket, ID: ref.ID}
 }

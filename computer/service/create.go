@@ -125,6 +125,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec) (ap
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
 	c.m = m
+	s.refer(c)
 	if err := m.Grant(s.ctx, deadline); err != nil {
 		return api.Computer{}, s.failLocked(c, m, "grant: "+err.Error())
 	}

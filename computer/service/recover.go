@@ -108,6 +108,7 @@ func (s *Service) readopt(ctx context.Context, c *computer) error {
 			"receiver died: "+err.Error())
 	}
 	c.m = m
+	s.refer(c)
 	if c.rec.State == api.StateRunning {
 		err = m.Thaw(ctx)
 	} else {

@@ -39,6 +39,15 @@ const (
 	RecordsDir = "records"
 )
 
+// refer tells c's machine which service made it (api.Referrer), when the
+// service has a socket to name; the machine's next Grant writes it for
+// the custodian. The caller holds c.op.
+func (s *Service) refer(c *computer) {
+	if r, ok := c.m.(api.Referrer); ok && s.cfg.Socket != "" {
+		r.SetServiceRef(api.ServiceRef{Socket: s.cfg.Socket, ID: c.rec.ID})
+	}
+}
+
 // recordsDir is where the teardown of computer id keeps its records.
 func (s *Service) recordsDir(id string) string { return filepath.Join(s.cfg.Dir, RecordsDir, id) }
 

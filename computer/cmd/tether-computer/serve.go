@@ -57,7 +57,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "serve", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := daemonConfig{Dir: *dir, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger}
+	cfg := daemonConfig{Dir: *dir, Socket: *socket, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger}
 	cfg.Service.Logf = func(format string, a ...any) { logger.Warn(fmt.Sprintf(format, a...)) }
 	d, err := openDaemon(ctx, cfg)
 	if err != nil {

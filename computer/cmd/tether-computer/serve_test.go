@@ -116,6 +116,21 @@ func TestIntegrationServe(t *testing.T) {
 	if c, err := cl.Resume(ctx, comp.ID); err != nil || c.State != api.StateRunning {
 		t.Fatalf("resume: %v (state %q)", err, c.State)
 	}
+	// A callback to a suspended computer wakes it: its custodian
+	// configuration names the service, and the custodian resumes it first.
+	if _, err := cl.Suspend(ctx, comp.ID); err != nil {
+		t.Fatal(err)
+	}
+	runStart := time.Now()
+	out, err := exec.CommandContext(ctx, b.Path(bins.Custodian), "run", "--config", comp.CustodianConfig, "--jail-exec", b.Path(bins.Plugin),
+		"--prompt", `run_command {"command":"/bin/echo","args":["awake"]}`, "--", b.Path(bins.HostAgent), "--plugin", b.Path(bins.Plugin), "--principal", "alice").CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("was suspended; resumed it")) || !bytes.Contains(out, []byte(`awake\\n`)) {
+		t.Fatalf("a run on the suspended computer: %v\n%s", err, out)
+	}
+	t.Logf("a run on the suspended computer took %v:\n%s", time.Since(runStart), out)
+	if c, err := cl.Get(ctx, comp.ID); err != nil || c.State != api.StateRunning {
+		t.Fatalf("after the run: %v (state %q)", err, c.State)
+	}
 	metrics := scrape(ctx, t, sock)
 	for _, want := range []string{`tether_computers{state="running"} 1`, `tether_computer_pids{computer="` + comp.ID + `"}`} {
 		if !strings.Contains(metrics, want) {
@@ -139,7 +154,7 @@ func TestIntegrationServe(t *testing.T) {
 			t.Errorf("state/%s after the last daemon: %d entries, %v", sub, len(ents), err)
 		}
 	}
-	out, err := exec.CommandContext(ctx, b.Path(bins.Computer), "verify", "--dir", filepath.Join(dir, "state")).CombinedOutput()
+	out, err = exec.CommandContext(ctx, b.Path(bins.Computer), "verify", "--dir", filepath.Join(dir, "state")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "chain intact") {
 		t.Fatalf("verify: %v\n%s", err, out)
 	}
