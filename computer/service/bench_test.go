@@ -74,6 +74,7 @@ func openBench(b *testing.B, base, name string, set bins.Set, cfg Config) *Servi
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
+		deleteAll(b, s)
 		for _, p := range cfg.Pools {
 			awaitPool(b, s, p.Name, p.Size)
 		}
@@ -91,6 +92,24 @@ func openBench(b *testing.B, base, name string, set bins.Set, cfg Config) *Servi
 		}
 	})
 	return s
+}
+
+// deleteAll deletes every computer s still has (a benchmark that failed
+// half-way leaves some).
+func deleteAll(b *testing.B, s *Service) {
+	admin := api.Caller{Owner: "bench", Admin: true}
+	cs, err := s.List(context.Background(), admin)
+	if err != nil {
+		b.Errorf("list: %v", err)
+		return
+	}
+	for _, c := range cs {
+		if c.State != api.StateDeleted && c.State != api.StateFailed {
+			if err := s.Delete(context.Background(), admin, c.ID); err != nil {
+				b.Errorf("delete %s at cleanup: %v", c.ID, err)
+			}
+		}
+	}
 }
 
 // awaitPool waits (at most 5 minutes) until the pool name has n ready.
