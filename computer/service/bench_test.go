@@ -190,12 +190,12 @@ func firstCommand(ctx context.Context, path string) (*receiverConn, string, erro
 
 // endCommand releases the first command's terminal and closes the
 // connection.
-func endCommand(b *testing.B, rc *receiverConn, id string) {
-	b.Helper()
+func endCommand(rc *receiverConn, id string) error {
+	defer rc.conn.Close()
 	if err := rc.release(context.Background(), id); err != nil {
-		b.Fatalf("exec_release: %v", err)
+		return fmt.Errorf("exec_release: %w", err)
 	}
-	rc.conn.Close()
+	return nil
 }
 
 // timeCreate times a service create and its first command, then deletes
@@ -216,7 +216,9 @@ func timeCreate(b *testing.B, s *Service, wantPool bool) time.Duration {
 	if c.FromPool != wantPool {
 		b.Fatalf("create: from the pool %v, want %v", c.FromPool, wantPool)
 	}
-	endCommand(b, rc, id)
+	if err := endCommand(rc, id); err != nil {
+		b.Fatal(err) // the cleanup deletes the computer
+	}
 	if err := s.Delete(ctx, alice, c.ID); err != nil {
 		b.Fatalf("delete: %v", err)
 	}
@@ -237,14 +239,15 @@ func timeUp(b *testing.B, set bins.Set, dir string) time.Duration {
 	}
 	rc, id, err := firstCommand(ctx, l.CustodianConfigPath())
 	took := time.Since(start)
-	if err != nil {
-		l.Close(ctx)
-		b.Fatalf("first command: %v", err)
+	if err == nil {
+		err = endCommand(rc, id)
 	}
-	endCommand(b, rc, id)
 	st := l.State()
-	if err := l.Close(ctx); err != nil {
-		b.Fatalf("close: %v", err)
+	if cerr := l.Close(ctx); cerr != nil {
+		b.Fatalf("close: %v (first command: %v)", cerr, err)
+	}
+	if err != nil {
+		b.Fatalf("first command: %v", err)
 	}
 	if err := provision.NothingLeft(st); err != nil {
 		b.Fatal(err)
