@@ -9,7 +9,7 @@ CMDS := ./admission/cmd/tether-admission ./receiver/cmd/tether-receiver \
 	./computer/cmd/tether-computer
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build demo test lint bench proto setup clean flakes
+.PHONY: all build demo test lint bench bench-fleet proto setup clean flakes
 
 all: build
 
@@ -53,6 +53,12 @@ lint:
 
 bench: build
 	@ci/bench
+
+# bench-fleet is the computer service's fleet benchmark (long; not in
+# bench or test): FLEET_N idle computers at once (default 1000), the host
+# memory each takes, the time to make and end them all (ci/bench-fleet).
+bench-fleet:
+	@ci/bench-fleet
 
 proto:
 	@$(MAKE) -C plugin/proto
