@@ -64,7 +64,14 @@ func (m *Machine) Usage(context.Context) (api.Usage, error) { return m.l.Usage()
 // Busy implements api.Machine: whether any process runs as the grant's
 // uid.
 func (m *Machine) Busy(context.Context) (bool, error) {
-	ps, err := ProcessesOf(m.l.State().UID)
+	s := m.l.State()
+	// The commands' pids.current is one file read; the service asks every
+	// computer each second, and a scan of /proc per computer grows with
+	// the fleet (80 s a pass at 1,000 computers).
+	if n, err := s.counter("pids.current", "pids.current"); err == nil {
+		return n > 0, nil
+	}
+	ps, err := ProcessesOf(s.UID)
 	return len(ps) > 0, err
 }
 
