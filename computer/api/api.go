@@ -84,6 +84,10 @@ type Computer struct {
 	FromPool bool `json:"from_pool,omitempty"`
 	// Reason says why a failed or deleted computer ended.
 	Reason string `json:"reason,omitempty"`
+	// Records is, once the computer has ended, the directory that keeps
+	// its custody records: the custodian's state (receipts, audit log)
+	// and audit.pub, for tether-custodian receipts show and audit verify.
+	Records string `json:"records,omitempty"`
 }
 
 // ComputerList is the body of GET /v1/computers.

@@ -134,6 +134,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
 	c.m = m
+	s.refer(c)
 	if seed != nil {
 		if err := seed(ctx, m); err != nil {
 			return api.Computer{}, seedFailed(err, s.failLocked(c, m, "seed the root: "+err.Error()))
@@ -192,7 +193,7 @@ func (s *Service) failLocked(c *computer, m api.Machine, why string) error {
 	if s.stateOf(c) == api.StateQueued {
 		final = api.StateDeleted // nothing was made
 	}
-	if err := s.teardown(m, c.rec.Dir); err != nil {
+	if err := s.teardown(m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		why += "; teardown: " + err.Error()
 	}
 	s.finish(c, final, why)

@@ -23,6 +23,7 @@ import (
 // and `demo` embeds the same daemon in its own process.
 type daemonConfig struct {
 	Dir     string // the service's state and machines
+	Socket  string // the API's unix socket, named to each computer's custodian
 	BinDir  string // holds tether-receiver
 	Service service.Config
 	Tokens  string // token file; empty admits no bearer token
@@ -50,7 +51,7 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 		return nil, fmt.Errorf("receiver binary: %w", err)
 	}
 	sc := cfg.Service
-	sc.Dir = cfg.Dir
+	sc.Dir, sc.Socket = cfg.Dir, cfg.Socket
 	sc.Provisioner = provision.NewProvisioner(provision.Config{Bins: b})
 	svc, err := service.Open(ctx, sc)
 	if err != nil {

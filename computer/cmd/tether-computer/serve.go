@@ -31,7 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			"stops the daemon; its computers keep running for the next one to adopt.")
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", DefaultDir, "state directory: the store, the transition log and the computers")
-	socket := fs.String("socket", DefaultSocket, "unix socket of the API")
+	socket := fs.String("socket", defaultSocket(), "unix socket of the API ($"+envSocket+" changes the default)")
 	group := fs.String("group", "", "group (name or gid) whose members may use the socket as owners (default: root only)")
 	listen := fs.String("listen", "", "also serve on this TCP address with TLS 1.3 (needs --tls-cert, --tls-key, --tokens)")
 	certFile := fs.String("tls-cert", "", "PEM certificate of --listen")
@@ -58,7 +58,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "serve", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := daemonConfig{Dir: *dir, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger,
+	cfg := daemonConfig{Dir: *dir, Socket: *socket, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger,
 		MaxUpload: *maxUpload}
 	cfg.Service.Logf = func(format string, a ...any) { logger.Warn(fmt.Sprintf(format, a...)) }
 	d, err := openDaemon(ctx, cfg)
