@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/archive"
 )
@@ -25,8 +27,9 @@ import (
 // entry); no network read or write happens under the lock. What leaves the service (an export, a copy out) is written
 // whole to a spool file first, so its receipt is known before the first
 // byte is sent; an import is spooled whole and its digest checked before
-// anything is created. Spool files live in Dir/spool (0700) and are
-// unlinked as soon as they are made, so nothing is left after a crash.
+// anything is created. Spool files live in Dir/spool (0700) and have no
+// name (O_TMPFILE; elsewhere they are unlinked as soon as they are made),
+// so nothing is left after a crash.
 // Every receipt is kept in the store's receipts bucket (Receipts).
 
 // SpoolDir is the directory of Config.Dir that holds spool files.
@@ -226,14 +229,18 @@ func (s *Service) keep(id, op, path string, rc archive.Receipt) (api.Receipt, er
 	return r, nil
 }
 
-// spool returns a new, already unlinked, read-write file in Dir/spool.
-// The caller closes it.
+// spool returns a new read-write file without a name in Dir/spool. The
+// caller closes it.
 func (s *Service) spool() (*os.File, error) {
 	dir := filepath.Join(s.cfg.Dir, SpoolDir)
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, internal("spool directory", err)
 	}
-	f, err := os.CreateTemp(dir, "spool-")
+	// O_TMPFILE: the file never has a name, so a crash leaves nothing.
+	if f, err := os.OpenFile(dir, os.O_RDWR|unix.O_TMPFILE, 0o600); err == nil {
+		return f, nil
+	}
+	f, err := os.CreateTemp(dir, "spool-") // a file system without O_TMPFILE
 	if err != nil {
 		return nil, internal("spool file", err)
 	}
