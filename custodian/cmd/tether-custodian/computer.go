@@ -70,8 +70,10 @@ func (f *computerFlags) acquire(ctx context.Context, stderr io.Writer) (string, 
 // with no callback, so one question a second is enough to find it.
 const wakeEvery = time.Second
 
-// waker wakes a suspended computer through the service that made it
-// (custodian.Config.Computer) before a callback is forwarded to it.
+// waker tells the service that made the computer (custodian.Config.
+// Computer) of each callback before it is forwarded, at most once a
+// second, so that an active computer is not suspended and a suspended
+// one is resumed.
 type waker struct {
 	cl     *client.Client
 	id     string
@@ -86,9 +88,10 @@ func newWaker(ref *custodian.ComputerRef, stderr io.Writer) *waker {
 	return &waker{cl: client.Unix(ref.Socket), id: ref.ID, stderr: stderr}
 }
 
-// wake resumes the computer if the service says it is suspended. A
-// service that cannot be asked is reported once and does not stop the
-// call: the receiver still decides what it admits.
+// wake touches the computer through the service: the service counts it
+// as activity and resumes the computer if it is suspended. A service that
+// cannot be asked is reported once and does not stop the call: the
+// receiver still decides what it admits.
 func (w *waker) wake(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -96,15 +99,9 @@ func (w *waker) wake(ctx context.Context) {
 		return
 	}
 	w.last = time.Now()
-	c, err := w.cl.Get(ctx, w.id)
-	if err == nil && c.State == api.StateSuspended {
-		if _, err = w.cl.Resume(ctx, w.id); err == nil {
-			fmt.Fprintf(w.stderr, "tether-custodian: computer %s was suspended; resumed it\n", w.id)
-		}
-	}
-	if err != nil && !w.warned {
+	if _, err := w.cl.Touch(ctx, w.id); err != nil && !w.warned {
 		w.warned = true
-		fmt.Fprintf(w.stderr, "tether-custodian: computer service: %v (a suspended computer is not woken)\n", err)
+		fmt.Fprintf(w.stderr, "tether-custodian: computer service: touch %s: %v (a suspended computer is not woken)\n", w.id, err)
 	}
 }
 
