@@ -9,7 +9,7 @@ CMDS := ./admission/cmd/tether-admission ./receiver/cmd/tether-receiver \
 	./computer/cmd/tether-computer
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build demo test lint bench proto setup clean flakes faults
+.PHONY: all build demo test lint bench bench-fleet proto setup clean flakes faults
 
 all: build
 
@@ -22,8 +22,11 @@ build:
 setup:
 	@if [ "$$(id -u)" = 0 ]; then ci/setup; else echo "make setup: not root; skipping package installs (tests that need them will say so)"; fi
 
-# demo runs the main job on a disposable computer.
+# demo runs the main job: the computer service's life cycle (a create
+# from the warm pool, a lease, suspend and resume, an expiry) with the
+# service embedded, then the whole chain on a disposable computer.
 demo: build
+	@$(BIN)/tether-computer demo
 	@$(BIN)/tether-demo run
 
 # test runs the whole suite, and every benchmark once (-benchtime 1x) so a
@@ -58,6 +61,12 @@ lint:
 
 bench: build
 	@ci/bench
+
+# bench-fleet is the computer service's fleet benchmark (long; not in
+# bench or test): FLEET_N idle computers at once (default 1000), the host
+# memory each takes, the time to make and end them all (ci/bench-fleet).
+bench-fleet:
+	@ci/bench-fleet
 
 proto:
 	@$(MAKE) -C plugin/proto

@@ -61,6 +61,10 @@ type Config struct {
 	// claude-code-acp's claudeCode.options). Keys beginning with
 	// "tether/" are refused.
 	SessionMeta map[string]any `json:"session_meta,omitempty"`
+	// Computer names the computer service that made the computer, when
+	// one did: the custodian wakes the computer through it when it finds
+	// it suspended, before it forwards a callback.
+	Computer *ComputerRef `json:"computer,omitempty"`
 	// Jail confines the agent process: allowlists that extend the
 	// defaults, the network, the agent's ids (docs/custodian.md "The
 	// agent jail").
@@ -170,10 +174,20 @@ func (c *Config) resolve(dir string) {
 	}
 }
 
+// ComputerRef is the computer service's socket and the computer's id
+// there (computer/api.ServiceRef, as the service writes it).
+type ComputerRef struct {
+	Socket string `json:"socket"`
+	ID     string `json:"id"`
+}
+
 // Validate names the first failed check.
 func (c *Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	if r := c.Computer; r != nil && (!filepath.IsAbs(r.Socket) || r.ID == "") {
+		return bad("computer: want an absolute socket and an id, got %q and %q", r.Socket, r.ID)
 	}
 	if err := c.Tuple.Validate(); err != nil {
 		return bad("tuple: %v", err)

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
@@ -83,6 +84,10 @@ type Computer struct {
 	FromPool bool `json:"from_pool,omitempty"`
 	// Reason says why a failed or deleted computer ended.
 	Reason string `json:"reason,omitempty"`
+	// Records is, once the computer has ended, the directory that keeps
+	// its custody records: the custodian's state (receipts, audit log)
+	// and audit.pub, for tether-custodian receipts show and audit verify.
+	Records string `json:"records,omitempty"`
 }
 
 // ComputerList is the body of GET /v1/computers.
@@ -102,6 +107,46 @@ type Event struct {
 	Reason   string    `json:"reason,omitempty"`
 	// QueuePosition is set on queued events: 1 is next.
 	QueuePosition int `json:"queue_position,omitempty"`
+}
+
+// Receipt operations.
+const (
+	OpExport  = "export"
+	OpImport  = "import"
+	OpCopyIn  = "copy_in"
+	OpCopyOut = "copy_out"
+)
+
+// Receipt says what one export, import or copy moved. The service keeps
+// every receipt it issues (computer/service: the receipts bucket of its
+// store).
+type Receipt struct {
+	Computer string `json:"computer"`
+	Op       string `json:"op"`
+	// Path is the path in the computer a copy named.
+	Path string `json:"path,omitempty"`
+	// SHA256 is the lowercase hex SHA-256 of the stream: the tar.zst
+	// bytes of an export or import, the tar bytes of a copy.
+	SHA256 string `json:"sha256"`
+	// Bytes is the length of that stream.
+	Bytes int64 `json:"bytes"`
+	// Files counts the regular files, directories and symlinks moved.
+	Files int64 `json:"files"`
+	// Skipped counts what an export or copy out left out (sockets,
+	// fifos, devices).
+	Skipped int64     `json:"skipped,omitempty"`
+	At      time.Time `json:"at"`
+}
+
+// HeaderSHA256 is the response header that carries the SHA-256 (lowercase
+// hex) of an export's or a copy out's body; the body is spooled whole
+// first, so the header and Content-Length are known before it is sent.
+const HeaderSHA256 = "X-Tether-SHA256"
+
+// ImportResult is the answer of POST /v1/computers/import.
+type ImportResult struct {
+	Computer Computer `json:"computer"`
+	Receipt  Receipt  `json:"receipt"`
 }
 
 // Caller is who makes a request, taken from the credential (token or
@@ -165,4 +210,22 @@ type Backend interface {
 	// Events streams state changes the caller may see, until ctx ends;
 	// the channel is closed then.
 	Events(ctx context.Context, c Caller) (<-chan Event, error)
+	// TouchAs records activity on a running computer, resuming it first
+	// when it is suspended.
+	TouchAs(ctx context.Context, c Caller, id string) (Computer, error)
+	// Export returns the root of a suspended computer as a tar.zst
+	// stream, complete before it returns, with its receipt
+	// (Receipt.Bytes is its length). The caller closes the stream.
+	Export(ctx context.Context, c Caller, id string) (io.ReadCloser, Receipt, error)
+	// Import reads the tar.zst stream r to its end, checks its SHA-256
+	// is sha256 (nothing is created when it is not), then creates a
+	// computer as Create does whose root is the stream's tree.
+	Import(ctx context.Context, c Caller, req CreateRequest, r io.Reader, sha256 string) (ImportResult, error)
+	// CopyIn extracts the tar stream r beneath the directory dir of the
+	// computer's root; every top name of the stream must be new there.
+	CopyIn(ctx context.Context, c Caller, id, dir string, r io.Reader) (Receipt, error)
+	// CopyOut returns path of the computer's root as a tar stream whose
+	// one top entry is path's last element, complete before it returns,
+	// with its receipt. The caller closes the stream.
+	CopyOut(ctx context.Context, c Caller, id, path string) (io.ReadCloser, Receipt, error)
 }

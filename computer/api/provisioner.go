@@ -69,3 +69,37 @@ type Usage struct {
 	MemoryBytes int64   `json:"memory_bytes"`
 	Pids        int64   `json:"pids"`
 }
+
+// Rooted is a Machine whose tuple root the service reaches on the host,
+// which export, import and copy need. The namespaced provisioner's
+// machines are Rooted.
+type Rooted interface {
+	// Root returns the host directory that is the tuple root, and the
+	// uid and gid that must own everything written there.
+	Root() (dir string, uid, gid int)
+}
+
+// RecordKeeper is implemented by machines whose custody records (the
+// custodian's receipts and tamper-evident audit log, with the key that
+// verifies it) outlive the machine. The service calls KeepRecords in a
+// teardown after KillCommands and before Close: it moves the records
+// into dst, a new directory, so that they stay readable after the
+// computer is gone.
+type RecordKeeper interface {
+	KeepRecords(ctx context.Context, dst string) error
+}
+
+// ServiceRef names the service that made a computer: its unix socket and
+// the computer's id there.
+type ServiceRef struct {
+	Socket string
+	ID     string
+}
+
+// Referrer is implemented by machines that tell their custodian which
+// service made them (so it can wake a suspended computer before it
+// forwards a callback). The service calls SetServiceRef before Grant,
+// and again after it adopts the machine; the next Grant writes it out.
+type Referrer interface {
+	SetServiceRef(ref ServiceRef)
+}

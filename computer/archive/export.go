@@ -74,26 +74,31 @@ func writeTree(ctx context.Context, tw *tar.Writer, root *os.Root) (files, skipp
 // carries. A regular file is opened first and described from the open
 // file, so the header and the bytes are of the same file.
 func writeEntry(tw *tar.Writer, root *os.Root, name string) (bool, error) {
+	return writeEntryAs(tw, root, name, name)
+}
+
+// writeEntryAs is writeEntry with the entry named as in the stream.
+func writeEntryAs(tw *tar.Writer, root *os.Root, name, as string) (bool, error) {
 	fi, err := root.Lstat(name)
 	if err != nil {
 		return false, err
 	}
 	switch {
 	case fi.Mode().IsDir():
-		return true, tw.WriteHeader(header(fi, name+"/", tar.TypeDir, ""))
+		return true, tw.WriteHeader(header(fi, as+"/", tar.TypeDir, ""))
 	case fi.Mode()&fs.ModeSymlink != 0:
 		target, err := root.Readlink(name)
 		if err != nil {
 			return false, err
 		}
-		return true, tw.WriteHeader(header(fi, name, tar.TypeSymlink, target))
+		return true, tw.WriteHeader(header(fi, as, tar.TypeSymlink, target))
 	case fi.Mode().IsRegular():
-		return writeFile(tw, root, name)
+		return writeFile(tw, root, name, as)
 	}
 	return false, nil
 }
 
-func writeFile(tw *tar.Writer, root *os.Root, name string) (bool, error) {
+func writeFile(tw *tar.Writer, root *os.Root, name, as string) (bool, error) {
 	f, err := root.Open(name)
 	if err != nil {
 		return false, err
@@ -106,7 +111,7 @@ func writeFile(tw *tar.Writer, root *os.Root, name string) (bool, error) {
 	if !fi.Mode().IsRegular() {
 		return false, fmt.Errorf("%s changed type during the export", name)
 	}
-	hdr := header(fi, name, tar.TypeReg, "")
+	hdr := header(fi, as, tar.TypeReg, "")
 	hdr.Size = fi.Size()
 	if err := tw.WriteHeader(hdr); err != nil {
 		return false, err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"time"
 )
 
 // maxName bounds an entry's name and a symlink's target.
@@ -40,6 +41,22 @@ type extractor struct {
 
 	files, bytes int64
 	seen         map[string]bool
+	// times are the modification times of the entries written, in
+	// order; they are set once every entry is written (a directory's
+	// would change with each entry written into it).
+	times []entryTime
+}
+
+// entryTime is one entry's modification time, to be set.
+type entryTime struct {
+	name  string
+	mtime time.Time
+}
+
+// timeSetter is a sink that can set an entry's modification time
+// without following a symlink.
+type timeSetter interface {
+	SetTime(name string, mtime time.Time) error
 }
 
 func newExtractor(s sink, l Limits) *extractor {
@@ -55,7 +72,7 @@ func (x *extractor) run(ctx context.Context, tr *tar.Reader) error {
 		}
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return nil
+			return x.setTimes()
 		}
 		if err != nil {
 			return fmt.Errorf("read the tar stream: %w", err)
@@ -75,14 +92,33 @@ func (x *extractor) entry(hdr *tar.Header, r io.Reader) error {
 	mode := hdr.FileInfo().Mode()
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		return x.sink.Mkdir(name, mode)
+		err = x.sink.Mkdir(name, mode)
 	case tar.TypeReg:
-		return x.sink.WriteFile(name, mode, r, hdr.Size)
+		err = x.sink.WriteFile(name, mode, r, hdr.Size)
 	case tar.TypeSymlink:
-		return x.sink.Symlink(hdr.Linkname, name)
+		err = x.sink.Symlink(hdr.Linkname, name)
 	default:
 		return x.sink.Special(hdr)
 	}
+	if err == nil {
+		x.times = append(x.times, entryTime{name, hdr.ModTime})
+	}
+	return err
+}
+
+// setTimes sets the entries' modification times, last entry first, so
+// a directory's is set after everything written into it.
+func (x *extractor) setTimes() error {
+	ts, ok := x.sink.(timeSetter)
+	if !ok {
+		return nil
+	}
+	for i := len(x.times) - 1; i >= 0; i-- {
+		if err := ts.SetTime(x.times[i].name, x.times[i].mtime); err != nil {
+			return fmt.Errorf("set the time of %s: %w", x.times[i].name, err)
+		}
+	}
+	return nil
 }
 
 // check returns the entry's name as the sink takes it, or skip for the

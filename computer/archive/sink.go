@@ -9,6 +9,9 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // rootSink writes entries beneath prefix in an os.Root: no name can
@@ -147,6 +150,23 @@ func (s *rootSink) Symlink(target, name string) error {
 		return fmt.Errorf("symlink %s: %w", p, err)
 	}
 	return nil
+}
+
+// SetTime sets name's access and modification times to mtime, through
+// its parent opened in the root and without following name itself when
+// it is a symlink.
+func (s *rootSink) SetTime(name string, mtime time.Time) error {
+	p := s.path(name)
+	parent, err := s.root.Open(path.Dir(p))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	if fi, err := parent.Stat(); err != nil || !fi.IsDir() {
+		return unsafeEntry(p, "parent is no longer a directory (%v)", err)
+	}
+	ts := unix.NsecToTimespec(mtime.UnixNano())
+	return unix.UtimesNanoAt(int(parent.Fd()), path.Base(p), []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
 // Special refuses every other type of entry.

@@ -1,8 +1,12 @@
 package httpserver
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -187,4 +191,66 @@ func (b *strictBackend) Events(ctx context.Context, c api.Caller) (<-chan api.Ev
 		}
 	}()
 	return out, nil
+}
+
+func (b *strictBackend) TouchAs(ctx context.Context, c api.Caller, id string) (api.Computer, error) {
+	return b.setState("TouchAs", c, id, api.StateRunning)
+}
+
+// streamOf is what the strict backend exports or copies out of id.
+func streamOf(id string) string { return "stream of " + id }
+
+func receiptOf(id, op, path string, body []byte) api.Receipt {
+	sum := sha256.Sum256(body)
+	return api.Receipt{Computer: id, Op: op, Path: path, SHA256: hex.EncodeToString(sum[:]), Bytes: int64(len(body)),
+		Files: 1, At: time.Date(2026, 12, 6, 19, 30, 0, 0, time.UTC)}
+}
+
+func (b *strictBackend) Export(ctx context.Context, c api.Caller, id string) (io.ReadCloser, api.Receipt, error) {
+	return b.out("Export", c, id, api.OpExport, "")
+}
+
+func (b *strictBackend) CopyOut(ctx context.Context, c api.Caller, id, path string) (io.ReadCloser, api.Receipt, error) {
+	return b.out("CopyOut", c, id, api.OpCopyOut, path)
+}
+
+func (b *strictBackend) out(method string, c api.Caller, id, op, path string) (io.ReadCloser, api.Receipt, error) {
+	if err := b.called(method); err != nil {
+		return nil, api.Receipt{}, err
+	}
+	if _, err := b.lookup(c, id); err != nil {
+		return nil, api.Receipt{}, err
+	}
+	body := []byte(streamOf(id))
+	return io.NopCloser(bytes.NewReader(body)), receiptOf(id, op, path, body), nil
+}
+
+func (b *strictBackend) CopyIn(ctx context.Context, c api.Caller, id, dir string, r io.Reader) (api.Receipt, error) {
+	if err := b.called("CopyIn"); err != nil {
+		return api.Receipt{}, err
+	}
+	if _, err := b.lookup(c, id); err != nil {
+		return api.Receipt{}, err
+	}
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return api.Receipt{}, fmt.Errorf("read the tar: %w", err)
+	}
+	return receiptOf(id, api.OpCopyIn, dir, body), nil
+}
+
+func (b *strictBackend) Import(ctx context.Context, c api.Caller, req api.CreateRequest, r io.Reader, want string) (api.ImportResult, error) {
+	if err := b.called("Import"); err != nil {
+		return api.ImportResult{}, err
+	}
+	body, err := io.ReadAll(r)
+	if err != nil {
+		return api.ImportResult{}, fmt.Errorf("read the stream: %w", err)
+	}
+	comp := b.add(c.Owner)
+	rec := receiptOf(comp.ID, api.OpImport, "", body)
+	if rec.SHA256 != want {
+		return api.ImportResult{}, api.Errorf(api.CodeBadRequest, "digest mismatch")
+	}
+	return api.ImportResult{Computer: comp, Receipt: rec}, nil
 }

@@ -3,6 +3,8 @@ package httpserver
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/tetherdev/tether/computer/api"
@@ -59,4 +61,35 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// FuzzTransferQuery: whatever the query string, an import's and a
+// copy's parameters are refused only with bad_request, and what is
+// admitted is a lowercase hex digest with create fields inside every
+// wire bound, or an absolute NUL-free path of at most maxPathBytes.
+// Seeds in testdata/fuzz/FuzzTransferQuery.
+func FuzzTransferQuery(f *testing.F) {
+	f.Add("sha256=" + strings.Repeat("ab", 32) + "&lease_ttl_s=60&disk_bytes=134217728")
+	f.Add("path=%2Fwork%2Fproj")
+	f.Add("sha256=x&sha256=y&path=a%00b")
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		req, want, e := importParams(q)
+		switch {
+		case e != nil && e.Code != api.CodeBadRequest:
+			t.Fatalf("import refusal code %q", e.Code)
+		case e == nil && (!digestPattern.MatchString(want) || checkCreate(req) != nil):
+			t.Fatalf("admitted import %q: %+v %q", raw, req, want)
+		}
+		p, e := pathParam(q)
+		switch {
+		case e != nil && e.Code != api.CodeBadRequest:
+			t.Fatalf("path refusal code %q", e.Code)
+		case e == nil && (!strings.HasPrefix(p, "/") || len(p) > maxPathBytes || strings.ContainsRune(p, 0)):
+			t.Fatalf("admitted path %q", p)
+		}
+	})
 }

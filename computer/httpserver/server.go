@@ -36,6 +36,9 @@ type Config struct {
 	// MaxBodyBytes caps a request body; 0 is MaxBodyBytes, and more is
 	// refused.
 	MaxBodyBytes int
+	// MaxStreamBytes caps an import's or a copy in's body, which is
+	// streamed to the backend, not decoded; 0 is DefaultMaxStreamBytes.
+	MaxStreamBytes int64
 }
 
 // Server is the API's http.Handler. Its methods may be called from
@@ -57,6 +60,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes < 0 || cfg.MaxBodyBytes > MaxBodyBytes {
 		return nil, fmt.Errorf("httpserver: body limit %d outside 1 to %d", cfg.MaxBodyBytes, MaxBodyBytes)
+	}
+	if cfg.MaxStreamBytes == 0 {
+		cfg.MaxStreamBytes = DefaultMaxStreamBytes
+	}
+	if cfg.MaxStreamBytes < 0 {
+		return nil, fmt.Errorf("httpserver: stream limit %d is negative", cfg.MaxStreamBytes)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -89,6 +98,11 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/computers/{id}/renew", s.authed(s.withID(s.renew))},
 		{"POST /v1/computers/{id}/suspend", s.authed(s.withID(s.suspend))},
 		{"POST /v1/computers/{id}/resume", s.authed(s.withID(s.resume))},
+		{"POST /v1/computers/{id}/touch", s.authed(s.withID(s.touch))},
+		{"GET /v1/computers/{id}/export", s.authed(s.withID(s.export))},
+		{"POST /v1/computers/import", s.authed(s.importComputer)},
+		{"PUT /v1/computers/{id}/files", s.authed(s.withID(s.copyIn))},
+		{"GET /v1/computers/{id}/files", s.authed(s.withID(s.copyOut))},
 		{"GET /v1/events", s.authed(s.events)},
 	}
 }

@@ -37,7 +37,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			t.Errorf("%s.%s maximum %v, the server checks %d", b.schema, b.prop, got, b.want)
 		}
 	}
-	for _, name := range []string{"Limits", "CreateRequest", "RenewRequest", "Computer", "ComputerList", "Event", "Error", "Tuple"} {
+	for _, name := range []string{"Limits", "CreateRequest", "RenewRequest", "Computer", "ComputerList", "Event", "Error", "Tuple", "Receipt", "ImportResult"} {
 		ap := doc.Components.Schemas[name].Value.AdditionalProperties
 		if ap.Has == nil || *ap.Has {
 			t.Errorf("schema %s admits additional properties", name)

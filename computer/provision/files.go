@@ -64,8 +64,11 @@ func (c *Local) writeCustodianFiles(context.Context) error {
 // leaseNotAfter, replacing any earlier one.
 func (c *Local) writeCustodianConfig(leaseNotAfter time.Time) error {
 	p, s := c.paths, c.State()
+	c.mu.Lock()
+	ref := c.serviceRef
+	c.mu.Unlock()
 	cfg := custodian.Config{Tuple: s.Tuple, LeaseNotAfter: leaseNotAfter, Principal: s.Tuple.Owner,
-		Receiver: c.Receiver(), StateDir: p.custState, AuditKeyFile: p.auditKey}
+		Receiver: c.Receiver(), StateDir: p.custState, AuditKeyFile: p.auditKey, Computer: ref}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/computer/bins"
+	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/receiver/spawn"
 )
 
@@ -118,9 +119,10 @@ type Local struct {
 	landlock    string
 	cgroupMount string // the cgroup2 mount, with CgroupRequired
 
-	mu    sync.Mutex
-	state State
-	recv  *receiverProc // nil when stopped
+	mu         sync.Mutex
+	state      State
+	recv       *receiverProc          // nil when stopped
+	serviceRef *custodian.ComputerRef // written into custodian.json (SetServiceRef)
 
 	closeOnce sync.Once
 	closeErr  error

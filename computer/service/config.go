@@ -42,6 +42,9 @@ type Config struct {
 	// directories (computers/<id>, pool/<name>).
 	Dir         string
 	Provisioner api.Provisioner
+	// Socket is the unix socket the daemon serves the API on; machines
+	// name it to their custodian (api.Referrer). Empty names none.
+	Socket string
 
 	DefaultLeaseTTL time.Duration
 	MaxLeaseTTL     time.Duration

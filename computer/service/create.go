@@ -15,6 +15,15 @@ import (
 // nothing. Cancelling ctx while queued drops the request; cancelling it
 // while the computer is being made deletes the computer once made.
 func (s *Service) Create(ctx context.Context, caller api.Caller, req api.CreateRequest) (api.Computer, error) {
+	return s.create(ctx, caller, req, nil)
+}
+
+// seedFunc fills a new machine's root before its grant is published.
+type seedFunc func(ctx context.Context, m api.Machine) error
+
+// create is Create with seed (nil: none) run on the machine before its
+// grant.
+func (s *Service) create(ctx context.Context, caller api.Caller, req api.CreateRequest, seed seedFunc) (api.Computer, error) {
 	sp, err := s.check(req)
 	if err != nil {
 		return api.Computer{}, err
@@ -26,7 +35,7 @@ func (s *Service) Create(ctx context.Context, caller api.Caller, req api.CreateR
 	if err := s.wait(ctx, c, w, sp.queueTimeout); err != nil {
 		return api.Computer{}, err
 	}
-	return s.make(ctx, c, w, sp)
+	return s.make(ctx, c, w, sp, seed)
 }
 
 // enqueue counts the request against its owner's quota, records it as
@@ -99,7 +108,7 @@ func (s *Service) wait(ctx context.Context, c *computer, w *waiter, timeout time
 }
 
 // make runs the admitted create under c.op.
-func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec) (api.Computer, error) {
+func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, seed seedFunc) (api.Computer, error) {
 	c.op.Lock()
 	defer c.op.Unlock()
 	close(w.left)
@@ -127,6 +136,12 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec) (ap
 	}
 	s.cfg.step(StepCreatePrepared)
 	c.m = m
+	s.refer(c)
+	if seed != nil {
+		if err := seed(ctx, m); err != nil {
+			return api.Computer{}, seedFailed(err, s.failLocked(c, m, "seed the root: "+err.Error()))
+		}
+	}
 	if err := m.Grant(s.ctx, deadline); err != nil {
 		return api.Computer{}, s.failLocked(c, m, "grant: "+err.Error())
 	}
@@ -180,7 +195,7 @@ func (s *Service) failLocked(c *computer, m api.Machine, why string) error {
 	if s.stateOf(c) == api.StateQueued {
 		final = api.StateDeleted // nothing was made
 	}
-	if err := s.teardown(m, c.rec.Dir); err != nil {
+	if err := s.teardown(m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		why += "; teardown: " + err.Error()
 	}
 	s.finish(c, final, why)

@@ -72,7 +72,7 @@ func (s *Service) endAsLocked(c *computer, reason, final string) error {
 	}
 	s.cfg.step(StepEndRecorded)
 	why := reason
-	if err := s.teardown(c.m, c.rec.Dir); err != nil {
+	if err := s.teardown(c.m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		final, why = api.StateFailed, reason+"; teardown: "+err.Error()
 	}
 	s.finish(c, final, why)
@@ -83,11 +83,12 @@ func (s *Service) endAsLocked(c *computer, reason, final string) error {
 }
 
 // teardown ends a machine in the expiry order: Withdraw (the receiver
-// refuses from now on), KillCommands, Close. Every step runs even when
-// one before it failed; a failed Close falls back to Destroy. With no
-// machine (it never came back from Prepare, or could not be adopted) it
-// destroys dir.
-func (s *Service) teardown(m api.Machine, dir string) error {
+// refuses from now on), KillCommands, the custody records kept into
+// records (when the machine is an api.RecordKeeper and records is not
+// empty), Close. Every step runs even when one before it failed; a
+// failed Close falls back to Destroy. With no machine (it never came
+// back from Prepare, or could not be adopted) it destroys dir.
+func (s *Service) teardown(m api.Machine, dir, records string) error {
 	ctx := context.WithoutCancel(s.ctx)
 	if m == nil {
 		if dir == "" {
@@ -105,6 +106,11 @@ func (s *Service) teardown(m api.Machine, dir string) error {
 	s.cfg.step(StepEndWithdrawn)
 	if err := m.KillCommands(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("kill commands: %w", err))
+	}
+	if k, ok := m.(api.RecordKeeper); ok && records != "" {
+		if err := k.KeepRecords(ctx, records); err != nil {
+			errs = append(errs, fmt.Errorf("keep records: %w", err))
+		}
 	}
 	s.cfg.step(StepEndKilled)
 	if err := m.Close(ctx); err != nil {

@@ -93,7 +93,7 @@ func (s *Service) finishLeftover(ctx context.Context, c *computer, m api.Machine
 			m = am
 		}
 	}
-	if err := s.teardown(m, c.rec.Dir); err != nil {
+	if err := s.teardown(m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		final, reason = api.StateFailed, reason+"; teardown: "+err.Error()
 	}
 	return s.move(c, final, reason, nil)
@@ -108,6 +108,7 @@ func (s *Service) readopt(ctx context.Context, c *computer) error {
 			"receiver died: "+err.Error())
 	}
 	c.m = m
+	s.refer(c)
 	if c.rec.State == api.StateRunning {
 		err = m.Thaw(ctx)
 	} else {

@@ -34,7 +34,22 @@ var _ api.Backend = (*Service)(nil)
 const (
 	StateFile = "state.db"
 	LogFile   = "transitions.log"
+	// RecordsDir holds, per computer id, the custody records (receipts,
+	// audit log, its public key) its teardown kept; nothing removes them.
+	RecordsDir = "records"
 )
+
+// refer tells c's machine which service made it (api.Referrer), when the
+// service has a socket to name; the machine's next Grant writes it for
+// the custodian. The caller holds c.op.
+func (s *Service) refer(c *computer) {
+	if r, ok := c.m.(api.Referrer); ok && s.cfg.Socket != "" {
+		r.SetServiceRef(api.ServiceRef{Socket: s.cfg.Socket, ID: c.rec.ID})
+	}
+}
+
+// recordsDir is where the teardown of computer id keeps its records.
+func (s *Service) recordsDir(id string) string { return filepath.Join(s.cfg.Dir, RecordsDir, id) }
 
 // computer is the service's live view of one computer.
 type computer struct {
@@ -253,10 +268,21 @@ func (c *computer) view() api.Computer {
 		Reason: r.Reason}
 }
 
+// viewWithRecords is view, naming where an ended computer's records are.
+func (s *Service) viewWithRecords(c *computer) api.Computer {
+	v := c.view()
+	if v.State == api.StateDeleted || v.State == api.StateFailed {
+		if _, err := os.Stat(s.recordsDir(v.ID)); err == nil {
+			v.Records = s.recordsDir(v.ID)
+		}
+	}
+	return v
+}
+
 func (s *Service) viewOf(c *computer) api.Computer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return c.view()
+	return s.viewWithRecords(c)
 }
 
 func (s *Service) stateOf(c *computer) string {
@@ -281,7 +307,7 @@ func (s *Service) List(ctx context.Context, caller api.Caller) ([]api.Computer, 
 	out := []api.Computer{}
 	for _, c := range s.computers {
 		if caller.Admin || c.rec.Owner == caller.Owner {
-			out = append(out, c.view())
+			out = append(out, s.viewWithRecords(c))
 		}
 	}
 	s.mu.Unlock()

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -17,6 +18,7 @@ const maxRecordBytes = 64 << 10
 var (
 	bucketComputers = []byte("computers")
 	bucketPool      = []byte("pool")
+	bucketReceipts  = []byte("receipts")
 )
 
 // record is what the store holds for one computer. It is written before
@@ -51,7 +53,7 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("state store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketComputers, bucketPool} {
+		for _, b := range [][]byte{bucketComputers, bucketPool, bucketReceipts} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -116,6 +118,49 @@ func (s *store) poolDirs() ([]string, error) {
 		})
 	})
 	return out, err
+}
+
+// putReceipt appends r to the receipts bucket, keyed by a sequence
+// number (8 bytes, big-endian), in one fsynced transaction.
+func (s *store) putReceipt(r api.Receipt) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("state store: encode receipt: %w", err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucketReceipts)
+		seq, err := bk.NextSequence()
+		if err != nil {
+			return err
+		}
+		return bk.Put(binary.BigEndian.AppendUint64(nil, seq), b)
+	})
+	if err != nil {
+		return fmt.Errorf("state store: write receipt: %w", err)
+	}
+	return nil
+}
+
+// receipts returns computer id's receipts, oldest first, strictly
+// decoded.
+func (s *store) receipts(id string) ([]api.Receipt, error) {
+	var out []api.Receipt
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketReceipts).ForEach(func(k, v []byte) error {
+			var r api.Receipt
+			if err := strictjson.Decode(v, maxRecordBytes, &r); err != nil {
+				return fmt.Errorf("receipt %x: %w", k, err)
+			}
+			if r.Computer == id {
+				out = append(out, r)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state store: %w", err)
+	}
+	return out, nil
 }
 
 func (s *store) close() error { return s.db.Close() }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/cli"
+	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/client"
 	"github.com/tetherdev/tether/computer/httpserver"
@@ -31,6 +32,18 @@ const (
 // DefaultSocket is where the daemon listens unless told otherwise.
 const DefaultSocket = client.DefaultSocket
 
+// envSocket names the variable that changes the default socket, for
+// the daemon and its clients alike.
+const envSocket = "TETHER_COMPUTER_SOCKET"
+
+// defaultSocket is $TETHER_COMPUTER_SOCKET, else DefaultSocket.
+func defaultSocket() string {
+	if s := os.Getenv(envSocket); s != "" {
+		return s
+	}
+	return DefaultSocket
+}
+
 // envToken names the variable a bearer token may come in (never argv).
 const envToken = "TETHER_COMPUTER_TOKEN"
 
@@ -40,6 +53,7 @@ const usage = `usage: tether-computer <command> [flags]
 
 commands:
   create   [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
+           [--seed DIR | --seed-bundle FILE]
                                  make a computer and print it (JSON) once it runs
   ls                             list your computers (an admin sees all)
   show     ID                    print one computer (JSON)
@@ -47,6 +61,10 @@ commands:
   renew    --ttl DUR ID          extend the lease
   suspend  ID                    freeze its commands (memory kept)
   resume   ID                    thaw it
+  touch    ID                    record activity (resumes a suspended computer)
+  cp       SRC DST               copy a file or folder in or out; one side is ID:/path (receipt: JSON)
+  export   ID -o FILE            write a suspended computer's root as tar.zst; prints its SHA-256
+  import   FILE --sha256 HEX     make a computer from an export, after the daemon checks its digest
   token add --file FILE --owner NAME [--admin]
                                  add a bearer token to the daemon's token file; prints it once
   serve    [--dir DIR] [--socket PATH] [--group G] [--pool N] [--max-computers N] ...
@@ -54,7 +72,8 @@ commands:
   verify   [--dir DIR]           check the daemon's hash-chained transition log
   demo     [--bin DIR]           the service at work (pool, lease, suspend, expiry), embedded
 
-Every command but token, serve and verify takes --socket PATH (default ` + DefaultSocket + `), or
+Every command but token, serve and verify takes --socket PATH (default ` + DefaultSocket + `,
+or $` + envSocket + `), or
 --url https://HOST:PORT with the token in $` + envToken + ` or --token-file
 and the server's CA in --ca. Run "tether-computer <command> --help" for its flags.
 `
@@ -64,11 +83,15 @@ type command func(ctx context.Context, args []string, stdout, stderr io.Writer) 
 var commands = map[string]command{
 	"create":  runCreate,
 	"ls":      runList,
-	"show":    idCommand("show", "print one computer (JSON)", showOne),
+	"show":    runShow,
 	"rm":      idCommand("rm", "end a computer: withdraw its grant, kill what runs, tear down", removeOne),
 	"renew":   runRenew,
 	"suspend": idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
 	"resume":  idCommand("resume", "thaw a suspended computer", resumeOne),
+	"touch":   idCommand("touch", "record activity on a computer, resuming it when suspended", touchOne),
+	"cp":      runCopy,
+	"export":  runExport,
+	"import":  runImport,
 	"token":   runToken,
 	"serve":   runServe,
 	"verify":  runVerify,
@@ -91,6 +114,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return c(ctx, args[1:], stdout, stderr)
 }
 
+// socketWait is how long a command waits for the daemon's socket to
+// appear: `serve &` followed at once by a command is the common start.
+const socketWait = 5 * time.Second
+
+// waitSocket waits until path is a socket, at most d; the daemon makes
+// it only once it serves.
+func waitSocket(path string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		fi, err := os.Stat(path)
+		if err == nil && fi.Mode().Type() == os.ModeSocket {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no computer service at %s (start one with: tether-computer serve): %w", path, err)
+		}
+		time.Sleep(20 * time.Millisecond) // polling a path another process creates; no event to wait on
+	}
+}
+
 // conn holds the connection flags every daemon command shares.
 type conn struct {
 	socket, url, tokenFile, ca string
@@ -101,7 +144,7 @@ func newFlags(name, synopsis, text string, stderr io.Writer) (*flag.FlagSet, *co
 	fs := cli.NewFlagSet(prog+" "+name, prog+" "+synopsis, text)
 	fs.SetOutput(stderr)
 	c := &conn{}
-	fs.StringVar(&c.socket, "socket", DefaultSocket, "the daemon's unix socket (peer credentials decide who you are)")
+	fs.StringVar(&c.socket, "socket", defaultSocket(), "the daemon's unix socket (peer credentials decide who you are; $"+envSocket+" changes the default)")
 	fs.StringVar(&c.url, "url", "", "the daemon's TLS listener, https://HOST:PORT, instead of the socket (needs a token)")
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for --url (else $"+envToken+")")
 	fs.StringVar(&c.ca, "ca", "", "PEM CA bundle that signs the daemon's certificate for --url (else the system roots)")
@@ -131,6 +174,9 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer, want int) (pos []s
 // client makes the client the flags name.
 func (c *conn) client() (*client.Client, error) {
 	if c.url == "" {
+		if err := waitSocket(c.socket, socketWait); err != nil {
+			return nil, err
+		}
 		return client.Unix(c.socket), nil
 	}
 	tok := os.Getenv(envToken)
@@ -198,24 +244,26 @@ func (l labels) Set(v string) error {
 }
 
 func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs, c := newFlags("create", "create [flags]", "Makes a computer and prints it (JSON) once it runs; while the host is at capacity it waits in the queue.", stderr)
-	mem := fs.Int64("memory", 0, "memory limit in bytes (0: the service default)")
-	pids := fs.Int64("pids", 0, "process limit (0: the service default)")
-	disk := fs.Int64("disk", 0, "disk size in bytes (0: the service default)")
-	lease := fs.Duration("ttl", 0, "lease, whole seconds (0: the service default)")
-	idle := fs.Duration("idle", 0, "suspend after this long idle (0: the default, 15m)")
-	queue := fs.Duration("queue-timeout", 0, "how long to wait in the queue (0: the service default)")
+	fs, c := newFlags("create", "create [flags]", "Makes a computer and prints it (JSON) once it runs; while the host is at capacity it waits in the queue.\n"+
+		"--seed DIR copies the folder's contents into the new root, --seed-bundle FILE a git clone of the\n"+
+		"bundle (the seed's receipt goes to stderr); a computer whose seed fails is deleted.", stderr)
+	opts := createFlags(fs)
 	lbl := labels{}
 	fs.Var(lbl, "label", "KEY=VALUE label; repeatable")
+	seed := fs.String("seed", "", "local folder whose contents fill the new computer's root")
+	bundle := fs.String("seed-bundle", "", "git bundle cloned (by the local git) into the new computer's root")
+	field := fieldFlag(fs)
 	if _, code, done := parse(fs, args, stdout, 0); done {
 		return code
+	}
+	if *seed != "" && *bundle != "" {
+		return cli.UsageError(stderr, fs.Name(), "--seed and --seed-bundle exclude each other")
 	}
 	cl, err := c.client()
 	if err != nil {
 		return fail(stderr, "create", err)
 	}
-	req := api.CreateRequest{Limits: api.Limits{MemoryBytes: *mem, Pids: *pids, DiskBytes: *disk},
-		LeaseTTLSeconds: seconds(*lease), IdleTimeoutSeconds: seconds(*idle), QueueTimeoutSeconds: seconds(*queue)}
+	req := opts.request()
 	if len(lbl) > 0 {
 		req.Labels = lbl
 	}
@@ -223,7 +271,18 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return fail(stderr, "create", err)
 	}
-	return printJSON(stdout, comp)
+	if *seed != "" || *bundle != "" {
+		rec, err := seedRoot(ctx, cl, comp.ID, *seed, *bundle)
+		if err != nil {
+			err = errors.Join(fmt.Errorf("seed %s: %w", comp.ID, err), cl.Delete(context.WithoutCancel(ctx), comp.ID))
+			return fail(stderr, "create", err)
+		}
+		fmt.Fprintf(stderr, "%s create: seeded %s: sha256 %s, %d bytes, %d entries\n", prog, comp.ID, rec.SHA256, rec.Bytes, rec.Files)
+	}
+	if err := printComputer(stdout, comp, *field); err != nil {
+		return fail(stderr, "create", err)
+	}
+	return exitOK
 }
 
 func seconds(d time.Duration) int64 { return int64(d / time.Second) }
@@ -277,12 +336,62 @@ func idCommand(name, text string, do func(ctx context.Context, cl *client.Client
 	}
 }
 
-func showOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {
-	comp, err := cl.Get(ctx, id)
-	if err == nil {
-		printJSON(stdout, comp)
+func runShow(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs, c := newFlags("show", "show [flags] ID", "print one computer (JSON)", stderr)
+	field := fieldFlag(fs)
+	pos, code, done := parse(fs, args, stdout, 1)
+	if done {
+		return code
 	}
-	return err
+	cl, err := c.client()
+	if err != nil {
+		return fail(stderr, "show", err)
+	}
+	comp, err := cl.Get(ctx, pos[0])
+	if err == nil {
+		err = printComputer(stdout, comp, *field)
+	}
+	if err != nil {
+		return fail(stderr, "show", err)
+	}
+	return exitOK
+}
+
+// fieldFlag is --field: print one field of the computer instead of all.
+func fieldFlag(fs *flag.FlagSet) *string {
+	return fs.String("field", "", "print only this field of the computer, by its JSON name (\"id\", \"custodian_config\", \"tuple.root\"), for scripts")
+}
+
+// printComputer prints comp as JSON, or only its field (a dotted JSON
+// path to a string or number) on one line.
+func printComputer(w io.Writer, comp api.Computer, field string) error {
+	if field == "" {
+		printJSON(w, comp)
+		return nil
+	}
+	raw, err := json.Marshal(comp)
+	if err != nil {
+		return err
+	}
+	var v any
+	if err := strictjson.Decode(raw, len(raw), &v); err != nil {
+		return err
+	}
+	for _, k := range strings.Split(field, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return fmt.Errorf("--field %s: %q is not an object", field, k)
+		}
+		if v, ok = m[k]; !ok {
+			return fmt.Errorf("--field %s: no field %q", field, k)
+		}
+	}
+	switch x := v.(type) {
+	case string, float64, bool:
+		fmt.Fprintln(w, x)
+		return nil
+	}
+	return fmt.Errorf("--field %s is not a string, number or boolean", field)
 }
 
 func removeOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {

@@ -23,10 +23,14 @@ import (
 // and `demo` embeds the same daemon in its own process.
 type daemonConfig struct {
 	Dir     string // the service's state and machines
+	Socket  string // the API's unix socket, named to each computer's custodian
 	BinDir  string // holds tether-receiver
 	Service service.Config
 	Tokens  string // token file; empty admits no bearer token
 	Logger  *slog.Logger
+	// MaxUpload caps an import's or a copy in's body (0: the server's
+	// default, httpserver.DefaultMaxStreamBytes).
+	MaxUpload int64
 }
 
 // daemon is the computer service with its HTTP face and metrics. Close
@@ -47,7 +51,7 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 		return nil, fmt.Errorf("receiver binary: %w", err)
 	}
 	sc := cfg.Service
-	sc.Dir = cfg.Dir
+	sc.Dir, sc.Socket = cfg.Dir, cfg.Socket
 	sc.Provisioner = provision.NewProvisioner(provision.Config{Bins: b})
 	svc, err := service.Open(ctx, sc)
 	if err != nil {
@@ -63,7 +67,8 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 		}
 	}
 	backend := &instrumented{Backend: svc, m: d.m}
-	d.srv, err = httpserver.New(httpserver.Config{Backend: backend, Tokens: tokens, Logger: cfg.Logger})
+	d.srv, err = httpserver.New(httpserver.Config{Backend: backend, Tokens: tokens, Logger: cfg.Logger,
+		MaxStreamBytes: cfg.MaxUpload})
 	if err != nil {
 		svc.Close()
 		return nil, err

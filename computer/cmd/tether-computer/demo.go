@@ -70,7 +70,7 @@ func demo(ctx context.Context, binDir string, stdout, stderr io.Writer) error {
 	sc := service.Config{DefaultLimits: limits, MaxComputers: 4, IdleTimeout: service.DefaultIdleTimeout,
 		Pools: []service.Profile{{Name: "default", Limits: limits, Size: 1}},
 		Logf:  func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) }}
-	cfg := daemonConfig{Dir: filepath.Join(dir, "state"), BinDir: binDir, Service: sc, Logger: logger}
+	cfg := daemonConfig{Dir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"), BinDir: binDir, Service: sc, Logger: logger}
 	err = withDaemon(ctx, cfg, filepath.Join(dir, "api.sock"), func(cl *client.Client, d *daemon) error {
 		return (&demoSteps{out: stdout, cl: cl, d: d}).run(ctx)
 	})

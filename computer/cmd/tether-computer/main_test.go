@@ -17,9 +17,10 @@ import (
 
 // memBackend keeps computers in memory, owner-isolated as the service is.
 type memBackend struct {
-	mu sync.Mutex
-	cs map[string]api.Computer
-	n  int
+	mu  sync.Mutex
+	cs  map[string]api.Computer
+	n   int
+	dir string // holds each computer's root (transfer_test.go)
 }
 
 func (b *memBackend) Create(_ context.Context, c api.Caller, r api.CreateRequest) (api.Computer, error) {

@@ -31,12 +31,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			"stops the daemon; its computers keep running for the next one to adopt.")
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", DefaultDir, "state directory: the store, the transition log and the computers")
-	socket := fs.String("socket", DefaultSocket, "unix socket of the API")
+	socket := fs.String("socket", defaultSocket(), "unix socket of the API ($"+envSocket+" changes the default)")
 	group := fs.String("group", "", "group (name or gid) whose members may use the socket as owners (default: root only)")
 	listen := fs.String("listen", "", "also serve on this TCP address with TLS 1.3 (needs --tls-cert, --tls-key, --tokens)")
 	certFile := fs.String("tls-cert", "", "PEM certificate of --listen")
 	keyFile := fs.String("tls-key", "", "PEM key of --listen")
 	tokens := fs.String("tokens", "", "token file (tether-computer token add); each token names its owner")
+	maxUpload := fs.Int64("max-upload", httpserver.DefaultMaxStreamBytes, "largest import or copy-in body, in bytes (streamed, spooled in --dir/spool for an import)")
 	binDir := fs.String("bin", "", "directory holding tether-receiver (default: next to tether-computer)")
 	sc := serviceFlags(fs)
 	if code, done := cli.Parse(fs, args, stdout, stderr); done {
@@ -57,7 +58,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "serve", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg := daemonConfig{Dir: *dir, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger}
+	cfg := daemonConfig{Dir: *dir, Socket: *socket, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger,
+		MaxUpload: *maxUpload}
 	cfg.Service.Logf = func(format string, a ...any) { logger.Warn(fmt.Sprintf(format, a...)) }
 	if step := os.Getenv(TestPauseEnv); step != "" {
 		cfg.Service.StepHook = pauseAt(step, stderr)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -106,13 +107,29 @@ func TestIntegrationServe(t *testing.T) {
 		}
 	})
 	comp := waitPoolCreate(ctx, t, cl)
-	custodianRun(ctx, t, b, sock)
+	ran := custodianRun(ctx, t, b, sock)
+	checkRecords(ctx, t, b, cl, ran)
 
 	if c, err := cl.Suspend(ctx, comp.ID); err != nil || c.State != api.StateSuspended {
 		t.Fatalf("suspend: %v (state %q)", err, c.State)
 	}
 	if c, err := cl.Resume(ctx, comp.ID); err != nil || c.State != api.StateRunning {
 		t.Fatalf("resume: %v (state %q)", err, c.State)
+	}
+	// A callback to a suspended computer wakes it: its custodian
+	// configuration names the service, and the custodian resumes it first.
+	if _, err := cl.Suspend(ctx, comp.ID); err != nil {
+		t.Fatal(err)
+	}
+	runStart := time.Now()
+	out, err := exec.CommandContext(ctx, b.Path(bins.Custodian), "run", "--config", comp.CustodianConfig, "--jail-exec", b.Path(bins.Plugin),
+		"--prompt", `run_command {"command":"/bin/echo","args":["awake"]}`, "--", b.Path(bins.HostAgent), "--plugin", b.Path(bins.Plugin), "--principal", "alice").CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte(`awake\\n`)) {
+		t.Fatalf("a run on the suspended computer: %v\n%s", err, out)
+	}
+	t.Logf("a run on the suspended computer took %v:\n%s", time.Since(runStart), out)
+	if c, err := cl.Get(ctx, comp.ID); err != nil || c.State != api.StateRunning {
+		t.Fatalf("after the run: %v (state %q)", err, c.State)
 	}
 	metrics := scrape(ctx, t, sock)
 	for _, want := range []string{`tether_computers{state="running"} 1`, `tether_computer_pids{computer="` + comp.ID + `"}`} {
@@ -137,7 +154,7 @@ func TestIntegrationServe(t *testing.T) {
 			t.Errorf("state/%s after the last daemon: %d entries, %v", sub, len(ents), err)
 		}
 	}
-	out, err := exec.CommandContext(ctx, b.Path(bins.Computer), "verify", "--dir", filepath.Join(dir, "state")).CombinedOutput()
+	out, err = exec.CommandContext(ctx, b.Path(bins.Computer), "verify", "--dir", filepath.Join(dir, "state")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "chain intact") {
 		t.Fatalf("verify: %v\n%s", err, out)
 	}
@@ -157,9 +174,9 @@ func waitPoolCreate(ctx context.Context, t *testing.T, cl *client.Client) api.Co
 }
 
 // custodianRun runs the host agent through tether-custodian on a
-// computer the service makes for the run, and checks the command ran
-// there and the computer was deleted at the end.
-func custodianRun(ctx context.Context, t *testing.T, b bins.Set, sock string) {
+// computer the service makes for the run, checks the command ran there
+// and the computer was deleted at the end, and returns its id.
+func custodianRun(ctx context.Context, t *testing.T, b bins.Set, sock string) string {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, b.Path(bins.Custodian), "run", "--computer-socket", sock, "--jail-exec", b.Path(bins.Plugin),
 		"--prompt", `run_command {"command":"/bin/id"}`, "--", b.Path(bins.HostAgent), "--plugin", b.Path(bins.Plugin), "--principal", "alice")
@@ -171,6 +188,32 @@ func custodianRun(ctx context.Context, t *testing.T, b bins.Set, sock string) {
 		if !bytes.Contains(out, []byte(want)) {
 			t.Errorf("custodian run output lacks %q:\n%s", want, out)
 		}
+	}
+	m := regexp.MustCompile(`deleted computer (c-[0-9a-f]+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("custodian run output names no deleted computer:\n%s", out)
+	}
+	return string(m[1])
+}
+
+// checkRecords checks that the receipts and the audit log of a deleted
+// computer stay readable: its records hold the run's command, and the
+// audit log verifies with the key kept beside it.
+func checkRecords(ctx context.Context, t *testing.T, b bins.Set, cl *client.Client, id string) {
+	t.Helper()
+	c, err := cl.Get(ctx, id)
+	if err != nil || c.State != api.StateDeleted || c.Records == "" {
+		t.Fatalf("the deleted computer %s: %v (state %q, records %q)", id, err, c.State, c.Records)
+	}
+	state := filepath.Join(c.Records, "state")
+	out, err := exec.CommandContext(ctx, b.Path(bins.Custodian), "receipts", "show", "--state", state).CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte(`/bin/id`)) {
+		t.Errorf("receipts show of the deleted computer's records: %v\n%s", err, out)
+	}
+	out, err = exec.CommandContext(ctx, b.Path(bins.Custodian), "audit", "verify", "--state", state,
+		"--pubkey", filepath.Join(c.Records, "audit.pub")).CombinedOutput()
+	if err != nil {
+		t.Errorf("audit verify of the deleted computer's records: %v\n%s", err, out)
 	}
 }
 
@@ -192,4 +235,37 @@ func scrape(ctx context.Context, t *testing.T, sock string) string {
 		t.Fatalf("GET /metrics: %s\n%s", resp.Status, body)
 	}
 	return string(body)
+}
+
+// TestIntegrationDemo is the service half of `make demo`: the shipped
+// binary's demo exits 0 having shown every step, and leaves no receiver
+// running.
+func TestIntegrationDemo(t *testing.T) {
+	testenv.Require(t, "root", "cgroup-limits", "cgroup-freezer", "loop")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b, err := bins.Build(ctx, bins.Receiver, bins.Computer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, b.Path(bins.Computer), "demo", "--bin", b.Dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tether-computer demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"claimed from the pool", "renewed", "resumed in", "expiring -> deleted", "every step behaved as expected"} {
+		if !bytes.Contains(out, []byte(want)) {
+			t.Errorf("the demo's output lacks %q:\n%s", want, out)
+		}
+	}
+	dir := regexp.MustCompile(`(/\S*tether-computer-demo-\d+)/`).FindSubmatch(out)
+	if dir == nil {
+		t.Fatalf("the demo names no directory:\n%s", out)
+	}
+	if _, err := os.Stat(string(dir[1])); !os.IsNotExist(err) {
+		t.Errorf("the demo left %s: %v", dir[1], err)
+	}
+	procs, _ := exec.CommandContext(ctx, "pgrep", "-f", string(dir[1])).Output()
+	if len(bytes.TrimSpace(procs)) != 0 {
+		t.Errorf("the demo left processes running on %s: %s", dir[1], procs)
+	}
 }

@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/client"
+	"github.com/tetherdev/tether/custodian"
+	"github.com/tetherdev/tether/receiver/wire"
 )
 
 // computerFlags ask the computer service (tether-computer serve) for a
@@ -60,4 +63,68 @@ func (f *computerFlags) acquire(ctx context.Context, stderr io.Writer) (string, 
 		fmt.Fprintf(stderr, "tether-custodian: deleted computer %s\n", comp.ID)
 	}
 	return comp.CustodianConfig, release, nil
+}
+
+// wakeEvery bounds how often the custodian asks the service about its
+// computer: a computer is suspended only after its idle timeout (minutes)
+// with no callback, so one question a second is enough to find it.
+const wakeEvery = time.Second
+
+// waker tells the service that made the computer (custodian.Config.
+// Computer) of each callback before it is forwarded, at most once a
+// second, so that an active computer is not suspended and a suspended
+// one is resumed.
+type waker struct {
+	cl     *client.Client
+	id     string
+	stderr io.Writer
+
+	mu     sync.Mutex
+	last   time.Time
+	warned bool
+}
+
+func newWaker(ref *custodian.ComputerRef, stderr io.Writer) *waker {
+	return &waker{cl: client.Unix(ref.Socket), id: ref.ID, stderr: stderr}
+}
+
+// wake touches the computer through the service: the service counts it
+// as activity and resumes the computer if it is suspended. A service that
+// cannot be asked is reported once and does not stop the call: the
+// receiver still decides what it admits.
+func (w *waker) wake(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if time.Since(w.last) < wakeEvery {
+		return
+	}
+	w.last = time.Now()
+	if _, err := w.cl.Touch(ctx, w.id); err != nil && !w.warned {
+		w.warned = true
+		fmt.Fprintf(w.stderr, "tether-custodian: computer service: touch %s: %v (a suspended computer is not woken)\n", w.id, err)
+	}
+}
+
+// wakingDialer wraps dial so that every call on its connections wakes
+// the computer first.
+func wakingDialer(dial custodian.Dialer, w *waker) custodian.Dialer {
+	return func(ctx context.Context) (custodian.ReceiverConn, error) {
+		conn, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &wakingConn{ReceiverConn: conn, w: w}, nil
+	}
+}
+
+// wakingConn is a receiver connection that wakes the computer before
+// each call.
+type wakingConn struct {
+	custodian.ReceiverConn
+	w *waker
+}
+
+func (c *wakingConn) CallFenced(ctx context.Context, op wire.Op, tupleSHA256, opKey string, fence uint64, deadline time.Time, args, result any) error {
+	c.w.wake(ctx)
+	return c.ReceiverConn.CallFenced(ctx, op, tupleSHA256, opKey, fence, deadline, args, result)
 }

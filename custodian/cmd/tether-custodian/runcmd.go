@@ -225,6 +225,9 @@ func (r *runner) run(ctx context.Context) int {
 	if err != nil {
 		return fail(r.stderr, exitRuntime, "run: receiver: %v", err)
 	}
+	if r.cfg.Computer != nil {
+		dial = wakingDialer(dial, newWaker(r.cfg.Computer, r.stderr))
+	}
 	witnesses, err := r.witnessOptions()
 	if err != nil {
 		return fail(r.stderr, exitUsage, "run: %v", err)
