@@ -69,15 +69,24 @@ func (s *Service) evictForQueueLocked() bool {
 	}
 	for _, o := range s.queue.owners {
 		w := s.queue.subs[o][0]
-		s.used, s.usedMem = s.used-free, s.usedMem-freeMem
-		fits := s.fitsLocked(w.limits)
-		s.used, s.usedMem = s.used+free, s.usedMem+freeMem
-		if fits {
+		if s.fitsWithoutLocked(w.limits, s.evicting, s.evictingMem) {
+			return false // the machines being closed make room: wait for them
+		}
+		if s.fitsWithoutLocked(w.limits, s.evicting+free, s.evictingMem+freeMem) {
 			s.evictOneLocked()
 			return true
 		}
 	}
 	return false
+}
+
+// fitsWithoutLocked says whether l would fit with n machines and mem
+// bytes of capacity given back.
+func (s *Service) fitsWithoutLocked(l api.Limits, n int, mem int64) bool {
+	s.used, s.usedMem = s.used-n, s.usedMem-mem
+	fits := s.fitsLocked(l)
+	s.used, s.usedMem = s.used+n, s.usedMem+mem
+	return fits
 }
 
 func (s *Service) evictOneLocked() {
@@ -87,12 +96,19 @@ func (s *Service) evictOneLocked() {
 		}
 		m := p.ready[len(p.ready)-1]
 		p.ready = p.ready[:len(p.ready)-1]
-		s.releaseLocked(p.Limits)
+		// Its capacity is given back only once it is gone: until then it
+		// still runs, and the host's cap counts what runs.
+		s.evicting, s.evictingMem = s.evicting+1, s.evictingMem+p.Limits.MemoryBytes
 		s.wg.Add(1)
-		go func() {
+		go func(l api.Limits) {
 			defer s.wg.Done()
 			s.closePooled(m)
-		}()
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.evicting, s.evictingMem = s.evicting-1, s.evictingMem-l.MemoryBytes
+			s.releaseLocked(l)
+			s.dispatchLocked()
+		}(p.Limits)
 		return
 	}
 }

@@ -89,6 +89,10 @@ type Service struct {
 	perOwner  map[string]int
 	queue     fairQueue
 	pools     []*pool
+	// evicting and evictingMem are the capacity of pool machines being
+	// closed to make room: still held until each is gone.
+	evicting    int
+	evictingMem int64
 
 	refill chan struct{}
 	ev     events
