@@ -89,6 +89,11 @@ type Reader struct {
 	calls   sync.WaitGroup
 }
 
+var (
+	_ io.Reader = (*Reader)(nil)
+	_ io.Writer = (*LockedWriter)(nil)
+)
+
 // NewReader wraps the agent's output from; the SDK reads the result.
 // Answers to long requests are written to out, served through srv. caps
 // bounds the long lines (nil: none). Closing from stays with the caller.
