@@ -11,6 +11,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/custodian/jail"
+	"github.com/tetherdev/tether/custodian/longline"
 	"github.com/tetherdev/tether/receiver/transport"
 )
 
@@ -215,8 +216,8 @@ func (c *Config) Validate() error {
 		return bad("audit_budget %d: want a count, or -1 for none", c.AuditBudget)
 	case c.LongLines < -1:
 		return bad("long_lines %d: want a count, or -1 for no long-line caps", c.LongLines)
-	case c.LongLineBytes < 0 || c.LongLineBytes > 0 && c.LongLineBytes < 2*sdkLineMax:
-		return bad("long_line_bytes %d: want at least %d (twice the longest line the SDK reads)", c.LongLineBytes, 2*sdkLineMax)
+	case c.LongLineBytes < 0 || c.LongLineBytes > 0 && c.LongLineBytes < 2*longline.SDKLineMax:
+		return bad("long_line_bytes %d: want at least %d (twice the longest line the SDK reads)", c.LongLineBytes, 2*longline.SDKLineMax)
 	}
 	for k := range c.SessionMeta {
 		if strings.HasPrefix(k, "tether/") {

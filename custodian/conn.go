@@ -11,8 +11,10 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/acpmeta"
+	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/custodian/audit"
 	"github.com/tetherdev/tether/custodian/binding"
+	"github.com/tetherdev/tether/custodian/longline"
 )
 
 // ConnOptions tune one served ACP connection.
@@ -58,6 +60,29 @@ var (
 	_ acp.ExtensionMethodHandler = (*client)(nil)
 )
 
+// lineServer serves a client's long agent messages (longline.Server).
+type lineServer struct{ cl *client }
+
+var _ longline.Server = lineServer{}
+
+// WriteTextFile serves a long write as the SDK serves a short one.
+func (s lineServer) WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error) {
+	return s.cl.WriteTextFile(ctx, p)
+}
+
+// Refused counts a refused long message in the connection's refusals
+// (no session id: the session of a message not decoded is not known).
+func (s lineServer) Refused(code errcode.Code, method string) {
+	s.cl.conn.table.Refused(nil, code, audit.RefusalEvent{Method: method})
+}
+
+// Decoded runs the test hook's "long-line-decoded" step.
+func (s lineServer) Decoded(method string) {
+	if s.cl.c.hook != nil {
+		s.cl.c.hook(context.Background(), method, "long-line-decoded")
+	}
+}
+
 // Serve starts serving an ACP connection: toAgent is the agent's input
 // (its stdin), fromAgent its output (its stdout).
 func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptions) *Conn {
@@ -66,9 +91,9 @@ func (c *Custodian) Serve(toAgent io.Writer, fromAgent io.Reader, opts ConnOptio
 		stop:         make(chan struct{})}
 	// The SDK starts reading inside its constructor; the gate holds that
 	// first read until its logger is set, so SetLogger cannot race with it.
-	out := &lockedWriter{w: toAgent}
+	out := longline.NewLockedWriter(toAgent)
 	cl := &client{c: c, conn: cn}
-	g := &gatedReader{r: splitLongLines(fromAgent, out, cl, c.log, c.lines), open: make(chan struct{})}
+	g := &gatedReader{r: longline.NewReader(fromAgent, out, lineServer{cl}, c.log, c.lines), open: make(chan struct{})}
 	cn.acp = acp.NewClientSideConnection(cl, out, g)
 	cn.acp.SetLogger(sdkLogger(c.log))
 	close(g.open)

@@ -33,6 +33,7 @@ import (
 	"github.com/tetherdev/tether/custodian/binding"
 	"github.com/tetherdev/tether/custodian/credfile"
 	"github.com/tetherdev/tether/custodian/internal/durable"
+	"github.com/tetherdev/tether/custodian/longline"
 	"github.com/tetherdev/tether/custodian/opstore"
 )
 
@@ -43,6 +44,12 @@ const Version = "0.1.0"
 const (
 	OpKeysDir = "opkeys"
 	AuditDir  = "audit"
+)
+
+// Defaults of Options.LongLines and Options.LongLineBytes.
+const (
+	DefaultLongLines     = longline.DefaultLines
+	DefaultLongLineBytes = longline.DefaultBytes
 )
 
 // Options configure a Custodian.
@@ -79,7 +86,7 @@ type Options struct {
 	AuditBudget int
 	// LongLines caps how many agent messages longer than acp-go-sdk's
 	// 10 MiB line bound the custodian takes in at once, across every
-	// connection (linecap.go); one past it is answered busy. Zero means
+	// connection (package longline); one past it is answered busy. Zero means
 	// DefaultLongLines; negative turns the long-line caps off (this and
 	// LongLineBytes), and such a line is held in memory as it is read.
 	LongLines int
@@ -151,7 +158,7 @@ type Custodian struct {
 
 	tallyMu sync.Mutex
 	folds   map[*auditFold]struct{} // permission and attach records not written yet (auditfold.go)
-	lines   *lineCaps               // long agent lines (linecap.go); nil: no caps
+	lines   *longline.Caps          // long agent lines; nil: no caps
 	// hook, set only by tests, is called at the named steps of a call
 	// (the crash test SIGKILLs the process there; others cancel the
 	// agent's request there).
@@ -192,7 +199,7 @@ func New(opts Options) (*Custodian, error) {
 		return nil, err
 	}
 	c := &Custodian{opts: opts, log: opts.Logger, store: store, fleet: opts.Fleet, alog: alog, wit: wit,
-		taken: map[string]opstore.Claimed{}, folds: map[*auditFold]struct{}{}, lines: newLineCaps(opts)}
+		taken: map[string]opstore.Claimed{}, folds: map[*auditFold]struct{}{}, lines: longline.NewCaps(opts.StateDir, opts.LongLines, opts.LongLineBytes)}
 	c.keeper = binding.NewKeeper(binding.Config{CommandBudget: opts.CommandBudget, AttachTimeout: opts.AttachTimeout,
 		RefusalBudget: opts.RefusalBudget, RefusalRecordEvery: opts.RefusalRecordEvery},
 		binding.Hooks{Now: opts.Now, Audit: c.audit, AuditErr: c.auditErr, KeepForLease: c.keepForLeaseWaiting, Claim: c.claim,

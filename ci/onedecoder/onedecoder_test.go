@@ -26,9 +26,9 @@ import (
 var allowed = map[string]string{
 	"admission/acperr/acperr.go:remarshalLoose":        "reads the data of an ACP error another party built (the SDK's shape, not ours), loosely on purpose",
 	"admission/coordinator/baotest/baotest.go:check":   "the fake OpenBao server's check of a request body the coordinator sent (a test double, not a parser the product runs)",
-	"custodian/bigline.go:decodeLong":                  "the JSON-RPC envelope of an agent message over the SDK's 10 MiB, as acp-go-sdk would read it; the params are then decoded as the ACP request type",
-	"custodian/idscan.go:endKey":                       "one JSON string, a key of an agent message's envelope with an escape in it, to find the id and method of a long line without holding it",
-	"custodian/idscan.go:endValue":                     "one JSON string, the method name of a long agent message, to answer its refusal; the message itself is never decoded from it",
+	"custodian/longline/bigline.go:decodeLong":         "the JSON-RPC envelope of an agent message over the SDK's 10 MiB, as acp-go-sdk would read it; the params are then decoded as the ACP request type",
+	"custodian/longline/idscan.go:endKey":              "one JSON string, a key of an agent message's envelope with an escape in it, to find the id and method of a long line without holding it",
+	"custodian/longline/idscan.go:endValue":            "one JSON string, the method name of a long agent message, to answer its refusal; the message itself is never decoded from it",
 	"custodian/agentprofile/profile.go:packageVersion": "the version field of an agent's npm package.json, only to warn about an untested version; nothing is decided on it",
 	"custodian/config.go:UnmarshalJSON":                "one JSON string inside a config the strict decoder is already decoding (Duration)",
 	"custodian/dispatch.go:decodeResponse":             "a stored ACP response the custodian encoded itself and the receipt store decoded strictly",

@@ -1,4 +1,9 @@
-package custodian
+// Package longline reads the agent's output for the custodian: lines the
+// ACP SDK can read go on to it, longer ones are served or refused here,
+// under caps on how many such lines and how many of their bytes the
+// custodian holds at once. It calls back into the custodian only through
+// Server.
+package longline
 
 import (
 	"bufio"
@@ -12,21 +17,23 @@ import (
 	"sync"
 
 	acp "github.com/coder/acp-go-sdk"
+
+	"github.com/tetherdev/tether/admission/errcode"
 )
 
 // acp-go-sdk v0.13.0 reads each JSON-RPC message as one line of at most
 // 10 MiB (a bufio.Scanner bound); a longer line ends the connection. A
 // write_text_file of a file up to max_file_bytes (64 MiB by default) is
 // longer than that. So the custodian reads the agent's output itself: a
-// line up to sdkLineMax goes on to the SDK unchanged; a longer one that is
+// line up to SDKLineMax goes on to the SDK unchanged; a longer one that is
 // an fs/write_text_file request is served here, through the same client
-// methods, and its answer written to the agent as one whole line beside
-// the SDK's (lockedWriter); any other long message is refused.
+// methods (Server), and its answer written to the agent as one whole line
+// beside the SDK's (LockedWriter); any other long message is refused.
 
 const (
-	// sdkLineMax is the longest line handed to the SDK (its bound, 10 MiB,
+	// SDKLineMax is the longest line handed to the SDK (its bound, 10 MiB,
 	// less room for the newline).
-	sdkLineMax = 10<<20 - 1024
+	SDKLineMax = 10<<20 - 1024
 	// maxAgentLine bounds one message from the agent: a 64 MiB file with
 	// JSON escaping to spare.
 	maxAgentLine = 384 << 20
@@ -35,41 +42,67 @@ const (
 // errLineTooLong ends the agent's connection: a message past maxAgentLine.
 var errLineTooLong = errors.New("agent message longer than the custodian reads")
 
-// lockedWriter makes each Write whole: the SDK writes one message per
-// Write, and so does the long-line path.
-type lockedWriter struct {
+// Server is the custodian's side of one connection, as the long-line
+// path uses it.
+type Server interface {
+	// WriteTextFile serves a long fs/write_text_file request, as the
+	// SDK would serve a short one.
+	WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error)
+	// Refused counts a refused long message in the connection's
+	// refusals; method is its method when that is a string ("" else).
+	Refused(code errcode.Code, method string)
+	// Decoded is told that a long request of method was decoded, before
+	// it is served.
+	Decoded(method string)
+}
+
+// LockedWriter makes each Write whole: the SDK writes one message per
+// Write, and so does the long-line path. Both write the agent's input
+// through one LockedWriter.
+type LockedWriter struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
+// NewLockedWriter returns a LockedWriter over w; closing w stays with
+// the caller.
+func NewLockedWriter(w io.Writer) *LockedWriter { return &LockedWriter{w: w} }
+
+// Write writes p to the underlying writer, one Write at a time.
+func (l *LockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
 
-// longLines reads the agent's output for the SDK: it returns short lines
+// Reader reads the agent's output for the SDK: it returns short lines
 // as they are and serves long ones itself. At the end of the agent's
 // output it waits for the long requests in flight, then reports the end.
-type longLines struct {
+type Reader struct {
 	br      *bufio.Reader
 	pending [][]byte // the rest of the line being read by the SDK, in pieces
 	err     error
-	out     *lockedWriter
-	cl      *client
+	out     *LockedWriter
+	srv     Server // nil in tests of the reader alone
 	log     *slog.Logger
-	caps    *lineCaps // nil: no caps, a long line is held in memory as it is read
+	caps    *Caps // nil: no caps, a long line is held in memory as it is read
 	calls   sync.WaitGroup
 }
 
-// splitLongLines wraps the agent's output; the SDK reads the result.
-// caps bounds the long lines (nil: none).
-func splitLongLines(from io.Reader, out *lockedWriter, cl *client, log *slog.Logger, caps *lineCaps) *longLines {
-	return &longLines{br: bufio.NewReaderSize(from, 1<<20), out: out, cl: cl, log: log, caps: caps}
+var (
+	_ io.Reader = (*Reader)(nil)
+	_ io.Writer = (*LockedWriter)(nil)
+)
+
+// NewReader wraps the agent's output from; the SDK reads the result.
+// Answers to long requests are written to out, served through srv. caps
+// bounds the long lines (nil: none). Closing from stays with the caller.
+func NewReader(from io.Reader, out *LockedWriter, srv Server, log *slog.Logger, caps *Caps) *Reader {
+	return &Reader{br: bufio.NewReaderSize(from, 1<<20), out: out, srv: srv, log: log, caps: caps}
 }
 
 // Read gives the SDK the next short lines.
-func (ll *longLines) Read(p []byte) (int, error) {
+func (ll *Reader) Read(p []byte) (int, error) {
 	for len(ll.pending) == 0 {
 		if ll.err != nil {
 			ll.calls.Wait()
@@ -91,7 +124,7 @@ func (ll *longLines) Read(p []byte) (int, error) {
 }
 
 // readShort returns one line with its newline, or, with long set, the
-// first bytes of a line longer than sdkLineMax (the rest unread), in the
+// first bytes of a line longer than SDKLineMax (the rest unread), in the
 // non-empty pieces it was read in: a line is never copied to grow it, so
 // a long one costs no garbage before it is known to be long.
 func readShort(br *bufio.Reader) (line [][]byte, long bool, err error) {
@@ -102,7 +135,7 @@ func readShort(br *bufio.Reader) (line [][]byte, long bool, err error) {
 			line = append(line, bytes.Clone(part))
 			n += len(part)
 		}
-		if n > sdkLineMax {
+		if n > SDKLineMax {
 			return line, true, nil
 		}
 		if !errors.Is(err, bufio.ErrBufferFull) {
@@ -114,7 +147,7 @@ func readShort(br *bufio.Reader) (line [][]byte, long bool, err error) {
 // takeLong reads the rest of a long line whose first pieces are head and
 // serves it: held in memory without caps, else spooled under ll.caps.
 // It returns the error that ends the agent's output, if any.
-func (ll *longLines) takeLong(head [][]byte) error {
+func (ll *Reader) takeLong(head [][]byte) error {
 	if ll.caps == nil {
 		line, err := readRest(ll.br, bytes.Join(head, nil))
 		if line != nil {
@@ -153,7 +186,7 @@ type longRequest struct {
 
 // serveLong answers a long request on its own goroutine (the path
 // without caps).
-func (ll *longLines) serveLong(line []byte) {
+func (ll *Reader) serveLong(line []byte) {
 	msg, derr, ok := ll.decodeLong(line)
 	if !ok {
 		return
@@ -164,7 +197,7 @@ func (ll *longLines) serveLong(line []byte) {
 
 // decodeLong decodes a long message; ok is false (and the message logged
 // and dropped) when it is no request. derr is a params type error.
-func (ll *longLines) decodeLong(line []byte) (msg *longRequest, derr error, ok bool) {
+func (ll *Reader) decodeLong(line []byte) (msg *longRequest, derr error, ok bool) {
 	msg = new(longRequest)
 	err := json.Unmarshal(line, msg)
 	var te *json.UnmarshalTypeError
@@ -177,9 +210,9 @@ func (ll *longLines) decodeLong(line []byte) (msg *longRequest, derr error, ok b
 
 // runLong serves a decoded long request of n bytes and answers it. The
 // line it was decoded from is not kept alive meanwhile.
-func (ll *longLines) runLong(msg *longRequest, derr error, n int) {
-	if ll.cl != nil && ll.cl.c.hook != nil {
-		ll.cl.c.hook(context.Background(), msg.Method, "long-line-decoded")
+func (ll *Reader) runLong(msg *longRequest, derr error, n int) {
+	if ll.srv != nil {
+		ll.srv.Decoded(msg.Method)
 	}
 	res, err := ll.serve(msg, derr, n)
 	ll.answer(msg.ID, res, err)
@@ -187,18 +220,18 @@ func (ll *longLines) runLong(msg *longRequest, derr error, n int) {
 
 // serve runs a long request: fs/write_text_file only. decodeErr is a
 // params type error (any other method's params may not fit the write's).
-func (ll *longLines) serve(msg *longRequest, decodeErr error, n int) (any, error) {
+func (ll *Reader) serve(msg *longRequest, decodeErr error, n int) (any, error) {
 	if msg.Method != acp.ClientMethodFsWriteTextFile {
 		return nil, &acp.RequestError{Code: -32600, Message: "message of " + strconv.Itoa(n) + " bytes: only fs/write_text_file may be longer than 10 MiB"}
 	}
 	if decodeErr != nil {
 		return nil, acp.NewInvalidParams(map[string]any{"error": decodeErr.Error()})
 	}
-	return ll.cl.WriteTextFile(context.Background(), msg.Params)
+	return ll.srv.WriteTextFile(context.Background(), msg.Params)
 }
 
 // answer writes the JSON-RPC response of a long request as one line.
-func (ll *longLines) answer(id json.RawMessage, result any, err error) {
+func (ll *Reader) answer(id json.RawMessage, result any, err error) {
 	resp := map[string]any{"jsonrpc": "2.0", "id": id}
 	var re *acp.RequestError
 	switch {

@@ -1,4 +1,4 @@
-package custodian
+package longline
 
 import (
 	"bytes"

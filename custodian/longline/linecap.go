@@ -1,4 +1,4 @@
-package custodian
+package longline
 
 import (
 	"bufio"
@@ -11,12 +11,11 @@ import (
 
 	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
-	"github.com/tetherdev/tether/custodian/audit"
 )
 
 // The custodian's memory for long agent lines (bigline.go) is bounded
-// across every connection it serves: at most Options.LongLines such lines
-// at once, and at most Options.LongLineBytes charged across them. A long
+// across every connection it serves (one Caps): at most LongLines such
+// lines at once, and at most LongLineBytes charged across them. A long
 // line is never held in memory while it is read: its bytes go to a spool
 // file without a name in the state directory, and only a whole line that
 // gets its charge (twice its length: its bytes, then the content decoded
@@ -29,38 +28,39 @@ import (
 
 // Defaults of the long-line caps.
 const (
-	DefaultLongLines     = 4
-	DefaultLongLineBytes = 256 << 20
+	DefaultLines = 4
+	DefaultBytes = 256 << 20
 )
 
 // lineCharge is how many times its length a served long line is charged:
 // its bytes and the content decoded from them are alive together.
 const lineCharge = 2
 
-// lineCaps counts the long lines of one Custodian and the bytes charged
+// Caps counts the long lines of one Custodian and the bytes charged
 // to them.
-type lineCaps struct {
+type Caps struct {
 	dir     string // where spool files are made
 	perLine int64  // the longest line served
 
 	mu    sync.Mutex
 	slots int   // free slots
 	bytes int64 // free bytes
-	total int64 // Options.LongLineBytes
+	total int64 // LongLineBytes
 }
 
-// newLineCaps returns the caps of opts, or nil when they are off
-// (Options.LongLines negative).
-func newLineCaps(opts Options) *lineCaps {
-	if opts.LongLines < 0 {
+// NewCaps returns caps of lines long lines at once and bytes charged
+// across them, spooled in dir, or nil (no caps) when lines is negative.
+// One Caps is shared by every Reader of a custodian.
+func NewCaps(dir string, lines int, bytes int64) *Caps {
+	if lines < 0 {
 		return nil
 	}
-	return &lineCaps{dir: opts.StateDir, perLine: min(maxAgentLine, opts.LongLineBytes/lineCharge),
-		slots: opts.LongLines, bytes: opts.LongLineBytes, total: opts.LongLineBytes}
+	return &Caps{dir: dir, perLine: min(maxAgentLine, bytes/lineCharge),
+		slots: lines, bytes: bytes, total: bytes}
 }
 
 // takeSlot takes a slot for one long line, if one is free.
-func (lc *lineCaps) takeSlot() bool {
+func (lc *Caps) takeSlot() bool {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	if lc.slots == 0 {
@@ -71,7 +71,7 @@ func (lc *lineCaps) takeSlot() bool {
 }
 
 // charge takes n bytes of the budget, if they are free.
-func (lc *lineCaps) charge(n int64) bool {
+func (lc *Caps) charge(n int64) bool {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	if n > lc.bytes {
@@ -82,7 +82,7 @@ func (lc *lineCaps) charge(n int64) bool {
 }
 
 // release gives back a slot and n charged bytes.
-func (lc *lineCaps) release(n int64) {
+func (lc *Caps) release(n int64) {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
 	lc.slots++
@@ -120,7 +120,7 @@ type lineRefusal struct {
 // spoolLong reads the long line begun by head into a spool file and
 // serves it under the caps, or answers it busy or too_large. It returns
 // the error that ends the agent's output, if any.
-func (ll *longLines) spoolLong(head [][]byte) error {
+func (ll *Reader) spoolLong(head [][]byte) error {
 	lc := ll.caps
 	var sc idScanner
 	for _, p := range head {
@@ -161,7 +161,7 @@ func (ll *longLines) spoolLong(head [][]byte) error {
 // serveSpooled decodes the n-byte line in f from a read-only mapping of
 // f (unmapped as soon as it is decoded, so only the content decoded stays
 // resident, whenever the collector runs) and serves it. It closes f.
-func (ll *longLines) serveSpooled(f *os.File, n int64, sc *idScanner) {
+func (ll *Reader) serveSpooled(f *os.File, n int64, sc *idScanner) {
 	line, err := unix.Mmap(int(f.Fd()), 0, int(n), unix.PROT_READ, unix.MAP_SHARED)
 	f.Close()
 	if err != nil {
@@ -183,7 +183,7 @@ func (ll *longLines) serveSpooled(f *os.File, n int64, sc *idScanner) {
 // writing and returns a too_large refusal with the rest of the line
 // still unread. An error is the end of the agent's output inside the
 // line.
-func (ll *longLines) fill(f *os.File, sc *idScanner, head [][]byte) (int64, *lineRefusal, error) {
+func (ll *Reader) fill(f *os.File, sc *idScanner, head [][]byte) (int64, *lineRefusal, error) {
 	spoolFailed := &lineRefusal{errcode.CodeBusy, "the custodian could not spool a long message; retry"}
 	n := int64(0)
 	for _, p := range head {
@@ -216,14 +216,14 @@ func (ll *longLines) fill(f *os.File, sc *idScanner, head [][]byte) (int64, *lin
 }
 
 // tooLarge is the refusal of a line past the bound of one line.
-func (ll *longLines) tooLarge() *lineRefusal {
+func (ll *Reader) tooLarge() *lineRefusal {
 	return &lineRefusal{errcode.CodeTooLarge, fmt.Sprintf("message longer than %d bytes, the most the custodian holds for one", ll.caps.perLine)}
 }
 
 // refuseLong reads the rest of a refused line (when the newline has not
 // been read yet, sc has not seen it), scanning it for the id without
 // holding it, and answers the request, if it is one.
-func (ll *longLines) refuseLong(sc *idScanner, r lineRefusal) error {
+func (ll *Reader) refuseLong(sc *idScanner, r lineRefusal) error {
 	for !sc.ended() {
 		part, err := ll.br.ReadSlice('\n')
 		sc.Write(part)
@@ -240,9 +240,9 @@ func (ll *longLines) refuseLong(sc *idScanner, r lineRefusal) error {
 // message not decoded is not known) and answers it with its code, or,
 // with no id (a notification, a response or no JSON-RPC object), logs
 // that it was dropped.
-func (ll *longLines) answerRefusal(sc *idScanner, r lineRefusal) {
-	if ll.cl != nil {
-		ll.cl.conn.table.Refused(nil, r.code, audit.RefusalEvent{Method: sc.methodName()})
+func (ll *Reader) answerRefusal(sc *idScanner, r lineRefusal) {
+	if ll.srv != nil {
+		ll.srv.Refused(r.code, sc.methodName())
 	}
 	id := sc.id()
 	if id == nil {
