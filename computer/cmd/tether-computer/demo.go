@@ -239,7 +239,11 @@ func (s *demoSteps) expiry(ctx context.Context) error {
 		if e.Computer != c.ID {
 			continue
 		}
-		s.say("event: %s -> %s (%s)", e.From, e.To, e.Reason)
+		from := e.From
+		if from == "" {
+			from = "(new)"
+		}
+		s.say("event: %s -> %s (%s)", from, e.To, e.Reason)
 		if e.To == api.StateDeleted {
 			s.say("gone %v after its lease ended", e.At.Sub(c.LeaseExpiresAt).Round(time.Millisecond))
 			return nil
