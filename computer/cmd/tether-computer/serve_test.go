@@ -41,7 +41,12 @@ func startDaemon(t *testing.T, b bins.Set, dir string, args ...string) *daemonPr
 		t.Fatal(err)
 	}
 	go func() { d.done <- d.cmd.Wait() }()
-	t.Cleanup(func() { d.stop(t, syscall.SIGTERM) })
+	t.Cleanup(func() {
+		d.stop(t, syscall.SIGTERM)
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", d.logs.String())
+		}
+	})
 	cl := client.Unix(sock)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -57,6 +62,21 @@ func startDaemon(t *testing.T, b bins.Set, dir string, args ...string) *daemonPr
 	}
 	t.Fatalf("tether-computer serve never answered /healthz\n%s", d.logs.String())
 	return nil
+}
+
+// traversableDir is a temporary directory the computers' users can
+// traverse (t.TempDir's parent is not), removed at the end.
+func traversableDir(t *testing.T, prefix string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // stop sends sig and waits for the daemon to exit (once).
@@ -89,23 +109,10 @@ func TestIntegrationServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "tether-serve-") // t.TempDir's parent is not traversable
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	dir := traversableDir(t, "tether-serve-")
 	sock := filepath.Join(dir, "api.sock")
 	cl := client.Unix(sock)
 	d := startDaemon(t, b, dir, "--pool", "1")
-
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.logs.String())
-		}
-	})
 	comp := waitPoolCreate(ctx, t, cl)
 	ran := custodianRun(ctx, t, b, sock)
 	checkRecords(ctx, t, b, cl, ran)

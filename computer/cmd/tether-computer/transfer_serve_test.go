@@ -37,22 +37,10 @@ func TestIntegrationTransfer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "tether-xfer-") // t.TempDir's parent is not traversable
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	dir := traversableDir(t, "tether-xfer-")
 	sock := filepath.Join(dir, "api.sock")
 	cl := client.Unix(sock)
 	d := startDaemon(t, b, dir, "--pool", "0")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.logs.String())
-		}
-	})
 	comp := waitPoolCreate(ctx, t, cl)
 	st := machineState(t, comp)
 
