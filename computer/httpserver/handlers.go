@@ -1,6 +1,7 @@
 package httpserver
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/tetherdev/tether/computer/api"
@@ -34,7 +35,24 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, c api.Caller) {
 		s.fail(w, r, c, "", err)
 		return
 	}
+	if r.Context().Err() != nil {
+		s.deleteOrphan(r, c, comp.ID)
+		return
+	}
 	writeJSON(w, http.StatusCreated, comp)
+}
+
+// deleteOrphan deletes a computer made for a client that went away while
+// it was being made: no one would learn its id, and it would hold its
+// capacity until its lease ended. The delete is audited.
+func (s *Server) deleteOrphan(r *http.Request, c api.Caller, id string) {
+	err := s.cfg.Backend.Delete(context.WithoutCancel(r.Context()), c, id)
+	result := "client gone; deleted"
+	if err != nil {
+		result = "client gone; delete: " + api.CodeOf(err)
+		s.cfg.Logger.Error("delete a computer whose client went away", "id", id, "err", err)
+	}
+	s.auditf(r, c, AuditCall, id, result)
 }
 
 // list serves GET /v1/computers.
