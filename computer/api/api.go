@@ -117,6 +117,11 @@ const (
 	OpCopyOut = "copy_out"
 )
 
+// ReceiptList is the body of GET /v1/computers/{id}/receipts.
+type ReceiptList struct {
+	Receipts []Receipt `json:"receipts"`
+}
+
 // Receipt says what one export, import or copy moved. The service keeps
 // every receipt it issues (computer/service: the receipts bucket of its
 // store).
@@ -207,6 +212,9 @@ type Backend interface {
 	Renew(ctx context.Context, c Caller, id string, ttl time.Duration) (Computer, error)
 	Suspend(ctx context.Context, c Caller, id string) (Computer, error)
 	Resume(ctx context.Context, c Caller, id string) (Computer, error)
+	// Receipts lists the receipts of the computer's exports, imports and
+	// copies, oldest first; an ended computer's stay readable.
+	Receipts(ctx context.Context, c Caller, id string) ([]Receipt, error)
 	// Events streams state changes the caller may see, until ctx ends;
 	// the channel is closed then.
 	Events(ctx context.Context, c Caller) (<-chan Event, error)

@@ -20,6 +20,13 @@ func (c *Client) Touch(ctx context.Context, id string) (api.Computer, error) {
 	return out, c.call(ctx, http.MethodPost, idPath(id, "/touch"), nil, http.StatusOK, &out)
 }
 
+// Receipts lists the receipts of the computer's exports, imports and
+// copies, oldest first.
+func (c *Client) Receipts(ctx context.Context, id string) ([]api.Receipt, error) {
+	var out api.ReceiptList
+	return out.Receipts, c.call(ctx, http.MethodGet, idPath(id, "/receipts"), nil, http.StatusOK, &out)
+}
+
 // Stream says what an export or a copy out sent: the digest the daemon
 // announced, which the client checked against the bytes it received.
 type Stream struct {

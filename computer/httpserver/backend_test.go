@@ -197,6 +197,17 @@ func (b *strictBackend) TouchAs(ctx context.Context, c api.Caller, id string) (a
 	return b.setState("TouchAs", c, id, api.StateRunning)
 }
 
+// Receipts lists one export receipt of id.
+func (b *strictBackend) Receipts(ctx context.Context, c api.Caller, id string) ([]api.Receipt, error) {
+	if err := b.called("Receipts"); err != nil {
+		return nil, err
+	}
+	if _, err := b.lookup(c, id); err != nil {
+		return nil, err
+	}
+	return []api.Receipt{receiptOf(id, "export", "", []byte(streamOf(id)))}, nil
+}
+
 // streamOf is what the strict backend exports or copies out of id.
 func streamOf(id string) string { return "stream of " + id }
 

@@ -99,6 +99,7 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/computers/{id}/suspend", s.authed(s.withID(s.suspend))},
 		{"POST /v1/computers/{id}/resume", s.authed(s.withID(s.resume))},
 		{"POST /v1/computers/{id}/touch", s.authed(s.withID(s.touch))},
+		{"GET /v1/computers/{id}/receipts", s.authed(s.withID(s.receipts))},
 		{"GET /v1/computers/{id}/export", s.authed(s.withID(s.export))},
 		{"POST /v1/computers/import", s.authed(s.importComputer)},
 		{"PUT /v1/computers/{id}/files", s.authed(s.withID(s.copyIn))},

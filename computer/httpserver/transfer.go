@@ -40,6 +40,19 @@ func (s *Server) touch(w http.ResponseWriter, r *http.Request, c api.Caller, id 
 	s.answer(w, r, c, id, comp, err)
 }
 
+// receipts serves GET /v1/computers/{id}/receipts.
+func (s *Server) receipts(w http.ResponseWriter, r *http.Request, c api.Caller, id string) {
+	rs, err := s.cfg.Backend.Receipts(r.Context(), c, id)
+	if err != nil {
+		s.fail(w, r, c, id, err)
+		return
+	}
+	if rs == nil {
+		rs = []api.Receipt{}
+	}
+	writeJSON(w, http.StatusOK, api.ReceiptList{Receipts: rs})
+}
+
 // export serves GET /v1/computers/{id}/export: the tar.zst of a
 // suspended computer's root.
 func (s *Server) export(w http.ResponseWriter, r *http.Request, c api.Caller, id string) {

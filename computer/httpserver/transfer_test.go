@@ -114,6 +114,7 @@ func TestTransferOwnerIsolation(t *testing.T) {
 	id := "/v1/computers/" + c.ID
 	probes := []struct{ method, path, ctype, body, backend string }{
 		{"POST", id + "/touch", "", "", "TouchAs"},
+		{"GET", id + "/receipts", "", "", "Receipts"},
 		{"GET", id + "/export", "", "", "Export"},
 		{"GET", id + "/files?path=%2Fwork", "", "", "CopyOut"},
 		{"PUT", id + "/files?path=%2Fwork", "application/x-tar", "tar", "CopyIn"},

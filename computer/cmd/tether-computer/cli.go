@@ -62,6 +62,7 @@ commands:
   suspend  ID                    freeze its commands (memory kept)
   resume   ID                    thaw it
   touch    ID                    record activity (resumes a suspended computer)
+  receipts ID                    the receipts (SHA-256) of its exports, imports and copies
   cp       SRC DST               copy a file or folder in or out; one side is ID:/path (receipt: JSON)
   export   ID -o FILE            write a suspended computer's root as tar.zst; prints its SHA-256
   import   FILE --sha256 HEX     make a computer from an export, after the daemon checks its digest
@@ -81,21 +82,22 @@ and the server's CA in --ca. Run "tether-computer <command> --help" for its flag
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 var commands = map[string]command{
-	"create":  runCreate,
-	"ls":      runList,
-	"show":    runShow,
-	"rm":      idCommand("rm", "end a computer: withdraw its grant, kill what runs, tear down", removeOne),
-	"renew":   runRenew,
-	"suspend": idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
-	"resume":  idCommand("resume", "thaw a suspended computer", resumeOne),
-	"touch":   idCommand("touch", "record activity on a computer, resuming it when suspended", touchOne),
-	"cp":      runCopy,
-	"export":  runExport,
-	"import":  runImport,
-	"token":   runToken,
-	"serve":   runServe,
-	"verify":  runVerify,
-	"demo":    runDemo,
+	"create":   runCreate,
+	"ls":       runList,
+	"show":     runShow,
+	"rm":       idCommand("rm", "end a computer: withdraw its grant, kill what runs, tear down", removeOne),
+	"renew":    runRenew,
+	"suspend":  idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
+	"resume":   idCommand("resume", "thaw a suspended computer", resumeOne),
+	"touch":    idCommand("touch", "record activity on a computer, resuming it when suspended", touchOne),
+	"receipts": idCommand("receipts", "list the receipts (SHA-256) of a computer's exports, imports and copies", receiptsOf),
+	"cp":       runCopy,
+	"export":   runExport,
+	"import":   runImport,
+	"token":    runToken,
+	"serve":    runServe,
+	"verify":   runVerify,
+	"demo":     runDemo,
 }
 
 // run dispatches to a subcommand and returns the process exit code.

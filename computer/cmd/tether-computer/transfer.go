@@ -261,3 +261,11 @@ func touchOne(ctx context.Context, cl *client.Client, id string, stdout io.Write
 	}
 	return err
 }
+
+func receiptsOf(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {
+	rs, err := cl.Receipts(ctx, id)
+	if err == nil {
+		printJSON(stdout, api.ReceiptList{Receipts: rs})
+	}
+	return err
+}

@@ -108,6 +108,11 @@ func TestIntegrationTransfer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The receipts of an ended computer stay readable.
+	code, out, errs = cmd(t, "receipts", comp.ID, "--socket", sock)
+	if code != 0 || !strings.Contains(out, `"op": "export"`) || !strings.Contains(out, digest) {
+		t.Errorf("receipts of the deleted computer: %d %s %s; want its export with sha256 %s", code, out, errs, digest)
+	}
 	d.stop(t, syscall.SIGTERM)
 	out2, err := exec.CommandContext(ctx, b.Path(bins.Computer), "verify", "--dir", filepath.Join(dir, "state")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out2), "chain intact") {
