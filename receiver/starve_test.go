@@ -6,10 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/fixtures/testenv"
+	"github.com/tetherdev/tether/receiver/internal/socktest"
 	"github.com/tetherdev/tether/receiver/wire"
 	"github.com/tetherdev/tether/receiver/wireclient"
 	"github.com/tetherdev/tether/receiver/wireserver"
@@ -69,7 +68,7 @@ func newConns(f *fixture) *conns {
 // open returns a client on a new connection; closing it ends the
 // connection as a crashed custodian's would.
 func (c *conns) open() *wireclient.Client {
-	cc, sc := socketpair(c.f.t)
+	cc, sc := socktest.Pair(c.f.t)
 	go c.srv.ServeConn(context.Background(), sc)
 	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	if err != nil {
@@ -170,26 +169,6 @@ func asWire(err error) error {
 		return we
 	}
 	return err
-}
-
-// socketpair returns the two ends of an AF_UNIX stream socketpair.
-func socketpair(t testing.TB) (net.Conn, net.Conn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int) net.Conn {
-		f := os.NewFile(uintptr(fd), "socketpair")
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	return conn(fds[0]), conn(fds[1])
 }
 
 func TestLimitsPerTupleAndGraceDefaults(t *testing.T) {

@@ -6,8 +6,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/tetherdev/tether/receiver/internal/socktest"
 )
 
 // peerConn is a real socket whose remote address claims a TCP source, so
@@ -21,28 +22,8 @@ func (c peerConn) RemoteAddr() net.Addr { return c.remote }
 
 func tcpFrom(ip string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(ip), Port: 40000} }
 
-// socketPair returns the two ends of a real AF_UNIX stream socketpair.
-func socketPair(t testing.TB) (net.Conn, net.Conn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int, name string) net.Conn {
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	return conn(fds[0], "client"), conn(fds[1], "server")
-}
-
 func TestPeerOf(t *testing.T) {
-	c, _ := socketPair(t)
+	c, _ := socktest.Pair(t)
 	cases := map[string]any{
 		"ip:loopback":    peerConn{Conn: c, remote: tcpFrom("127.9.9.9")},
 		"ip:10.0.2.2":    peerConn{Conn: c, remote: tcpFrom("10.0.2.2")},

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/internal/socktest"
 	"github.com/tetherdev/tether/receiver/wire"
 	"github.com/tetherdev/tether/receiver/wireclient"
 )
@@ -121,7 +122,7 @@ func TestCallConcurrentMultiplexed(t *testing.T) {
 
 // Nothing that fails local checks is sent.
 func TestCallRefusesBeforeSending(t *testing.T) {
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{MaxFrame: 4096})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +156,7 @@ func TestCallRefusesBeforeSending(t *testing.T) {
 // A broken connection fails every call in flight as fate unknown, later
 // calls as unavailable, and nothing is ever sent twice.
 func TestCallConnectionLossIsFateUnknownNoResend(t *testing.T) {
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +272,7 @@ func TestClientRefusesBadAnswers(t *testing.T) {
 // refusesBadAnswer: the call in flight becomes fate unknown and the
 // connection ends with a protocol fault when the peer answers answer.
 func refusesBadAnswer(t *testing.T, answer string, result any) {
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
@@ -305,7 +306,7 @@ func TestCallResultStrict(t *testing.T) {
 // A violation notice ends the connection on the client side at once: on a
 // byte stream the receiver closing its end is not visible otherwise.
 func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
@@ -325,7 +326,7 @@ func TestClientEndsConnectionOnViolationNotice(t *testing.T) {
 
 // A call whose ctx has already ended is not sent.
 func TestCallCtxDoneIsNotSent(t *testing.T) {
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -345,7 +346,7 @@ func TestCallCtxDoneIsNotSent(t *testing.T) {
 // A call whose ctx deadline has passed is not sent and says timeout, a
 // code the custodian passes on (an uncoded error became "internal").
 func TestCallCtxDeadlineIsTimeoutNotSent(t *testing.T) {
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
@@ -366,7 +367,7 @@ func TestCallCtxDeadlineIsTimeoutNotSent(t *testing.T) {
 // Answers are routed in stream order, so once the answer the peer sent
 // after the notice is in, the notice has been seen: no step waits for time.
 func TestClientClosesAfterDrain(t *testing.T) {
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)
@@ -410,7 +411,7 @@ func TestClientClosesAfterDrain(t *testing.T) {
 // in flight is fate unknown and Done fires, so a caller redials instead of
 // waiting on a receiver that is gone (invisible on a byte stream).
 func TestClientNoAnswerEndsConnection(t *testing.T) {
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{ResponseGrace: 20 * time.Millisecond})
 	defer cl.Close()
 	peer := newRawPeer(t, sc)

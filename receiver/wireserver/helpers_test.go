@@ -7,12 +7,11 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/internal/socktest"
 	"github.com/tetherdev/tether/receiver/wire"
 	"github.com/tetherdev/tether/receiver/wireclient"
 )
@@ -22,31 +21,11 @@ const (
 	testOpKey  = "op-1"
 )
 
-// socketPair returns the two ends of a real AF_UNIX stream socketpair.
-func socketPair(t testing.TB) (net.Conn, net.Conn) {
-	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn := func(fd int, name string) net.Conn {
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close()
-		c, err := net.FileConn(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	return conn(fds[0], "client"), conn(fds[1], "server")
-}
-
 // pair starts a Server with h on one end and a Client on the other. Both
 // are closed at cleanup.
 func pair(t *testing.T, h Handler, scfg ServerConfig) (*wireclient.Client, *Server) {
 	t.Helper()
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	srv, err := NewServer(h, scfg)
 	if err != nil {
 		t.Fatal(err)

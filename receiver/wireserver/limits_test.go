@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/receiver/internal/socktest"
 	"github.com/tetherdev/tether/receiver/wire"
 	"github.com/tetherdev/tether/receiver/wireclient"
 )
@@ -65,7 +66,7 @@ func newLimitRig(t *testing.T, cfg ServerConfig) *limitRig {
 // connect hands the server a connection from ip and returns the client
 // end (the raw socket) once the server took it.
 func (r *limitRig) connect(ip string) net.Conn {
-	cc, sc := socketPair(r.t)
+	cc, sc := socktest.Pair(r.t)
 	select {
 	case r.l.conns <- peerConn{Conn: sc, remote: tcpFrom(ip)}:
 	case <-time.After(10 * time.Second): // a bound: Accept must never block on a slot

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/receiver/internal/socktest"
 	"github.com/tetherdev/tether/receiver/wire"
 	"github.com/tetherdev/tether/receiver/wireclient"
 )
@@ -19,7 +20,7 @@ import (
 // raw peer on the other, plus ServeConn's result.
 func serveRaw(t *testing.T, h Handler, cfg ServerConfig) (*Server, *rawPeer, net.Conn, <-chan error) {
 	t.Helper()
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	srv, err := NewServer(h, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +292,7 @@ func listenerPair(t *testing.T, h Handler) (*wireclient.Client, *Server, *pairLi
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), l) }()
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	l.conns <- sc
 	cl, err := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	if err != nil {
@@ -324,7 +325,7 @@ func TestServerRefusesAfterShutdown(t *testing.T) {
 	if err := <-served; !errors.Is(err, ErrServerClosed) {
 		t.Fatalf("ServeConn = %v, want ErrServerClosed", err)
 	}
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	if err := srv.ServeConn(context.Background(), sc); !errors.Is(err, ErrServerClosed) {
 		t.Fatalf("ServeConn after Shutdown = %v", err)
 	}
@@ -375,7 +376,7 @@ func TestServerServeListener(t *testing.T) {
 	srv, _ := NewServer(statHandler, ServerConfig{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(context.Background(), l) }()
-	cc, sc := socketPair(t)
+	cc, sc := socktest.Pair(t)
 	l.conns <- sc
 	cl, _ := wireclient.NewClient(cc, wireclient.ClientConfig{})
 	defer cl.Close()
