@@ -25,6 +25,7 @@ var leaves = []string{
 	"admission/backoff",
 	"receiver/wire",
 	"computer/api",
+	"egress/policy",
 }
 
 // pluginContract is the plugin's contract package, the one the plugin and
