@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 )
 
 // Bounds on a policy, so that a request body cannot make the proxy's
@@ -201,3 +202,30 @@ func validPresetName(name string) error {
 	}
 	return nil
 }
+
+// Refusal is what the proxy reports about one connection it refused, so
+// that the computer (and its owner) can see what was refused and why.
+type Refusal struct {
+	Time time.Time `json:"time"`
+	// Host is the name or address literal the client asked for.
+	Host string `json:"host"`
+	Port uint16 `json:"port"`
+	// Addr is the resolved address that failed a check, if one did.
+	Addr string `json:"addr,omitempty"`
+	// Check names the failed check, one of the Check constants.
+	Check string `json:"check"`
+	// Reason says it in words, for a person reading a failed pip install.
+	Reason string `json:"reason"`
+}
+
+// The checks a Refusal names.
+const (
+	CheckPolicy         = "policy"          // no allow rule matches, or a deny rule does
+	CheckSpecialAddress = "special_address" // a resolved address lies in a refused range
+	CheckResolve        = "resolve"         // the name did not resolve
+	CheckSNI            = "sni"             // the ClientHello's server name differs from the CONNECT host
+	CheckHostHeader     = "host_header"     // the absolute URL and the Host header disagree
+	CheckLimit          = "limit"           // a per-computer limit (connections, bytes) is reached
+	CheckProtocol       = "protocol"        // a malformed request
+	CheckPolicyChanged  = "policy_changed"  // an open tunnel closed because the policy no longer allows it
+)
