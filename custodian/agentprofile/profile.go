@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tetherdev/tether/custodian"
@@ -52,6 +54,16 @@ type Profile struct {
 	// SetEnv and UnsetEnv adjust the agent's environment.
 	SetEnv   []string // NAME=VALUE
 	UnsetEnv []string
+	// Endpoint is the model endpoint the agent calls, when the profile
+	// knows it: the jail then defaults to jail.network "proxy" with an
+	// egress policy that allows that endpoint alone.
+	Endpoint *Endpoint
+}
+
+// Endpoint is where an agent's model is: the base URL in Env when the
+// agent's environment sets it, else Host on port 443.
+type Endpoint struct {
+	Env, Host string
 }
 
 // Policy is a file the agent reads its rules from.
@@ -108,6 +120,7 @@ var all = []*Profile{
 		// is set to anything, and Claude Code then refuses to start as root
 		// unless it is exactly "1": every session fails.
 		UnsetEnv: []string{"IS_SANDBOX"},
+		Endpoint: &Endpoint{Env: "ANTHROPIC_BASE_URL", Host: "api.anthropic.com"},
 	},
 	{Name: "gemini", Kind: custodian.AgentPlain,
 		About:   "Gemini CLI (node .../@google/gemini-cli/bundle/gemini.js --acp)",
@@ -117,7 +130,8 @@ var all = []*Profile{
 		Policy:      &Policy{FileName: "gemini-policy.toml", Flag: "--admin-policy", Content: geminiPolicy()},
 		// It would otherwise re-exec node with a larger heap and talk ACP
 		// from the child.
-		SetEnv: []string{"GEMINI_CLI_NO_RELAUNCH=1"},
+		SetEnv:   []string{"GEMINI_CLI_NO_RELAUNCH=1"},
+		Endpoint: &Endpoint{Env: "GOOGLE_GEMINI_BASE_URL", Host: "generativelanguage.googleapis.com"},
 	},
 	{Name: custodian.AgentPlain, Kind: custodian.AgentPlain,
 		About: "any other agent that knows nothing of tether: the custodian binds and tags its callbacks; nothing else is set"},
@@ -255,4 +269,56 @@ func (p *Profile) VersionWarning(version string) string {
 	}
 	return fmt.Sprintf("the %s profile is tested with %s %s, not %q: its host tools may have changed; check docs/agents.md",
 		p.Name, p.Package, strings.Join(p.Tested, ", "), version)
+}
+
+// ErrEndpoint is returned by EndpointIn for a base URL it cannot use.
+var ErrEndpoint = errors.New("agent endpoint")
+
+// EndpointIn returns the host and port of the profile's model endpoint
+// in env (the last Endpoint.Env setting wins, as in exec), and false
+// when the profile knows none. A base URL must be http or https with a
+// host and no user info; its port defaults to the scheme's.
+func (p *Profile) EndpointIn(env []string) (host string, port uint16, ok bool, err error) {
+	if p.Endpoint == nil {
+		return "", 0, false, nil
+	}
+	raw := ""
+	for _, kv := range env {
+		if v, found := strings.CutPrefix(kv, p.Endpoint.Env+"="); found {
+			raw = v
+		}
+	}
+	if raw == "" {
+		return p.Endpoint.Host, 443, true, nil
+	}
+	host, port, err = parseEndpoint(raw)
+	if err != nil {
+		return "", 0, false, fmt.Errorf("%w: %s=%q: %w", ErrEndpoint, p.Endpoint.Env, raw, err)
+	}
+	return host, port, true, nil
+}
+
+// parseEndpoint reads a base URL's host and port.
+func parseEndpoint(raw string) (string, uint16, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", 0, err
+	}
+	defPort := map[string]uint16{"http": 80, "https": 443}[u.Scheme]
+	switch {
+	case defPort == 0:
+		return "", 0, fmt.Errorf("scheme %q: want http or https", u.Scheme)
+	case u.Hostname() == "":
+		return "", 0, errors.New("no host")
+	case u.User != nil:
+		return "", 0, errors.New("user info in the URL")
+	}
+	if u.Port() == "" {
+		return strings.ToLower(u.Hostname()), defPort, nil
+	}
+	n, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil || n == 0 {
+		return "", 0, fmt.Errorf("port %q", u.Port())
+	}
+	return strings.ToLower(u.Hostname()), uint16(n), nil
 }

@@ -1,6 +1,7 @@
 package agentprofile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -82,4 +83,61 @@ func TestFindInstall(t *testing.T) {
 	if got := c.install(pkg, "x").ReadRoot; got != nm {
 		t.Fatalf("claude-code's jail read %s, want %s", got, nm)
 	}
+}
+
+// TestEndpointIn: a profile's endpoint is its public API host on 443, or
+// the base URL its environment variable sets; a bad base URL is refused.
+func TestEndpointIn(t *testing.T) {
+	cc, err := Lookup("claude-code")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env  []string
+		host string
+		port uint16
+		err  bool
+	}{
+		{nil, "api.anthropic.com", 443, false},
+		{[]string{"ANTHROPIC_BASE_URL=http://127.0.0.1:8080/v1"}, "127.0.0.1", 8080, false},
+		{[]string{"ANTHROPIC_BASE_URL=https://Gateway.Example.com"}, "gateway.example.com", 443, false},
+		{[]string{"ANTHROPIC_BASE_URL=http://[::1]"}, "::1", 80, false},
+		{[]string{"ANTHROPIC_BASE_URL=ftp://x.example"}, "", 0, true},
+		{[]string{"ANTHROPIC_BASE_URL=https://user:pw@x.example"}, "", 0, true},
+		{[]string{"ANTHROPIC_BASE_URL=https://x.example:0"}, "", 0, true},
+		{[]string{"ANTHROPIC_BASE_URL=x.example"}, "", 0, true},
+	} {
+		host, port, ok, err := cc.EndpointIn(c.env)
+		if c.err {
+			if !errors.Is(err, ErrEndpoint) || ok {
+				t.Errorf("%v: ok %v err %v, want ErrEndpoint", c.env, ok, err)
+			}
+			continue
+		}
+		if err != nil || !ok || host != c.host || port != c.port {
+			t.Errorf("%v: %s %d %v %v, want %s %d", c.env, host, port, ok, err, c.host, c.port)
+		}
+	}
+	gem, _ := Lookup("gemini")
+	if host, port, ok, _ := gem.EndpointIn(nil); !ok || host != "generativelanguage.googleapis.com" || port != 443 {
+		t.Errorf("gemini: %s %d %v", host, port, ok)
+	}
+	plain, _ := Lookup("plain")
+	if _, _, ok, err := plain.EndpointIn([]string{"ANTHROPIC_BASE_URL=http://x"}); ok || err != nil {
+		t.Errorf("plain: ok %v err %v, want no endpoint", ok, err)
+	}
+}
+
+// FuzzParseEndpoint: a base URL either parses to a host and a non-zero
+// port, or is refused; it never panics.
+func FuzzParseEndpoint(f *testing.F) {
+	for _, s := range []string{"https://api.anthropic.com", "http://127.0.0.1:8080/v1", "http://[::1]:9", "ftp://x", "https://u@x", "http://x:99999", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		host, port, err := parseEndpoint(raw)
+		if err == nil && (host == "" || port == 0) {
+			t.Fatalf("%q: host %q port %d without an error", raw, host, port)
+		}
+	})
 }
