@@ -274,13 +274,22 @@ func (p *Profile) VersionWarning(version string) string {
 // ErrEndpoint is returned by EndpointIn for a base URL it cannot use.
 var ErrEndpoint = errors.New("agent endpoint")
 
-// EndpointIn returns the host and port of the profile's model endpoint
-// in env (the last Endpoint.Env setting wins, as in exec), and false
-// when the profile knows none. A base URL must be http or https with a
-// host and no user info; its port defaults to the scheme's.
-func (p *Profile) EndpointIn(env []string) (host string, port uint16, ok bool, err error) {
+// Target is where an agent's model endpoint is.
+type Target struct {
+	Host string
+	Port uint16
+	// Plain is true for an http (not https) base URL: the agent's
+	// requests to it carry no TLS.
+	Plain bool
+}
+
+// EndpointIn returns the profile's model endpoint in env (the last
+// Endpoint.Env setting wins, as in exec), and false when the profile
+// knows none. A base URL must be http or https with a host and no user
+// info; its port defaults to the scheme's.
+func (p *Profile) EndpointIn(env []string) (Target, bool, error) {
 	if p.Endpoint == nil {
-		return "", 0, false, nil
+		return Target{}, false, nil
 	}
 	raw := ""
 	for _, kv := range env {
@@ -289,36 +298,38 @@ func (p *Profile) EndpointIn(env []string) (host string, port uint16, ok bool, e
 		}
 	}
 	if raw == "" {
-		return p.Endpoint.Host, 443, true, nil
+		return Target{Host: p.Endpoint.Host, Port: 443}, true, nil
 	}
-	host, port, err = parseEndpoint(raw)
+	t, err := parseEndpoint(raw)
 	if err != nil {
-		return "", 0, false, fmt.Errorf("%w: %s=%q: %w", ErrEndpoint, p.Endpoint.Env, raw, err)
+		return Target{}, false, fmt.Errorf("%w: %s=%q: %w", ErrEndpoint, p.Endpoint.Env, raw, err)
 	}
-	return host, port, true, nil
+	return t, true, nil
 }
 
-// parseEndpoint reads a base URL's host and port.
-func parseEndpoint(raw string) (string, uint16, error) {
+// parseEndpoint reads a base URL's host, port and scheme.
+func parseEndpoint(raw string) (Target, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", 0, err
+		return Target{}, err
 	}
 	defPort := map[string]uint16{"http": 80, "https": 443}[u.Scheme]
 	switch {
 	case defPort == 0:
-		return "", 0, fmt.Errorf("scheme %q: want http or https", u.Scheme)
+		return Target{}, fmt.Errorf("scheme %q: want http or https", u.Scheme)
 	case u.Hostname() == "":
-		return "", 0, errors.New("no host")
+		return Target{}, errors.New("no host")
 	case u.User != nil:
-		return "", 0, errors.New("user info in the URL")
+		return Target{}, errors.New("user info in the URL")
 	}
+	t := Target{Host: strings.ToLower(u.Hostname()), Port: defPort, Plain: u.Scheme == "http"}
 	if u.Port() == "" {
-		return strings.ToLower(u.Hostname()), defPort, nil
+		return t, nil
 	}
 	n, err := strconv.ParseUint(u.Port(), 10, 16)
 	if err != nil || n == 0 {
-		return "", 0, fmt.Errorf("port %q", u.Port())
+		return Target{}, fmt.Errorf("port %q", u.Port())
 	}
-	return strings.ToLower(u.Hostname()), uint16(n), nil
+	t.Port = uint16(n)
+	return t, nil
 }

@@ -94,36 +94,35 @@ func TestEndpointIn(t *testing.T) {
 	}
 	for _, c := range []struct {
 		env  []string
-		host string
-		port uint16
+		want Target
 		err  bool
 	}{
-		{nil, "api.anthropic.com", 443, false},
-		{[]string{"ANTHROPIC_BASE_URL=http://127.0.0.1:8080/v1"}, "127.0.0.1", 8080, false},
-		{[]string{"ANTHROPIC_BASE_URL=https://Gateway.Example.com"}, "gateway.example.com", 443, false},
-		{[]string{"ANTHROPIC_BASE_URL=http://[::1]"}, "::1", 80, false},
-		{[]string{"ANTHROPIC_BASE_URL=ftp://x.example"}, "", 0, true},
-		{[]string{"ANTHROPIC_BASE_URL=https://user:pw@x.example"}, "", 0, true},
-		{[]string{"ANTHROPIC_BASE_URL=https://x.example:0"}, "", 0, true},
-		{[]string{"ANTHROPIC_BASE_URL=x.example"}, "", 0, true},
+		{nil, Target{"api.anthropic.com", 443, false}, false},
+		{[]string{"ANTHROPIC_BASE_URL=http://127.0.0.1:8080/v1"}, Target{"127.0.0.1", 8080, true}, false},
+		{[]string{"ANTHROPIC_BASE_URL=https://Gateway.Example.com"}, Target{"gateway.example.com", 443, false}, false},
+		{[]string{"ANTHROPIC_BASE_URL=http://[::1]"}, Target{"::1", 80, true}, false},
+		{[]string{"ANTHROPIC_BASE_URL=ftp://x.example"}, Target{}, true},
+		{[]string{"ANTHROPIC_BASE_URL=https://user:pw@x.example"}, Target{}, true},
+		{[]string{"ANTHROPIC_BASE_URL=https://x.example:0"}, Target{}, true},
+		{[]string{"ANTHROPIC_BASE_URL=x.example"}, Target{}, true},
 	} {
-		host, port, ok, err := cc.EndpointIn(c.env)
+		got, ok, err := cc.EndpointIn(c.env)
 		if c.err {
 			if !errors.Is(err, ErrEndpoint) || ok {
 				t.Errorf("%v: ok %v err %v, want ErrEndpoint", c.env, ok, err)
 			}
 			continue
 		}
-		if err != nil || !ok || host != c.host || port != c.port {
-			t.Errorf("%v: %s %d %v %v, want %s %d", c.env, host, port, ok, err, c.host, c.port)
+		if err != nil || !ok || got != c.want {
+			t.Errorf("%v: %+v %v %v, want %+v", c.env, got, ok, err, c.want)
 		}
 	}
 	gem, _ := Lookup("gemini")
-	if host, port, ok, _ := gem.EndpointIn(nil); !ok || host != "generativelanguage.googleapis.com" || port != 443 {
-		t.Errorf("gemini: %s %d %v", host, port, ok)
+	if got, ok, _ := gem.EndpointIn(nil); !ok || got != (Target{"generativelanguage.googleapis.com", 443, false}) {
+		t.Errorf("gemini: %+v %v", got, ok)
 	}
 	plain, _ := Lookup("plain")
-	if _, _, ok, err := plain.EndpointIn([]string{"ANTHROPIC_BASE_URL=http://x"}); ok || err != nil {
+	if _, ok, err := plain.EndpointIn([]string{"ANTHROPIC_BASE_URL=http://x"}); ok || err != nil {
 		t.Errorf("plain: ok %v err %v, want no endpoint", ok, err)
 	}
 }
@@ -135,9 +134,9 @@ func FuzzParseEndpoint(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		host, port, err := parseEndpoint(raw)
-		if err == nil && (host == "" || port == 0) {
-			t.Fatalf("%q: host %q port %d without an error", raw, host, port)
+		got, err := parseEndpoint(raw)
+		if err == nil && (got.Host == "" || got.Port == 0) {
+			t.Fatalf("%q: %+v without an error", raw, got)
 		}
 	})
 }

@@ -165,6 +165,9 @@ func describePolicy(pol policy.Policy) string {
 		return "nothing (jail.egress allows nothing)"
 	}
 	out := strings.Join(parts, " ")
+	if pol.AllowNoSNI {
+		out += " (tunnels without TLS allowed)"
+	}
 	if len(pol.Deny) > 0 {
 		out += fmt.Sprintf(" (less %d deny rules)", len(pol.Deny))
 	}

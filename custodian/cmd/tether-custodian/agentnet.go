@@ -27,12 +27,11 @@ const endpointPreset = "agent-endpoint"
 // It returns the presets the proxy must know (the endpoint's, when it is
 // an address).
 func agentNetwork(cfg jail.Config, p *agentprofile.Profile, env []string, haveProxy bool) (jail.Config, []policy.Preset, error) {
-	var host string
-	var port uint16
+	var ep agentprofile.Target
 	known := false
 	if p != nil {
 		var err error
-		if host, port, known, err = p.EndpointIn(env); err != nil {
+		if ep, known, err = p.EndpointIn(env); err != nil {
 			return cfg, nil, fmt.Errorf("%w: %w", jail.ErrConfig, err)
 		}
 	}
@@ -45,21 +44,25 @@ func agentNetwork(cfg jail.Config, p *agentprofile.Profile, env []string, havePr
 	if cfg.Network != jail.NetworkProxy || cfg.Egress != nil || !known {
 		return cfg, nil, cfg.Validate()
 	}
-	pol, presets := endpointPolicy(host, port)
+	pol, presets := endpointPolicy(ep)
 	cfg.Egress = &pol
 	return cfg, presets, cfg.Validate()
 }
 
-// endpointPolicy allows host:port alone: a name by a host rule, an
-// address by a CIDR rule of that address, with a preset lifting it.
-func endpointPolicy(host string, port uint16) (policy.Policy, []policy.Preset) {
-	ports := []uint16{port}
-	addr, err := netip.ParseAddr(host)
+// endpointPolicy allows the endpoint alone: a name by a host rule, an
+// address by a CIDR rule of that address, with a preset lifting it. A
+// plain-http endpoint also allows tunnels without TLS (AllowNoSNI): an
+// agent's HTTP client tunnels even plain HTTP through CONNECT (Claude
+// Code does), and the only place the policy lets a tunnel go is the
+// endpoint.
+func endpointPolicy(ep agentprofile.Target) (policy.Policy, []policy.Preset) {
+	ports := []uint16{ep.Port}
+	addr, err := netip.ParseAddr(ep.Host)
 	if err != nil {
-		return policy.Policy{Allow: []policy.Rule{{Host: host, Ports: ports}}}, nil
+		return policy.Policy{Allow: []policy.Rule{{Host: ep.Host, Ports: ports}}, AllowNoSNI: ep.Plain}, nil
 	}
 	one := netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen()).String()
 	rule := policy.Rule{CIDR: one, Ports: ports}
 	preset := policy.Preset{Name: endpointPreset, Allow: []policy.Rule{rule}, AllowCIDRs: []string{one}}
-	return policy.Policy{Allow: []policy.Rule{rule}, Presets: []string{endpointPreset}}, []policy.Preset{preset}
+	return policy.Policy{Allow: []policy.Rule{rule}, Presets: []string{endpointPreset}, AllowNoSNI: ep.Plain}, []policy.Preset{preset}
 }

@@ -12,19 +12,20 @@ import (
 // TestAgentNetwork: the jail defaults to network proxy where the
 // profile knows the agent's endpoint (and the proxy is there), allowing
 // that endpoint alone; an address endpoint comes with a preset lifting
-// that one address; an explicit jail.network is kept; without a known
+// that one address; a plain-http endpoint allows tunnels without TLS; an explicit jail.network is kept; without a known
 // endpoint the default stays host.
 func TestAgentNetwork(t *testing.T) {
 	cc, _ := agentprofile.Lookup("claude-code")
 	plain, _ := agentprofile.Lookup("plain")
 	cfg, presets, err := agentNetwork(jail.Config{}, cc, nil, true)
-	if err != nil || cfg.Network != jail.NetworkProxy || presets != nil ||
+	if err != nil || cfg.Network != jail.NetworkProxy || presets != nil || cfg.Egress.AllowNoSNI ||
 		len(cfg.Egress.Allow) != 1 || cfg.Egress.Allow[0].Host != "api.anthropic.com" || cfg.Egress.Allow[0].Ports[0] != 443 {
 		t.Fatalf("claude-code by default: %+v %+v %v", cfg, presets, err)
 	}
 	cfg, presets, err = agentNetwork(jail.Config{}, cc, []string{"ANTHROPIC_BASE_URL=http://127.0.0.1:8080"}, true)
 	if err != nil || cfg.Network != jail.NetworkProxy || len(presets) != 1 || presets[0].AllowCIDRs[0] != "127.0.0.1/32" ||
-		cfg.Egress.Allow[0].CIDR != "127.0.0.1/32" || cfg.Egress.Allow[0].Ports[0] != 8080 || cfg.Egress.Presets[0] != endpointPreset {
+		cfg.Egress.Allow[0].CIDR != "127.0.0.1/32" || cfg.Egress.Allow[0].Ports[0] != 8080 || cfg.Egress.Presets[0] != endpointPreset ||
+		!cfg.Egress.AllowNoSNI {
 		t.Fatalf("loopback endpoint: %+v %+v %v", cfg, presets, err)
 	}
 	if err := presets[0].Validate(); err != nil {
