@@ -31,6 +31,7 @@ const Genesis = "000000000000000000000000000000000000000000000000000000000000000
 const (
 	Allowed = "allowed"
 	Refused = "refused"
+	Failed  = "failed" // allowed, but the destination could not be reached
 )
 
 // Record is one connection.

@@ -133,3 +133,22 @@ func (r compiledRule) matches(name string, port uint16, addrs []netip.Addr, all 
 	}
 	return all
 }
+
+// MayAllowName reports whether some allow rule could admit name on port
+// before it is resolved: a host rule that matches it (and no host deny
+// rule that does), or any CIDR allow rule on that port. The proxy does
+// not resolve a name for which it is false, so a computer cannot send
+// queries for names its policy never allows (DNS exfiltration).
+func (c *Compiled) MayAllowName(name string, port uint16) bool {
+	for _, r := range c.deny {
+		if !r.pfx.IsValid() && r.matches(name, port, nil, false) {
+			return false
+		}
+	}
+	for _, r := range c.allow {
+		if r.pfx.IsValid() && slices.Contains(r.ports, port) || !r.pfx.IsValid() && r.matches(name, port, nil, true) {
+			return true
+		}
+	}
+	return false
+}

@@ -73,3 +73,19 @@ func TestCompileRefusesUnknownPreset(t *testing.T) {
 		t.Fatalf("Compile with the preset configured: %v", err)
 	}
 }
+
+func TestMayAllowName(t *testing.T) {
+	c, err := Compile(Policy{Allow: []Rule{{Host: "*.github.com"}}, Deny: []Rule{{Host: "bad.github.com"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"api.github.com": true, "bad.github.com": false, "exfil.attacker.example": false} {
+		if got := c.MayAllowName(name, 443); got != want {
+			t.Errorf("MayAllowName(%q) = %v, want %v", name, got, want)
+		}
+	}
+	c, _ = Compile(Policy{Allow: []Rule{{CIDR: "8.8.8.0/24", Ports: []uint16{53}}}}, nil)
+	if !c.MayAllowName("any.example", 53) || c.MayAllowName("any.example", 443) {
+		t.Error("a CIDR rule must admit resolving any name on its ports only")
+	}
+}
