@@ -108,7 +108,6 @@ func (c *computer) register(s *session) bool {
 	}
 	c.sessions[s] = struct{}{}
 	c.wg.Add(1)
-	c.open.Add(1)
 	return true
 }
 
@@ -118,24 +117,24 @@ func (c *computer) unregister(s *session) {
 		delete(c.sessions, s)
 	}
 	c.mu.Unlock()
-	c.open.Add(-1)
 	c.wg.Done()
 }
 
 // acquire takes a connection slot without waiting.
 func (c *computer) acquire() bool {
-	if c.slots == nil {
-		return true
+	if c.slots != nil {
+		select {
+		case c.slots <- struct{}{}:
+		default:
+			return false
+		}
 	}
-	select {
-	case c.slots <- struct{}{}:
-		return true
-	default:
-		return false
-	}
+	c.open.Add(1)
+	return true
 }
 
 func (c *computer) release() {
+	c.open.Add(-1)
 	if c.slots != nil {
 		<-c.slots
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -21,7 +22,7 @@ func (c *computer) dispatch(s *session) {
 	br := bufio.NewReaderSize(s.client, 4096)
 	first, err := br.Peek(1)
 	if err != nil {
-		s.refuse(&refusal{check: policy.CheckProtocol, reason: "no request: " + err.Error()})
+		s.refuse(&refusal{check: policy.CheckProtocol, reason: "no request: " + err.Error(), quiet: errors.Is(err, io.EOF)})
 		return
 	}
 	if first[0] == socks5.Version {
@@ -64,6 +65,9 @@ func (c *computer) serveSOCKS(s *session, br *bufio.Reader) {
 // the refusal, or (nil, nil) when the destination was allowed but could
 // not be reached (recorded as a failure).
 func (c *computer) connect(s *session, host string, port uint16) (net.Conn, *refusal) {
+	if lim := c.p.cfg.Limits.TotalBytes; lim > 0 && c.total.Load() >= lim {
+		return nil, s.refuse(&refusal{check: policy.CheckLimit, reason: fmt.Sprintf("the computer used its %d bytes", lim)})
+	}
 	d, r := c.check(s.ctx, host, port)
 	if r != nil {
 		return nil, s.refuse(r)

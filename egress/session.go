@@ -48,6 +48,9 @@ type dest struct {
 type refusal struct {
 	check, reason string
 	addr          netip.Addr
+	// quiet keeps it from the callback (a connection closed before it
+	// asked for anything); the log still records it.
+	quiet bool
 }
 
 func (r *refusal) Error() string { return r.check + ": " + r.reason }
@@ -68,7 +71,7 @@ func (s *session) refuse(r *refusal) *refusal {
 	}
 	host, port := s.host, s.port
 	s.mu.Unlock()
-	if first {
+	if first && !r.quiet {
 		ref := policy.Refusal{Time: now(), Host: host, Port: port, Check: r.check, Reason: r.reason}
 		if r.addr.IsValid() {
 			ref.Addr = r.addr.String()
@@ -144,10 +147,6 @@ func (c *computer) serve(s *session) {
 		return
 	}
 	defer c.release()
-	if lim := c.p.cfg.Limits.TotalBytes; lim > 0 && c.total.Load() >= lim {
-		s.refuse(&refusal{check: policy.CheckLimit, reason: fmt.Sprintf("the computer used its %d bytes", lim)})
-		return
-	}
 	c.dispatch(s)
 }
 
