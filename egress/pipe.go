@@ -67,11 +67,14 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// smallBuf is the buffer a copy starts with, so that an idle tunnel
+// holds little; the first read that fills it moves the copy to a pooled
+// copyBuf.
+const smallBuf = 2 << 10
+
 // copyCounted copies src to dst through limitedWrite until either ends.
 func (c *computer) copyCounted(s *session, dst io.Writer, src io.Reader, up bool) error {
-	bp := bufPool.Get().(*[]byte)
-	defer bufPool.Put(bp)
-	buf := *bp
+	buf := make([]byte, smallBuf)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
@@ -84,6 +87,11 @@ func (c *computer) copyCounted(s *session, dst io.Writer, src io.Reader, up bool
 		}
 		if err != nil {
 			return err
+		}
+		if n == len(buf) && len(buf) == smallBuf {
+			bp := bufPool.Get().(*[]byte)
+			defer bufPool.Put(bp)
+			buf = *bp
 		}
 	}
 }
