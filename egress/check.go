@@ -46,13 +46,7 @@ func (c *computer) allowed(pol *policy.Compiled, d *dest) *refusal {
 	checker := addrcheck.Checker{Lifted: pol.Lifted, Host: c.p.cfg.HostAddrs}
 	for _, a := range d.addrs {
 		if r := checker.Check(a); r != nil {
-			reason := r.Error()
-			if !d.host.IsLiteral() && len(d.addrs) > 1 {
-				reason = fmt.Sprintf("%s resolves to %d addresses and one of them, %s", d.host.Name, len(d.addrs), reason)
-			} else if !d.host.IsLiteral() {
-				reason = d.host.Name + " resolves to " + reason
-			}
-			return &refusal{check: policy.CheckSpecialAddress, reason: reason, addr: a}
+			return &refusal{check: policy.CheckSpecialAddress, reason: specialReason(d, r), addr: a}
 		}
 	}
 	dec := pol.Match(d.host.Name, d.port, d.addrs)
@@ -64,6 +58,18 @@ func (c *computer) allowed(pol *policy.Compiled, d *dest) *refusal {
 		return &refusal{check: policy.CheckPolicy, reason: fmt.Sprintf("%s is refused by the rule %q", what, dec.Rule)}
 	}
 	return &refusal{check: policy.CheckPolicy, reason: "no allow rule of the computer's egress policy matches " + what}
+}
+
+// specialReason says why d was refused for one of its addresses.
+func specialReason(d *dest, r *addrcheck.Refused) string {
+	switch {
+	case d.host.IsLiteral():
+		return r.Error()
+	case len(d.addrs) == 1:
+		return fmt.Sprintf("%s resolves to %s, which is %s; the proxy refuses it", d.host.Name, r.Addr, r.What)
+	}
+	return fmt.Sprintf("%s resolves to %d addresses and one of them, %s, is %s; the proxy refuses the name",
+		d.host.Name, len(d.addrs), r.Addr, r.What)
 }
 
 // errNoAddress is wrapped when a name has no A or AAAA record.

@@ -91,15 +91,21 @@ func (c Checker) Check(addr netip.Addr) *Refused {
 			return nil
 		}
 	}
+	var r *Refused
+	if addr.Is4() {
+		r = check4(addr)
+	} else {
+		r = c.check6(addr)
+	}
+	if r != nil {
+		return r
+	}
 	for _, h := range c.Host {
 		if h.WithZone("") == addr {
 			return &Refused{addr, "one of the proxy host's own addresses"}
 		}
 	}
-	if addr.Is4() {
-		return check4(addr)
-	}
-	return c.check6(addr)
+	return nil
 }
 
 func check4(addr netip.Addr) *Refused {
