@@ -300,3 +300,24 @@ func TestFloodWithoutConnLimit(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestLimitBytesPerSecond: a 4 MiB download under 8 MiB/s (burst 1 MiB)
+// takes at least the 3 MiB past the burst at the rate, 375 ms; without
+// the limit (positive control) the same download is faster than that.
+func TestLimitBytesPerSecond(t *testing.T) {
+	up := bigUpstream(t, 4<<20)
+	target := fmt.Sprintf("http://127.0.0.1:%d/", up.port)
+	limited := newLab(t, egress.Config{Limits: egress.Limits{BytesPerSecond: 8 << 20}})
+	slow, _ := limited.attach(t, "slow", allowPort(up.port, "lab"))
+	n, d, err := download(slow, target)
+	if err != nil || n != 4<<20 || d < 375*time.Millisecond {
+		t.Fatalf("under 8 MiB/s: %d bytes in %v, %v; want 4 MiB in at least 375 ms", n, d, err)
+	}
+	free := newLab(t, egress.Config{Limits: egress.Limits{BytesPerSecond: -1}})
+	fast, _ := free.attach(t, "fast", allowPort(up.port, "lab"))
+	n, d2, err := download(fast, target)
+	if err != nil || n != 4<<20 || d2 >= 375*time.Millisecond {
+		t.Fatalf("positive control, no limit: %d bytes in %v, %v", n, d2, err)
+	}
+	t.Logf("4 MiB at 8 MiB/s: %v; unlimited: %v", d, d2)
+}
