@@ -2,6 +2,7 @@ package egress_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -349,8 +350,60 @@ func TestAttackSNIMismatch(t *testing.T) {
 			}
 		}
 	}
-	if _, code := socks5Connect(t, strict, "a.test", tlsUp.port); code != 0 {
-		t.Errorf("SOCKS5 to a.test: reply %d", code)
+	for sni, want := range map[string]bool{"b.test": false, "a.test": true} {
+		conn, code := socks5Connect(t, strict, "a.test", tlsUp.port)
+		if code != 0 {
+			t.Fatalf("SOCKS5 to a.test: reply %d", code)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		err := tls.Client(conn, &tls.Config{ServerName: sni, InsecureSkipVerify: true}).Handshake()
+		if (err == nil) != want {
+			t.Errorf("SOCKS5 to a.test with SNI %q: %v, want success %v", sni, err, want)
+		}
+	}
+}
+
+// TestServerSpeaksFirstNeedsAllowNoSNI: a tunnel whose client sends
+// nothing (the server speaks first) is refused at HeaderTimeout; under
+// allow_no_sni it opens then and the banner arrives.
+func TestServerSpeaksFirstNeedsAllowNoSNI(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "220 banner\r\n")
+			c.Close()
+		}
+	}()
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	l := newLab(t, egress.Config{HeaderTimeout: 300 * time.Millisecond})
+	strict, ref := l.attach(t, "strict", allowPort(port, "lab"))
+	pol := allowPort(port, "lab")
+	pol.AllowNoSNI = true
+	loose, _ := l.attach(t, "loose", pol)
+	for _, tc := range []struct {
+		proxy  string
+		banner bool
+	}{{strict, false}, {loose, true}} {
+		conn, br, status := connect(t, tc.proxy, hostPortStr("127.0.0.1", port))
+		if !strings.HasPrefix(status, "200 ") {
+			t.Fatal(status)
+		}
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		line, err := br.ReadString('\n')
+		if got := err == nil && line == "220 banner\r\n"; got != tc.banner {
+			t.Errorf("allow_no_sni %v: %q, %v", tc.banner, line, err)
+		}
+	}
+	if r := ref.next(t); r.Check != policy.CheckSNI {
+		t.Errorf("refusal %+v", r)
 	}
 }
 
