@@ -120,18 +120,18 @@ func TestAttackNameResolvesToRefused(t *testing.T) {
 	up := startUpstream(t, "127.0.0.1:0", nil)
 	up2 := startUpstream(t, fmt.Sprintf("127.0.0.2:%d", up.port), nil)
 	d := staticDNS(t, map[string][]string{"bad.test": {"127.0.0.2"}, "mixed.test": {"127.0.0.1", "127.0.0.2"},
-		"good.test": {"127.0.0.1"}, "exfil.test": {"127.0.0.1"}})
+		"good.test": {"127.0.0.1"}, "exfil.test": {"127.0.0.1"}, "aaaa.test": {"127.0.0.1", "::1"}})
 	l := newLab(t, egress.Config{DNS: d.addr})
 	names := []policy.Rule{{Host: "bad.test", Ports: []uint16{up.port}}, {Host: "mixed.test", Ports: []uint16{up.port}},
-		{Host: "good.test", Ports: []uint16{up.port}}}
+		{Host: "good.test", Ports: []uint16{up.port}}, {Host: "aaaa.test", Ports: []uint16{up.port}}}
 	on, onRef := l.attach(t, "on", policy.Policy{Allow: names, Presets: []string{"lab1"}})
 	off, _ := l.attach(t, "off", policy.Policy{Allow: names, Presets: []string{"lab"}})
-	for _, name := range []string{"bad.test", "mixed.test"} {
+	for name, bad := range map[string]string{"bad.test": "127.0.0.2", "mixed.test": "127.0.0.2", "aaaa.test": "::1"} {
 		status, body := rawHTTP(t, on, get(name, up.port))
-		if !strings.HasPrefix(status, "403 ") || !strings.Contains(body, "127.0.0.2") {
+		if !strings.HasPrefix(status, "403 ") || !strings.Contains(body, bad) {
 			t.Errorf("%s: %s %q", name, status, body)
 		}
-		if r := onRef.next(t); r.Check != policy.CheckSpecialAddress || r.Addr != "127.0.0.2" {
+		if r := onRef.next(t); r.Check != policy.CheckSpecialAddress || r.Addr != bad {
 			t.Errorf("%s: refusal %+v", name, r)
 		}
 		if status, _ := rawHTTP(t, off, get(name, up.port)); !strings.HasPrefix(status, "200 ") {
