@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -473,6 +474,7 @@ func TestSetPolicyWhileConnecting(t *testing.T) {
 	proxy, _ := l.attach(t, "c", allowPort(up.port, "lab"))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var done atomic.Int64
 	for i := 0; i < 4; i++ {
 		wg.Add(1)
 		go func() {
@@ -487,11 +489,14 @@ func TestSetPolicyWhileConnecting(t *testing.T) {
 					io.WriteString(c, get("127.0.0.1", up.port))
 					io.Copy(io.Discard, c)
 					c.Close()
+					done.Add(1)
 				}
 			}
 		}()
 	}
 	for i := 0; i < 50; i++ {
+		n := done.Load()
+		waitFor(t, "a request under this policy", 10*time.Second, func() bool { return done.Load() > n })
 		pol := allowPort(up.port, "lab")
 		if i%2 == 1 {
 			pol = policy.Policy{Presets: []string{"lab"}}
