@@ -83,7 +83,8 @@ func interfaceAddrs() ([]netip.Addr, error) {
 }
 
 // Attach starts serving computer id on ln under pol (see api.Egress).
-// The proxy owns ln from then on and closes it on Detach or Close.
+// The proxy owns ln from then on and closes it on Detach or Close; when
+// Attach fails, ln is not taken and the caller closes it.
 func (p *Proxy) Attach(ctx context.Context, id string, pol policy.Policy, ln net.Listener, refused func(policy.Refusal)) error {
 	if err := ctx.Err(); err != nil {
 		return err
