@@ -62,7 +62,9 @@ func (e *refusingEgress) Attach(ctx context.Context, id string, pol policy.Polic
 	return nil
 }
 
-func (e *refusingEgress) SetPolicy(ctx context.Context, id string, pol policy.Policy) error { return nil }
+func (e *refusingEgress) SetPolicy(ctx context.Context, id string, pol policy.Policy) error {
+	return nil
+}
 
 func (e *refusingEgress) Detach(ctx context.Context, id string) error {
 	e.mu.Lock()
