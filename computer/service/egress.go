@@ -64,7 +64,9 @@ func (s *Service) attachEgress(ctx context.Context, c *computer) error {
 		ln.Close() // Attach may have failed before it took ln
 		return fmt.Errorf("egress: attach: %w", err)
 	}
+	s.mu.Lock()
 	c.attached = true
+	s.mu.Unlock()
 	return nil
 }
 
@@ -90,10 +92,26 @@ func (s *Service) detachEgress(c *computer) {
 	if s.cfg.Egress == nil {
 		return
 	}
+	s.mu.Lock()
 	c.attached = false
+	s.mu.Unlock()
 	if err := s.cfg.Egress.Detach(context.WithoutCancel(s.ctx), c.rec.ID); err != nil {
 		s.cfg.Logf("computer %s: egress detach: %v", c.rec.ID, err)
 	}
+}
+
+// EgressAttached returns the ids of the computers the egress proxy
+// serves now, for the metrics.
+func (s *Service) EgressAttached() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ids []string
+	for id, c := range s.computers {
+		if c.attached {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }
 
 // Egress returns the computer's egress policy.

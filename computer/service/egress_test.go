@@ -169,6 +169,9 @@ func TestEgressAttachedWhileRunning(t *testing.T) {
 	if err != nil || !info.Enabled || !info.Attached || info.RefusalLog == "" || !reflect.DeepEqual(info.Policy, pypi) {
 		t.Fatalf("Egress = %+v, %v", info, err)
 	}
+	if ids := s.EgressAttached(); !slices.Equal(ids, []string{c.ID}) {
+		t.Fatalf("EgressAttached = %v", ids)
+	}
 	if err := s.Delete(ctx, alice, c.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +182,8 @@ func TestEgressAttachedWhileRunning(t *testing.T) {
 	if _, ok := eg.policyOf(c.ID); ok {
 		t.Fatal("still attached after delete")
 	}
-	if info, _ := s.Egress(ctx, alice, c.ID); info.Attached {
-		t.Fatalf("after delete: %+v", info)
+	if info, _ := s.Egress(ctx, alice, c.ID); info.Attached || len(s.EgressAttached()) != 0 {
+		t.Fatalf("after delete: %+v, attached %v", info, s.EgressAttached())
 	}
 }
 
