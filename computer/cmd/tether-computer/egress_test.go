@@ -116,3 +116,25 @@ func TestEgressCommands(t *testing.T) {
 		t.Errorf("a policy file with a duplicate key: exit %d %q, want a usage error", code, errs)
 	}
 }
+
+// FuzzParseRule: whatever the flag value, parseRule never panics, and a
+// rule it accepts is valid, has exactly one of host and cidr, and only
+// ports 1 to 65535. Seeds in testdata/fuzz/FuzzParseRule.
+func FuzzParseRule(f *testing.F) {
+	f.Add("files.example:80,8080")
+	f.Add("203.0.113.0/24:5432")
+	f.Fuzz(func(t *testing.T, v string) {
+		r, err := parseRule(v)
+		if err != nil {
+			return
+		}
+		if r.Validate() != nil || (r.Host == "") == (r.CIDR == "") {
+			t.Fatalf("accepted %q as %+v", v, r)
+		}
+		for _, p := range r.Ports {
+			if p == 0 {
+				t.Fatalf("accepted port 0 from %q", v)
+			}
+		}
+	})
+}
