@@ -134,12 +134,13 @@ func listenOnThread(pidfd, port int) (net.Listener, error) {
 	return ln, nil
 }
 
-// ProxyURL and SocksURL are what the grant's environment names: the
-// proxy on the computer's own loopback (api.EgressPort). socks5h makes
-// the client hand names to the proxy, which resolves them itself.
-var (
-	ProxyURL = "http://127.0.0.1:" + strconv.Itoa(api.EgressPort)
-	SocksURL = "socks5h://127.0.0.1:" + strconv.Itoa(api.EgressPort)
+// What the grant's environment names: the proxy on the computer's own
+// loopback (api.EgressPort, checked by TestProxyURLsNameEgressPort).
+// socks5h makes the client hand names to the proxy, which resolves them
+// itself.
+const (
+	ProxyURL = "http://127.0.0.1:3128"
+	SocksURL = "socks5h://127.0.0.1:3128"
 	NoProxy  = "localhost,127.0.0.1,::1"
 )
 

@@ -201,3 +201,22 @@ func TestAppendBoundedRefusesSymlink(t *testing.T) {
 		t.Fatalf("positive control: a plain append wrote %q to the target", b)
 	}
 }
+
+// TestProxyURLsNameEgressPort: the environment points at api.EgressPort.
+func TestProxyURLsNameEgressPort(t *testing.T) {
+	port := ":" + strconv.Itoa(api.EgressPort)
+	if !strings.HasSuffix(ProxyURL, port) || !strings.HasSuffix(SocksURL, port) {
+		t.Fatalf("%s and %s, want port %d", ProxyURL, SocksURL, api.EgressPort)
+	}
+}
+
+// TestRefusalLineLeavesOutAddr: a refusal's resolved address is not shown
+// in the computer; the line keeps one line whatever the host holds.
+func TestRefusalLineLeavesOutAddr(t *testing.T) {
+	r := policy.Refusal{Time: time.Date(2026, 12, 6, 22, 0, 0, 0, time.UTC), Host: "db.internal\r\nx", Port: 5432,
+		Addr: "10.1.2.3", Check: policy.CheckSpecialAddress, Reason: "a resolved address is private"}
+	want := `2026-12-06T22:00:00Z refused "db.internal\r\nx:5432" check="special_address" reason="a resolved address is private"` + "\n"
+	if got := RefusalLine(r); got != want {
+		t.Fatalf("RefusalLine = %q, want %q", got, want)
+	}
+}

@@ -71,15 +71,13 @@ func (c *Local) RecordRefusal(r policy.Refusal) error {
 // RefusalLine is one line of the RefusalLog: time (RFC 3339, UTC),
 // "refused", the destination, the failed check and the reason; what the
 // computer's client sent (the host) is quoted, so it can never start a
-// line of its own.
+// line of its own. The resolved address that failed a check is left out:
+// it would make the proxy an oracle of names the computer may not reach
+// (an internal name's private address); the egress log keeps it.
 func RefusalLine(r policy.Refusal) string {
 	dest := clip(r.Host) + ":" + strconv.Itoa(int(r.Port))
-	line := fmt.Sprintf("%s refused %q check=%q reason=%q", r.Time.UTC().Format(time.RFC3339Nano), dest, clip(r.Check),
+	return fmt.Sprintf("%s refused %q check=%q reason=%q\n", r.Time.UTC().Format(time.RFC3339Nano), dest, clip(r.Check),
 		clip(r.Reason))
-	if r.Addr != "" {
-		line += fmt.Sprintf(" addr=%q", clip(r.Addr))
-	}
-	return line + "\n"
 }
 
 func clip(s string) string {
