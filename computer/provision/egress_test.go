@@ -220,3 +220,40 @@ func TestRefusalLineLeavesOutAddr(t *testing.T) {
 		t.Fatalf("RefusalLine = %q, want %q", got, want)
 	}
 }
+
+// TestIntegrationEgressAdopted: after a daemon restart the service asks
+// an adopted machine (found through its state file, no exec.Cmd) for the
+// listener and the refusal log; both reach the same computer, and the
+// proxy environment comes back with the adopter's grant.
+func TestIntegrationEgressAdopted(t *testing.T) {
+	testenv.Require(t, "root", "cgroup-limits", "loop")
+	p := NewProvisioner(Config{Bins: receiverBins(t)})
+	ctx := ctxT(t, 2*time.Minute)
+	dir := prepare(t, p).Dir()
+	got, err := p.Adopt(ctx, dir)
+	if err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	m := got.(*Machine)
+	m.UseEgressProxy(true)
+	if err := m.Grant(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := m.EgressListener(ctx, api.EgressPort)
+	if err != nil {
+		t.Fatalf("EgressListener of the adopted machine: %v", err)
+	}
+	defer ln.Close()
+	go func() {
+		if conn, err := ln.Accept(); err == nil {
+			conn.Close()
+		}
+	}()
+	if err := m.RecordRefusal(policy.Refusal{Host: "x.example", Port: 443, Check: policy.CheckPolicy, Reason: "r"}); err != nil {
+		t.Fatalf("RecordRefusal on the adopted machine: %v", err)
+	}
+	out := runIn(t, m.Local(), dialScript(api.EgressPort)+"; grep -c x.example "+RefusalLog+"; echo $HTTPS_PROXY").out
+	if want := "CONNECTED\n1\n" + ProxyURL + "\n"; out != want {
+		t.Fatalf("in the adopted computer: %q, want %q", out, want)
+	}
+}
