@@ -18,6 +18,7 @@ require (
 	github.com/klauspost/compress v1.20.1
 	github.com/landlock-lsm/go-landlock v0.11.2
 	github.com/mdlayher/vsock v1.4.0
+	github.com/miekg/dns v1.1.73
 	github.com/moby/profiles/seccomp v0.3.0
 	github.com/openbao/openbao/api/v2 v2.7.1
 	github.com/opencontainers/runtime-spec v1.2.1

@@ -54,6 +54,7 @@ const usage = `usage: tether-computer <command> [flags]
 commands:
   create   [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
            [--seed DIR | --seed-bundle FILE]
+           [--egress-allow HOST[:PORTS]]... [--egress-deny ...]... [--egress-preset NAME]... | [--egress FILE]
                                  make a computer and print it (JSON) once it runs
   ls                             list your computers (an admin sees all)
   show     ID                    print one computer (JSON)
@@ -63,6 +64,7 @@ commands:
   resume   ID                    thaw it
   touch    ID                    record activity (resumes a suspended computer)
   receipts ID                    the receipts (SHA-256) of its exports, imports and copies
+  egress   show ID | set ID ...  its egress policy: what it may reach through the host's proxy
   cp       SRC DST               copy a file or folder in or out; one side is ID:/path (receipt: JSON)
   export   ID -o FILE            write a suspended computer's root as tar.zst; prints its SHA-256
   import   FILE --sha256 HEX     make a computer from an export, after the daemon checks its digest
@@ -92,6 +94,7 @@ var commands = map[string]command{
 	"touch":    idCommand("touch", "record activity on a computer, resuming it when suspended", touchOne),
 	"receipts": idCommand("receipts", "list the receipts (SHA-256) of a computer's exports, imports and copies", receiptsOf),
 	"cp":       runCopy,
+	"egress":   runEgress,
 	"export":   runExport,
 	"import":   runImport,
 	"token":    runToken,
@@ -255,17 +258,23 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	seed := fs.String("seed", "", "local folder whose contents fill the new computer's root")
 	bundle := fs.String("seed-bundle", "", "git bundle cloned (by the local git) into the new computer's root")
 	field := fieldFlag(fs)
+	eg := egressFlags(fs)
 	if _, code, done := parse(fs, args, stdout, 0); done {
 		return code
 	}
 	if *seed != "" && *bundle != "" {
 		return cli.UsageError(stderr, fs.Name(), "--seed and --seed-bundle exclude each other")
 	}
+	pol, err := eg.policy()
+	if err != nil {
+		return cli.UsageError(stderr, fs.Name(), "%v", err)
+	}
 	cl, err := c.client()
 	if err != nil {
 		return fail(stderr, "create", err)
 	}
 	req := opts.request()
+	req.Egress = pol
 	if len(lbl) > 0 {
 		req.Labels = lbl
 	}
