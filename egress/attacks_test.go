@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"github.com/tetherdev/tether/egress"
 	"github.com/tetherdev/tether/egress/egresslog"
 	"github.com/tetherdev/tether/egress/policy"
+	"github.com/tetherdev/tether/fixtures/testenv"
 )
 
 // TestAttackIPLiterals: every literal form of loopback, metadata and
@@ -98,20 +101,42 @@ func TestAttackConnectToHostLoopback(t *testing.T) {
 // control), the proxy goes on to connect (whatever answers, or a 502
 // where the test host has no route out).
 func TestAttackHostOwnAddress(t *testing.T) {
-	own := netip.MustParseAddr("198.41.0.4")
+	own := ownAddress(t)
+	up := startUpstream(t, netip.AddrPortFrom(own, 0).String(), nil)
 	l := newLab(t, egress.Config{HostAddrs: []netip.Addr{own}, DialTimeout: time.Second,
-		Presets: []policy.Preset{{Name: "self", AllowCIDRs: []string{"198.41.0.4/32"}}}})
-	on, ref := l.attach(t, "on", allowPort(80))
-	off, _ := l.attach(t, "off", allowPort(80, "self"))
-	if status, body := rawHTTP(t, on, get("198.41.0.4", 80)); !strings.HasPrefix(status, "403 ") || !strings.Contains(body, "own addresses") {
+		Presets: []policy.Preset{{Name: "self", AllowCIDRs: []string{own.String() + "/32"}}}})
+	on, ref := l.attach(t, "on", allowPort(up.port))
+	off, _ := l.attach(t, "off", allowPort(up.port, "self"))
+	if status, body := rawHTTP(t, on, get(own.String(), up.port)); !strings.HasPrefix(status, "403 ") || !strings.Contains(body, "own addresses") {
 		t.Errorf("the host's own address: %s %q", status, body)
 	}
-	if r := ref.next(t); r.Check != policy.CheckSpecialAddress || r.Addr != "198.41.0.4" {
+	if r := ref.next(t); r.Check != policy.CheckSpecialAddress || r.Addr != own.String() {
 		t.Errorf("refusal %+v", r)
 	}
-	if status, body := rawHTTP(t, off, get("198.41.0.4", 80)); strings.HasPrefix(status, "403 ") {
-		t.Errorf("the host's own address, lifted: %s %q, want the dial's answer or a 502", status, body)
+	if status, body := rawHTTP(t, off, get(own.String(), up.port)); !strings.HasPrefix(status, "200 ") {
+		t.Errorf("the host's own address, lifted: %s %q, want 200 from the upstream", status, body)
 	}
+}
+
+// ownAddress gives the host an address of its own that no special range
+// holds, on a veth of its own so that nothing leaves this machine (a
+// global address from 44.0.0.0/8, shadowed on this host only while the
+// test runs), and removes it when the test ends.
+func ownAddress(t *testing.T) netip.Addr {
+	testenv.Require(t, "root")
+	name := fmt.Sprintf("tthown%d", os.Getpid()%100000)
+	own := netip.AddrFrom4([4]byte{44, 0, 0, byte(1 + os.Getpid()%250)})
+	run := func(args ...string) {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	run("link", "add", name, "type", "veth", "peer", "name", name+"p")
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", name).Run() })
+	run("addr", "add", own.String()+"/32", "dev", name)
+	run("link", "set", name, "up")
+	run("link", "set", name+"p", "up")
+	return own
 }
 
 // TestAttackNameResolvesToRefused: a name answering a refused address,
