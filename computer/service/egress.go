@@ -75,15 +75,21 @@ func (s *Service) attachEgress(ctx context.Context, c *computer) error {
 }
 
 // refusedFor is the refused callback of computer id: the refusal goes to
-// the file in the computer (api.RefusalRecorder), a failure to the log.
+// the file in the computer (api.RefusalRecorder), a failure to the log
+// (the first, then every 1000th, so a flood of refusals to a computer
+// whose file cannot be written does not flood the log). The proxy never
+// calls it concurrently for one computer.
 func (s *Service) refusedFor(id string, m api.Machine) func(policy.Refusal) {
 	rec, ok := m.(api.RefusalRecorder)
+	failures := 0
 	return func(r policy.Refusal) {
 		if !ok {
 			return
 		}
 		if err := rec.RecordRefusal(r); err != nil {
-			s.cfg.Logf("computer %s: egress refusal not shown in the computer: %v", id, err)
+			if failures++; failures == 1 || failures%1000 == 0 {
+				s.cfg.Logf("computer %s: egress refusal not shown in the computer (%d so far): %v", id, failures, err)
+			}
 		}
 	}
 }
