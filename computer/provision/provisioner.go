@@ -77,10 +77,11 @@ func (p *Provisioner) options(dir string, r admission.Limits) Options {
 }
 
 // Prepare implements api.Provisioner: a namespaced computer in dir whose
-// receiver serves a snapshot holding no grant.
+// receiver serves a snapshot holding no grant, made with its independent
+// steps at once (newPrepared).
 func (p *Provisioner) Prepare(ctx context.Context, dir string, limits api.Limits) (api.Machine, error) {
 	r := admission.Limits{MaxPids: limits.Pids, MaxMemoryBytes: limits.MemoryBytes, MaxDiskBytes: limits.DiskBytes}
-	l, err := New(ctx, p.options(dir, r))
+	l, err := newPrepared(ctx, p.options(dir, r))
 	if err != nil {
 		return nil, err
 	}

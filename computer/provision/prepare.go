@@ -1,0 +1,258 @@
+package provision
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// newPrepared makes the computer Provisioner.Prepare hands out: the
+// computer New makes with opts (namespaced, Options.NoGrant and
+// Detach), the same steps with the same checks and the same records
+// ahead of each resource, but not one after another (docs/performance.md
+// "Computer service"):
+//
+//   - the stage is started as soon as the computer's directories exist,
+//     so its start overlaps the rest: it waits for its spec on the pipe,
+//     and the spec is written only once the disk, the cgroups, the files
+//     and the state naming the stage are in place;
+//   - the cgroups, the disk and the files (certificates, keys, the first
+//     snapshot, the custodian's audit key) are made at the same time;
+//   - the stage moves only the thread that becomes the receiver into the
+//     v1 cgroups (stageSpec.JoinThread), which does not wait for an RCU
+//     grace period as moving a whole process does;
+//   - readiness is awaited on events (ready.go), not on a 25 ms poll.
+//
+// The stage starts before the disk is mounted, so its mount namespace
+// is copied from the host's before the disk is there: the disk's two
+// mount points (DIR/disk and the tuple root) are made shared mount
+// points first (makeDiskMountPoints), and the stage's copies of them
+// receive the disk and the project's bind by propagation. The stage
+// makes its whole tree private before it mounts anything (stageNewRoot),
+// as soon as it has read its spec, so from then on it is in the state a
+// stage started after the disk was mounted would be in; before that it
+// mounts nothing, as before. New, which `tether-demo up` runs, keeps its
+// steps one after another: the baseline the benchmark compares with.
+func newPrepared(ctx context.Context, opts Options) (*Local, error) {
+	c := &Local{opts: opts}
+	err := RunSteps(ctx, "computer", []Step{
+		{Name: "validate.Options", Run: c.validate},
+		{Name: "allocate.IDs", Run: c.allocateIDs},
+		{Name: "disk.Plan", Run: c.planDisk},
+		{Name: "layout.Dir", Run: c.makeDir},
+		{Name: "state.Early", Run: c.saveState},
+		{Name: "layout.Directories", Run: c.makeLayout},
+		{Name: "disk.MountPoints", Run: c.makeDiskMountPoints},
+		{Name: "receiver.Stage", Run: c.startStage},
+		Concurrently("cgroup+disk+files",
+			[]Step{{Name: "cgroup.Parent", Run: c.makeCgroupParent}, {Name: "limits.Cgroups", Run: c.makeLimitCgroups}},
+			[]Step{{Name: "disk.Root", Run: c.mountPlannedDisk}},
+			[]Step{{Name: "pki.Certificates", Run: c.makePKI}, {Name: "admission.Key", Run: c.makeSigningKey},
+				{Name: "admission.Publish", Run: c.publishInitial}, {Name: "custodian.Files", Run: c.writeCustodianFiles}}),
+		{Name: "receiver.Config", Run: c.writeReceiverConfig},
+		{Name: "state.Save", Run: c.saveState},
+		{Name: "receiver.Start", Run: c.releaseStage},
+	}, c.undoPrepared, 20*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Concurrently is one Step that runs each group of steps in its own
+// goroutine, each group's steps in order, and returns once every group
+// has ended: on the first failure the others' context is cancelled, and
+// the error names each failed step ("disk.Root: ..."). Nothing of a group
+// runs after it returns, so an undo that follows sees everything made.
+func Concurrently(name string, groups ...[]Step) Step {
+	return Step{Name: name, Run: func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		errs := make([]error, len(groups))
+		var wg sync.WaitGroup
+		for i, g := range groups {
+			wg.Go(func() {
+				for _, s := range g {
+					if err := s.Run(ctx); err != nil {
+						errs[i] = fmt.Errorf("%s: %w", s.Name, err)
+						cancel()
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}}
+}
+
+// planDisk decides the kind of the computer's disk and records it in the
+// state before anything of it, its mount points included, is made:
+// teardown then unmounts DIR/disk and the tuple root whatever step
+// failed.
+func (c *Local) planDisk(context.Context) error {
+	if !c.state.namespaced() {
+		return fmt.Errorf("%w: a prepared computer is namespaced", ErrOptions)
+	}
+	d := Disk{Kind: DiskTmpfs}
+	if c.state.Resources.MaxDiskBytes >= tinyDisk {
+		d = Disk{Kind: DiskExt4, Image: c.paths.disk}
+	}
+	c.mu.Lock()
+	c.state.Disk = &d
+	c.mu.Unlock()
+	return nil
+}
+
+// makeDiskMountPoints makes DIR/disk and makes it and the tuple root
+// shared mount points (sharedMountpoint), before the stage starts, so
+// that the stage's copies of them receive the disk and the project's bind
+// when they are mounted.
+func (c *Local) makeDiskMountPoints(context.Context) error {
+	p := c.paths
+	if err := os.Mkdir(p.diskDir, 0o700); err != nil {
+		return err
+	}
+	if err := sharedMountpoint(p.diskDir); err != nil {
+		return err
+	}
+	return sharedMountpoint(p.root)
+}
+
+// mountPlannedDisk is makeDisk on the mount points makeDiskMountPoints
+// made: the planned file system on DIR/disk (an ext4 image's loop device
+// recorded before it is mounted), its project and home directories, and
+// the project bound at the tuple root.
+func (c *Local) mountPlannedDisk(ctx context.Context) error {
+	p, s := c.paths, c.State()
+	if err := c.mountPlanned(ctx, s.Disk.Kind, s.Resources.MaxDiskBytes); err != nil {
+		return err
+	}
+	if err := MakeDirs(Dir{Path: p.diskDir, Mode: 0o700}, Dir{Path: p.diskProject, Mode: 0o700, UID: s.UID, GID: s.GID},
+		Dir{Path: p.diskHome, Mode: 0o700, UID: s.UID, GID: s.GID}); err != nil {
+		return err
+	}
+	if err := unix.Mount(p.diskProject, p.root, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind the disk's project at the tuple root: %w", err)
+	}
+	return nil
+}
+
+// mountPlanned mounts the file system of kind and size on DIR/disk, as
+// mountDisk does.
+func (c *Local) mountPlanned(ctx context.Context, kind string, size int64) error {
+	p := c.paths
+	if kind == DiskTmpfs {
+		opts := fmt.Sprintf("size=%d,nr_inodes=%d,mode=0700", size, max(size/(16<<10), 256))
+		if err := unix.Mount("tether-disk", p.diskDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount the disk's tmpfs: %w", err)
+		}
+		return nil
+	}
+	if err := makeImage(ctx, p.disk, size); err != nil {
+		return err
+	}
+	loop, err := attachLoop(p.disk)
+	if err != nil {
+		return err
+	}
+	defer loop.Close() // the mount holds the device once made; unmounting releases it (autoclear)
+	if err := c.recordDisk(ctx, Disk{Kind: DiskExt4, Image: p.disk, Loop: loop.Name()}); err != nil {
+		return err
+	}
+	if err := unix.Mount(loop.Name(), p.diskDir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return fmt.Errorf("mount %s on the disk directory: %w", loop.Name(), err)
+	}
+	return nil
+}
+
+// startStage starts the stage, which becomes the receiver once it has
+// read its spec (releaseStage writes it), and records it as the
+// computer's receiver. A stage whose spec never comes reads the end of
+// the pipe when this process closes it, or dies with it, and exits.
+func (c *Local) startStage(context.Context) error {
+	log, err := os.OpenFile(c.paths.receiverLog, os.O_WRONLY|os.O_CREATE|os.O_APPEND|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	cmd, r, w, err := stageProcess()
+	if err != nil {
+		return err
+	}
+	cmd.Env = []string{} // nothing from the caller's environment
+	cmd.Dir = "/"
+	cmd.Stderr = log
+	err = startReduced(cmd, c.drop)
+	r.Close()
+	if err != nil {
+		w.Close()
+		return err
+	}
+	rp := &receiverProc{pid: cmd.Process.Pid, cmd: cmd, done: make(chan struct{})}
+	rp.ticks, _ = StartTicks(rp.pid)
+	go func() { rp.err = cmd.Wait(); close(rp.done) }()
+	c.mu.Lock()
+	c.recv, c.spec = rp, w
+	c.state.ReceiverPID, c.state.ReceiverStart = rp.pid, rp.ticks
+	c.mu.Unlock()
+	return nil
+}
+
+// releaseStage writes the stage's spec (the state naming the stage is
+// saved by then) and waits until the receiver it becomes answers, on
+// events when inotify can watch its directory, else as waitReady polls.
+func (c *Local) releaseStage(ctx context.Context) error {
+	spec := c.stageSpec()
+	spec.JoinThread = true
+	data, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	watch, werr := watchReady(c.paths) // before the spec: no event is missed
+	if watch != nil {
+		defer watch.Close()
+	}
+	c.mu.Lock()
+	w, r := c.spec, c.recv
+	c.spec = nil
+	c.mu.Unlock()
+	_, err = w.Write(data)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write the stage's spec: %w", err)
+	}
+	if werr != nil {
+		err = c.waitReady(ctx, r)
+	} else {
+		err = c.waitReadyWatched(ctx, r, watch)
+	}
+	if errors.Is(err, ErrReceiverExited) {
+		c.mu.Lock()
+		c.recv = nil
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// undoPrepared is teardown for newPrepared: a stage still waiting for
+// its spec gets the pipe's end, and exits, before teardown stops it.
+func (c *Local) undoPrepared(ctx context.Context) error {
+	c.mu.Lock()
+	w := c.spec
+	c.spec = nil
+	c.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
+	return c.teardown(ctx)
+}
