@@ -1,0 +1,84 @@
+package provision
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherdev/tether/receiver/cgroup2"
+	"github.com/tetherdev/tether/receiver/cgroupv1"
+)
+
+// TestConcurrentlyJoinsAndNames: a failing group cancels the others'
+// context, the step returns only once every group has ended, and the
+// error names the failed step.
+func TestConcurrentlyJoinsAndNames(t *testing.T) {
+	boom := errors.New("boom")
+	var ended bool
+	s := Concurrently("both",
+		[]Step{{Name: "a.Wait", Run: func(ctx context.Context) error {
+			<-ctx.Done() // only the other group's failure ends this
+			time.Sleep(10 * time.Millisecond)
+			ended = true
+			return ctx.Err()
+		}}},
+		[]Step{{Name: "b.Ok", Run: func(context.Context) error { return nil }},
+			{Name: "b.Fail", Run: func(context.Context) error { return boom }},
+			{Name: "b.Never", Run: func(context.Context) error { t.Error("a step after a failure ran"); return nil }}},
+	)
+	err := s.Run(ctxT(t, time.Minute))
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "b.Fail: boom") || !strings.Contains(err.Error(), "a.Wait: ") {
+		t.Fatalf("error %v, want b.Fail's boom and a.Wait's cancellation named", err)
+	}
+	if !ended {
+		t.Fatal("Concurrently returned before every group ended")
+	}
+}
+
+// TestStageJoinThreadChecksTheMove: a join the tasks file does not then
+// list (here a plain file, which takes the write and lists nothing) is
+// refused, so a receiver outside its cgroups is never started; the
+// control is the prepared computer's receiver, which is in them
+// (TestIntegrationPreparedReceiverInItsCgroups).
+func TestStageJoinThreadChecksTheMove(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "tasks"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := stageJoinThread([]string{filepath.Join(dir, "cgroup.procs")})
+	if err == nil || !strings.Contains(err.Error(), "is not in") {
+		t.Fatalf("join into a file that lists nothing: %v, want the thread named as not in it", err)
+	}
+}
+
+// TestIntegrationPreparedReceiverInItsCgroups: the receiver of a prepared
+// computer, whose stage moved only its thread, is in each of its v1
+// cgroups' receiver/ (as a whole process: cgroup.procs lists it), and
+// no other process is; with a cgroup2 parent the limits are there.
+func TestIntegrationPreparedReceiverInItsCgroups(t *testing.T) {
+	m := prepare(t, NewProvisioner(Config{Bins: receiverBins(t)}))
+	s := m.Local().State()
+	if len(s.LimitCgroups) == 0 {
+		if s.CgroupParent == "" {
+			t.Fatal("the computer has neither v1 limit cgroups nor a cgroup2 parent")
+		}
+		if err := cgroup2.HasControllers(filepath.Dir(s.CgroupParent), "pids", "memory"); err != nil {
+			t.Fatalf("no v1 limit cgroups, and the cgroup2 parent cannot hold the limits: %v", err)
+		}
+		return
+	}
+	for _, d := range s.LimitCgroups {
+		procs, err := cgroupv1.Procs(filepath.Join(d, "receiver"))
+		if err != nil || !slices.Equal(procs, []int{s.ReceiverPID}) {
+			t.Errorf("%s/receiver holds %v (%v), want the receiver %d alone", d, procs, err, s.ReceiverPID)
+		}
+		if procs, err := cgroupv1.Procs(filepath.Join(d, "commands")); err != nil || len(procs) != 0 {
+			t.Errorf("%s/commands holds %v (%v), want nothing", d, procs, err)
+		}
+	}
+}
