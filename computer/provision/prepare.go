@@ -5,12 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tetherdev/tether/receiver/cgroup2"
+	"github.com/tetherdev/tether/receiver/cgroupv1"
 )
 
 // newPrepared makes the computer Provisioner.Prepare hands out: the
@@ -25,6 +31,9 @@ import (
 //     and the state naming the stage are in place;
 //   - the cgroups, the disk and the files (certificates, keys, the first
 //     snapshot, the custodian's audit key) are made at the same time;
+//     the cgroups and the disk's kind are recorded all at once, in the
+//     first state file, before any is made (one save instead of one per
+//     cgroup);
 //   - the stage moves only the thread that becomes the receiver into the
 //     v1 cgroups (stageSpec.JoinThread), which does not wait for an RCU
 //     grace period as moving a whole process does;
@@ -42,17 +51,19 @@ import (
 // steps one after another: the baseline the benchmark compares with.
 func newPrepared(ctx context.Context, opts Options) (*Local, error) {
 	c := &Local{opts: opts}
+	var cgroups []plannedCgroup
 	err := RunSteps(ctx, "computer", []Step{
 		{Name: "validate.Options", Run: c.validate},
 		{Name: "allocate.IDs", Run: c.allocateIDs},
 		{Name: "disk.Plan", Run: c.planDisk},
+		{Name: "cgroup.Plan", Run: func(context.Context) (err error) { cgroups, err = c.planCgroups(); return err }},
 		{Name: "layout.Dir", Run: c.makeDir},
 		{Name: "state.Early", Run: c.saveState},
 		{Name: "layout.Directories", Run: c.makeLayout},
 		{Name: "disk.MountPoints", Run: c.makeDiskMountPoints},
 		{Name: "receiver.Stage", Run: c.startStage},
 		Concurrently("cgroup+disk+files",
-			[]Step{{Name: "cgroup.Parent", Run: c.makeCgroupParent}, {Name: "limits.Cgroups", Run: c.makeLimitCgroups}},
+			[]Step{{Name: "cgroup.Make", Run: func(ctx context.Context) error { return c.makePlannedCgroups(ctx, cgroups) }}},
 			[]Step{{Name: "disk.Root", Run: c.mountPlannedDisk}},
 			[]Step{{Name: "pki.Certificates", Run: c.makePKI}, {Name: "admission.Key", Run: c.makeSigningKey},
 				{Name: "admission.Publish", Run: c.publishInitial}, {Name: "custodian.Files", Run: c.writeCustodianFiles}}),
@@ -255,4 +266,95 @@ func (c *Local) undoPrepared(ctx context.Context) error {
 		w.Close()
 	}
 	return c.teardown(ctx)
+}
+
+// plannedCgroup is one cgroup of a prepared computer: its parent cgroup
+// in the cgroup2 mount (ctrl ""; limits when it holds the pids and memory
+// limits), or its cgroup in the v1 hierarchy of ctrl.
+type plannedCgroup struct {
+	dir, ctrl string
+	limits    bool
+}
+
+// planCgroups decides the cgroups makeCgroupParent and makeLimitCgroups
+// would make, checks as they do that none exists yet, and records them
+// all in the state (state.Early saves it) before any is made: as with
+// makeRecordedCgroup, a maker killed before it made one leaves a state
+// naming a cgroup that teardown finds absent, never a cgroup that no
+// state names.
+func (c *Local) planCgroups() ([]plannedCgroup, error) {
+	var plan []plannedCgroup
+	name := CgroupParentName(c.state.Tuple.Sandbox)
+	v2Limits := false
+	if c.state.Cgroup == CgroupRequired {
+		v2Limits = cgroup2.HasControllers(c.cgroupMount, "pids", "memory") == nil
+		plan = append(plan, plannedCgroup{dir: filepath.Join(c.cgroupMount, name), limits: v2Limits})
+		c.state.CgroupParent = plan[0].dir // v1Extras reads it
+	}
+	var ctrls []string
+	if !v2Limits {
+		ctrls = []string{cgroupv1.Pids, cgroupv1.Memory}
+	}
+	for _, ctrl := range append(ctrls, c.v1Extras()...) {
+		own, err := cgroupv1.Dir(ctrl)
+		if err == nil {
+			err = cgroupv1.Check(own, ctrl)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: neither cgroup2 nor a cgroup v1 hierarchy can limit the computer's %s: %w", ErrOptions, ctrl, err)
+		}
+		plan = append(plan, plannedCgroup{dir: filepath.Join(own, name), ctrl: ctrl})
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, g := range plan {
+		if _, err := os.Lstat(g.dir); !errors.Is(err, fs.ErrNotExist) {
+			c.state.CgroupParent = ""
+			return nil, fmt.Errorf("create the computer's cgroup: %s exists, or cannot be checked: %v", g.dir, err)
+		}
+		if g.ctrl != "" {
+			c.state.LimitCgroups = append(c.state.LimitCgroups, g.dir)
+		}
+	}
+	return plan, nil
+}
+
+// makePlannedCgroups makes the planned cgroups (root's, 0755) and sets
+// their limits: on the cgroup2 parent when it holds the pids and memory
+// controllers, else on each v1 computer cgroup's commands/. When one
+// cannot be made, it and those not made yet stop being named in the
+// state (saved), so teardown never removes a cgroup this computer did not
+// make.
+func (c *Local) makePlannedCgroups(ctx context.Context, plan []plannedCgroup) error {
+	l := c.State().Resources
+	for i, g := range plan {
+		err := os.Mkdir(g.dir, 0o755)
+		if err != nil {
+			return errors.Join(fmt.Errorf("create the computer's cgroup: %w", err), c.forgetCgroups(ctx, plan[i:]))
+		}
+		switch {
+		case g.ctrl != "":
+			err = makeV1Computer(g.dir, g.ctrl, l.MaxPids, l.MaxMemoryBytes)
+		case g.limits:
+			err = cgroup2.SetLimits(g.dir, l.MaxPids, l.MaxMemoryBytes)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forgetCgroups takes cgroups that were planned but not made out of the
+// state, and saves it.
+func (c *Local) forgetCgroups(ctx context.Context, gone []plannedCgroup) error {
+	c.mu.Lock()
+	for _, g := range gone {
+		if c.state.CgroupParent == g.dir {
+			c.state.CgroupParent = ""
+		}
+		c.state.LimitCgroups = slices.DeleteFunc(c.state.LimitCgroups, func(d string) bool { return d == g.dir })
+	}
+	c.mu.Unlock()
+	return c.saveState(ctx)
 }

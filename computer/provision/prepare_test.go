@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,4 +82,52 @@ func TestIntegrationPreparedReceiverInItsCgroups(t *testing.T) {
 			t.Errorf("%s/commands holds %v (%v), want nothing", d, procs, err)
 		}
 	}
+}
+
+// TestUIDInUseAgreesWithProcessesOf: FreshID's check finds every uid
+// ProcessesOf finds, and not a uid no process has.
+func TestUIDInUseAgreesWithProcessesOf(t *testing.T) {
+	all, err := AllProcesses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range all {
+		if used, err := uidInUse(p.UID); err != nil || !used {
+			t.Errorf("uid %d of process %d: in use %v (%v), want true", p.UID, p.HostPID, used, err)
+		}
+	}
+	id, err := FreshID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := ProcessesOf(id); len(ps) != 0 {
+		t.Fatalf("FreshID gave %d, which %d processes use", id, len(ps))
+	}
+	if used, err := uidInUse(id); err != nil || used {
+		t.Errorf("uid %d that no process has: in use %v (%v)", id, used, err)
+	}
+}
+
+// FuzzParseStatus: any status text gives a process without a panic, its
+// uid 0 or one of the first three ids of a Uid line.
+func FuzzParseStatus(f *testing.F) {
+	f.Add([]byte("Name:\tsh\nPPid:\t1\nUid:\t0\t61234\t61234\t61234\nNSpid:\t40\t1\n"))
+	f.Add([]byte("Uid:\t\nUid: x 5\nNSpid:\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p := parseStatus(7, data)
+		if p.UID == 0 {
+			return
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			k, v, ok := strings.Cut(line, ":")
+			ids := strings.Fields(v)
+			if ok && k == "Uid" && slices.ContainsFunc(ids[:min(3, len(ids))], func(f string) bool {
+				u, err := strconv.ParseUint(f, 10, 32)
+				return err == nil && uint32(u) == p.UID
+			}) {
+				return
+			}
+		}
+		t.Fatalf("uid %d is on no Uid line", p.UID)
+	})
 }

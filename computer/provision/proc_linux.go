@@ -31,6 +31,35 @@ func ProcessesOf(uid uint32) ([]Process, error) {
 	return out, err
 }
 
+// uidInUse reports whether any process runs as uid, as ProcessesOf
+// counts it, reading only each process's status (ProcessesOf also reads
+// every command line) and stopping at the first.
+func uidInUse(uid uint32) (bool, error) {
+	f, err := os.Open("/proc")
+	if err != nil {
+		return false, err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return false, err
+	}
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile("/proc/" + n + "/status")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if parseStatus(pid, status).UID == uid {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // AllProcesses lists every process, from /proc, as this process sees
 // them (PID is HostPID), with NSPID set.
 func AllProcesses() ([]Process, error) {
@@ -74,6 +103,19 @@ func readProcess(pid int) (Process, bool) {
 	if err != nil {
 		return Process{}, false
 	}
+	p := parseStatus(pid, status)
+	if cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
+		for _, a := range bytes.Split(bytes.TrimRight(cl, "\x00"), []byte{0}) {
+			p.Cmdline = append(p.Cmdline, string(a))
+		}
+	}
+	return p, true
+}
+
+// parseStatus reads pid's uid (the first of real, effective, saved that
+// is not root, else root), name, parent and innermost pid from its
+// /proc/PID/status.
+func parseStatus(pid int, status []byte) Process {
 	p := Process{PID: pid, HostPID: pid, NSPID: pid, UID: 0}
 	for _, line := range strings.Split(string(status), "\n") {
 		k, v, ok := strings.Cut(line, ":")
@@ -99,12 +141,7 @@ func readProcess(pid int) (Process, bool) {
 			}
 		}
 	}
-	if cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
-		for _, a := range bytes.Split(bytes.TrimRight(cl, "\x00"), []byte{0}) {
-			p.Cmdline = append(p.Cmdline, string(a))
-		}
-	}
-	return p, true
+	return p
 }
 
 // StartTicks returns field 22 of /proc/PID/stat: when the process started,
