@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/cgroup2"
 	"github.com/tetherdev/tether/receiver/cgroupv1"
 )
@@ -129,5 +132,67 @@ func FuzzParseStatus(f *testing.F) {
 			}
 		}
 		t.Fatalf("uid %d is on no Uid line", p.UID)
+	})
+}
+
+// TestIntegrationPidsOfFindsAProcessOfTheUID: a process running as a
+// fresh uid is what pidsOf lists for it, as ProcessesOf does, and
+// nothing once it is gone (the teardown's checks rely on both).
+func TestIntegrationPidsOfFindsAProcessOfTheUID(t *testing.T) {
+	testenv.Require(t, "root")
+	id, err := FreshID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: id, Gid: id}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	got, err := pidsOf(id, false)
+	if err != nil || !slices.Equal(got, []int{cmd.Process.Pid}) {
+		t.Fatalf("pidsOf(%d) = %v, %v; want [%d]", id, got, err, cmd.Process.Pid)
+	}
+	if ps, _ := ProcessesOf(id); len(ps) != 1 || ps[0].HostPID != cmd.Process.Pid {
+		t.Fatalf("ProcessesOf(%d) = %+v, want the one process", id, ps)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	if got, err := pidsOf(id, false); err != nil || len(got) != 0 {
+		t.Fatalf("pidsOf(%d) after the process ended = %v, %v", id, got, err)
+	}
+}
+
+// BenchmarkScanUID times one check for a uid no process has, as
+// teardown and NothingLeft make it once per computer: pidsOf (each
+// process's status) against ProcessesOf (status and command line), over
+// this host's /proc; both grow with the number of processes, which a
+// fleet of computers raises by one receiver each.
+func BenchmarkScanUID(b *testing.B) {
+	id, err := FreshID()
+	if err != nil {
+		b.Fatal(err)
+	}
+	all, err := AllProcesses()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("ProcessesOf", func(b *testing.B) {
+		for b.Loop() {
+			if ps, err := ProcessesOf(id); err != nil || len(ps) != 0 {
+				b.Fatalf("%d processes of uid %d (%v)", len(ps), id, err)
+			}
+		}
+		b.ReportMetric(float64(len(all)), "processes")
+	})
+	b.Run("pidsOf", func(b *testing.B) {
+		for b.Loop() {
+			if ps, err := pidsOf(id, false); err != nil || len(ps) != 0 {
+				b.Fatalf("%d processes of uid %d (%v)", len(ps), id, err)
+			}
+		}
+		b.ReportMetric(float64(len(all)), "processes")
 	})
 }

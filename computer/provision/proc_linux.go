@@ -32,18 +32,29 @@ func ProcessesOf(uid uint32) ([]Process, error) {
 }
 
 // uidInUse reports whether any process runs as uid, as ProcessesOf
-// counts it, reading only each process's status (ProcessesOf also reads
-// every command line) and stopping at the first.
+// counts it, stopping at the first (pidsOf).
 func uidInUse(uid uint32) (bool, error) {
+	pids, err := pidsOf(uid, true)
+	return len(pids) > 0, err
+}
+
+// pidsOf lists the processes ProcessesOf lists, by host pid alone, from
+// each process's status only (ProcessesOf also reads every command
+// line): the checks that run once per computer on a host of many
+// computers (FreshID, KillCommands, teardown, NothingLeft). With first it
+// stops at the first. Processes that vanish while being read are
+// skipped.
+func pidsOf(uid uint32, first bool) ([]int, error) {
 	f, err := os.Open("/proc")
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	names, err := f.Readdirnames(-1)
 	f.Close()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
+	var out []int
 	for _, n := range names {
 		pid, err := strconv.Atoi(n)
 		if err != nil {
@@ -54,10 +65,12 @@ func uidInUse(uid uint32) (bool, error) {
 			continue // gone meanwhile
 		}
 		if parseStatus(pid, status).UID == uid {
-			return true, nil
+			if out = append(out, pid); first {
+				break
+			}
 		}
 	}
-	return false, nil
+	return out, nil
 }
 
 // AllProcesses lists every process, from /proc, as this process sees
@@ -117,7 +130,9 @@ func readProcess(pid int) (Process, bool) {
 // /proc/PID/status.
 func parseStatus(pid int, status []byte) Process {
 	p := Process{PID: pid, HostPID: pid, NSPID: pid, UID: 0}
-	for _, line := range strings.Split(string(status), "\n") {
+	for rest := string(status); rest != ""; {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
 			continue

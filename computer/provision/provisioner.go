@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -10,7 +11,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
@@ -160,7 +160,7 @@ func removeUnstarted(dir string) error {
 func NothingLeft(s State) error {
 	var errs []error
 	if s.UID >= MinID {
-		if ps, err := ProcessesOf(s.UID); err != nil || len(ps) != 0 {
+		if ps, err := pidsOf(s.UID, false); err != nil || len(ps) != 0 {
 			errs = append(errs, fmt.Errorf("%d processes of uid %d (%v)", len(ps), s.UID, err))
 		}
 		if objs, err := IPCObjectsOf(s.UID); err != nil || len(objs) != 0 {
@@ -172,7 +172,7 @@ func NothingLeft(s State) error {
 			errs = append(errs, fmt.Errorf("cgroup %s (%v)", d, err))
 		}
 	}
-	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), " "+s.Dir+"/") {
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || bytes.Contains(mi, []byte(" "+s.Dir+"/")) {
 		errs = append(errs, fmt.Errorf("a mount beneath %s (%v)", s.Dir, err))
 	}
 	if s.Disk != nil && s.Disk.Loop != "" && loopBacks(s.Disk.Loop, s.Disk.Image) {
