@@ -25,15 +25,17 @@ import (
 // ahead of each resource, but not one after another (docs/performance.md
 // "Computer service"):
 //
-//   - the stage is started as soon as the computer's directories exist,
-//     so its start overlaps the rest: it waits for its spec on the pipe,
-//     and the spec is written only once the disk, the cgroups, the files
-//     and the state naming the stage are in place;
-//   - the cgroups, the disk and the files (certificates, keys, the first
-//     snapshot, the custodian's audit key) are made at the same time;
-//     the cgroups and the disk's kind are recorded all at once, in the
-//     first state file, before any is made (one save instead of one per
-//     cgroup);
+//   - after the first state file, three groups run at once: the
+//     directories, the disk's mount points, the stage and the files
+//     (certificates, keys, the first snapshot, the custodian's audit
+//     key); the disk (its image from the start, mounted once the mount
+//     points exist); the cgroups. The cgroups and the disk's kind are
+//     recorded all at once, in the first state file, before any is made
+//     (one save instead of one per cgroup);
+//   - the stage is started as soon as the directories exist, so its
+//     start overlaps the rest: it waits for its spec on the pipe, and
+//     the spec is written only once the disk, the cgroups, the files and
+//     the state naming the stage are in place;
 //   - the stage moves only the thread that becomes the receiver into the
 //     v1 cgroups (stageSpec.JoinThread), which does not wait for an RCU
 //     grace period as moving a whole process does;
@@ -52,6 +54,7 @@ import (
 func newPrepared(ctx context.Context, opts Options) (*Local, error) {
 	c := &Local{opts: opts}
 	var cgroups []plannedCgroup
+	points := make(chan struct{}) // closed once the disk's mount points are made
 	err := RunSteps(ctx, "computer", []Step{
 		{Name: "validate.Options", Run: c.validate},
 		{Name: "allocate.IDs", Run: c.allocateIDs},
@@ -59,14 +62,15 @@ func newPrepared(ctx context.Context, opts Options) (*Local, error) {
 		{Name: "cgroup.Plan", Run: func(context.Context) (err error) { cgroups, err = c.planCgroups(); return err }},
 		{Name: "layout.Dir", Run: c.makeDir},
 		{Name: "state.Early", Run: c.saveState},
-		{Name: "layout.Directories", Run: c.makeLayout},
-		{Name: "disk.MountPoints", Run: c.makeDiskMountPoints},
-		{Name: "receiver.Stage", Run: c.startStage},
-		Concurrently("cgroup+disk+files",
-			[]Step{{Name: "cgroup.Make", Run: func(ctx context.Context) error { return c.makePlannedCgroups(ctx, cgroups) }}},
-			[]Step{{Name: "disk.Root", Run: c.mountPlannedDisk}},
-			[]Step{{Name: "pki.Certificates", Run: c.makePKI}, {Name: "admission.Key", Run: c.makeSigningKey},
-				{Name: "admission.Publish", Run: c.publishInitial}, {Name: "custodian.Files", Run: c.writeCustodianFiles}}),
+		Concurrently("layout+stage+files+disk+cgroups",
+			[]Step{{Name: "layout.Directories", Run: c.makeLayout},
+				{Name: "disk.MountPoints", Run: func(ctx context.Context) error { return c.makeDiskMountPoints(ctx, points) }},
+				{Name: "receiver.Stage", Run: c.startStage},
+				{Name: "pki.Certificates", Run: c.makePKI}, {Name: "admission.Key", Run: c.makeSigningKey},
+				{Name: "admission.Publish", Run: c.publishInitial}, {Name: "custodian.Files", Run: c.writeCustodianFiles}},
+			[]Step{{Name: "disk.Image", Run: c.makePlannedImage},
+				{Name: "disk.Root", Run: func(ctx context.Context) error { return c.mountPlannedDisk(ctx, points) }}},
+			[]Step{{Name: "cgroup.Make", Run: func(ctx context.Context) error { return c.makePlannedCgroups(ctx, cgroups) }}}),
 		{Name: "receiver.Config", Run: c.writeReceiverConfig},
 		{Name: "state.Save", Run: c.saveState},
 		{Name: "receiver.Start", Run: c.releaseStage},
@@ -125,8 +129,8 @@ func (c *Local) planDisk(context.Context) error {
 // makeDiskMountPoints makes DIR/disk and makes it and the tuple root
 // shared mount points (sharedMountpoint), before the stage starts, so
 // that the stage's copies of them receive the disk and the project's bind
-// when they are mounted.
-func (c *Local) makeDiskMountPoints(context.Context) error {
+// when they are mounted; then it closes done.
+func (c *Local) makeDiskMountPoints(_ context.Context, done chan<- struct{}) error {
 	p := c.paths
 	if err := os.Mkdir(p.diskDir, 0o700); err != nil {
 		return err
@@ -134,14 +138,34 @@ func (c *Local) makeDiskMountPoints(context.Context) error {
 	if err := sharedMountpoint(p.diskDir); err != nil {
 		return err
 	}
-	return sharedMountpoint(p.root)
+	if err := sharedMountpoint(p.root); err != nil {
+		return err
+	}
+	close(done)
+	return nil
+}
+
+// makePlannedImage makes a planned ext4 disk's image (makeImage), which
+// needs nothing but DIR and the state naming it: it runs while the
+// directories, the mount points and the stage are made.
+func (c *Local) makePlannedImage(ctx context.Context) error {
+	s := c.State()
+	if s.Disk.Kind != DiskExt4 {
+		return nil
+	}
+	return makeImage(ctx, c.paths.disk, s.Resources.MaxDiskBytes)
 }
 
 // mountPlannedDisk is makeDisk on the mount points makeDiskMountPoints
-// made: the planned file system on DIR/disk (an ext4 image's loop device
-// recorded before it is mounted), its project and home directories, and
-// the project bound at the tuple root.
-func (c *Local) mountPlannedDisk(ctx context.Context) error {
+// makes, once points is closed: the planned file system on DIR/disk (an
+// ext4 image's loop device recorded before it is mounted), its project
+// and home directories, and the project bound at the tuple root.
+func (c *Local) mountPlannedDisk(ctx context.Context, points <-chan struct{}) error {
+	select {
+	case <-points:
+	case <-ctx.Done(): // the mount points' group failed
+		return context.Cause(ctx)
+	}
 	p, s := c.paths, c.State()
 	if err := c.mountPlanned(ctx, s.Disk.Kind, s.Resources.MaxDiskBytes); err != nil {
 		return err
@@ -157,7 +181,7 @@ func (c *Local) mountPlannedDisk(ctx context.Context) error {
 }
 
 // mountPlanned mounts the file system of kind and size on DIR/disk, as
-// mountDisk does.
+// mountDisk does (an ext4 image is made by then: makePlannedImage).
 func (c *Local) mountPlanned(ctx context.Context, kind string, size int64) error {
 	p := c.paths
 	if kind == DiskTmpfs {
@@ -166,9 +190,6 @@ func (c *Local) mountPlanned(ctx context.Context, kind string, size int64) error
 			return fmt.Errorf("mount the disk's tmpfs: %w", err)
 		}
 		return nil
-	}
-	if err := makeImage(ctx, p.disk, size); err != nil {
-		return err
 	}
 	loop, err := attachLoop(p.disk)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/cgroup2"
 	"github.com/tetherdev/tether/receiver/cgroupv1"
@@ -195,4 +196,30 @@ func BenchmarkScanUID(b *testing.B) {
 		}
 		b.ReportMetric(float64(len(all)), "processes")
 	})
+}
+
+// TestIntegrationPreparedFailureLeavesNothing: a prepared computer whose
+// disk cannot be made (a petabyte is not on this host) fails naming the
+// step, after the stage was started meanwhile; the undo leaves no
+// directory, no mount beneath it and no stage.
+func TestIntegrationPreparedFailureLeavesNothing(t *testing.T) {
+	p := NewProvisioner(Config{Bins: receiverBins(t)})
+	dir := filepath.Join(base(t), "computer")
+	_, err := p.Prepare(ctxT(t, 2*time.Minute), dir, api.Limits{DiskBytes: 1 << 50})
+	if err == nil || !strings.Contains(err.Error(), "disk.Image") {
+		t.Fatalf("Prepare with a petabyte disk: %v, want the disk.Image step named", err)
+	}
+	if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the computer's directory is left (%v)", err)
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), " "+dir+"/") {
+		t.Errorf("a mount beneath %s is left (%v)", dir, err)
+	}
+	exe, _ := os.Executable()
+	all, _ := AllProcesses()
+	for _, pr := range all {
+		if pr.PPID == os.Getpid() && slices.Equal(pr.Cmdline, []string{exe, StageArg}) {
+			t.Errorf("the stage %d is left", pr.HostPID)
+		}
+	}
 }
