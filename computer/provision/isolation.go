@@ -116,6 +116,7 @@ func tmpfsMounts(memory int64) []stageTmpfs {
 		{Path: "/var/tmp", Bytes: q, Inodes: inodes(q), Mode: 0o1777},
 		{Path: "/dev/shm", Bytes: q, Inodes: inodes(q), Mode: 0o1777},
 		{Path: "/run", Bytes: runBytes, Inodes: 1024, Mode: 0o755},
+		{Path: refusalMount, Bytes: refusalMountBytes, Inodes: 16, Mode: 0o755}, // refusals.go
 	}
 }
 

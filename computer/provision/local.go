@@ -125,6 +125,8 @@ type Local struct {
 	recv       *receiverProc          // nil when stopped
 	serviceRef *custodian.ComputerRef // written into custodian.json (SetServiceRef)
 
+	egressProxy bool // the grant's env points at the egress proxy (egress.go); guarded by mu
+
 	closeOnce sync.Once
 	closeErr  error
 
@@ -271,7 +273,7 @@ func (c *Local) grantFor(notAfter time.Time) admission.Grant {
 	r := c.state.Resources
 	g.Limits.MaxPids, g.Limits.MaxMemoryBytes, g.Limits.MaxDiskBytes = r.MaxPids, r.MaxMemoryBytes, r.MaxDiskBytes
 	g.Limits.MaxOpenFiles, g.Limits.MaxFileSizeBytes = r.MaxOpenFiles, r.MaxFileSizeBytes
-	return g
+	return c.withProxyEnv(g)
 }
 
 func randomHex(n int) (string, error) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // spec is a create request checked and with defaults applied.
@@ -14,6 +15,7 @@ type spec struct {
 	idle         time.Duration
 	queueTimeout time.Duration
 	labels       map[string]string
+	egress       policy.Policy
 }
 
 // check validates req; every refusal is bad_request and nothing is made.
@@ -37,7 +39,10 @@ func (s *Service) check(req api.CreateRequest) (spec, error) {
 	if err := checkLabels(req.Labels); err != nil {
 		return spec{}, err
 	}
-	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels}, nil
+	if err := s.checkEgress(req.Egress); err != nil {
+		return spec{}, err
+	}
+	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels, egress: req.Egress}, nil
 }
 
 // leaseTTL is the lease a create or renew asks for: zero means the

@@ -9,6 +9,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/policy"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -39,6 +40,9 @@ type record struct {
 	Reason          string            `json:"reason,omitempty"`
 	Tuple           *admission.Tuple  `json:"tuple,omitempty"`
 	CustodianConfig string            `json:"custodian_config,omitempty"`
+	// Egress is the computer's egress policy (egress.go); absent denies
+	// all.
+	Egress policy.Policy `json:"egress,omitzero"`
 }
 
 // store is the bbolt file: one bucket of computer records by id, one of
