@@ -67,12 +67,14 @@ func newPrepared(ctx context.Context, opts Options) (*Local, error) {
 				{Name: "disk.MountPoints", Run: func(ctx context.Context) error { return c.makeDiskMountPoints(ctx, points) }},
 				{Name: "receiver.Stage", Run: c.startStage},
 				{Name: "pki.Certificates", Run: c.makePKI}, {Name: "admission.Key", Run: c.makeSigningKey},
-				{Name: "admission.Publish", Run: c.publishInitial}, {Name: "custodian.Files", Run: c.writeCustodianFiles}},
+				{Name: "admission.Publish", Run: c.publishInitial}, {Name: "custodian.Files", Run: c.writeCustodianFiles},
+				// The stage's pid and the CA pin, while the disk is made;
+				// the disk and the cgroups save their own changes.
+				{Name: "state.Save", Run: c.saveState}},
 			[]Step{{Name: "disk.Image", Run: c.makePlannedImage},
 				{Name: "disk.Root", Run: func(ctx context.Context) error { return c.mountPlannedDisk(ctx, points) }}},
 			[]Step{{Name: "cgroup.Make", Run: func(ctx context.Context) error { return c.makePlannedCgroups(ctx, cgroups) }}}),
 		{Name: "receiver.Config", Run: c.writeReceiverConfig},
-		{Name: "state.Save", Run: c.saveState},
 		{Name: "receiver.Start", Run: c.releaseStage},
 	}, c.undoPrepared, 20*time.Second)
 	if err != nil {
