@@ -119,6 +119,7 @@ type Local struct {
 	landlock    string
 	cgroupMount string // the cgroup2 mount, with CgroupRequired
 
+	saveMu     sync.Mutex // held while the state file is written
 	mu         sync.Mutex
 	state      State
 	recv       *receiverProc          // nil when stopped
@@ -128,6 +129,8 @@ type Local struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	spec *os.File // the stage's spec pipe until it is written (prepare.go)
 }
 
 // New allocates a computer and starts its receiver. On failure everything
