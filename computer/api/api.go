@@ -77,7 +77,8 @@ type EgressInfo struct {
 	// (false while it is queued or after it ended).
 	Attached bool `json:"attached"`
 	// RefusalLog is the file inside the computer where the proxy's
-	// refusals show, one line each; empty where the machine has none.
+	// refusals show, one line each; empty while it is not attached or
+	// where the machine has none.
 	RefusalLog string `json:"refusal_log,omitempty"`
 }
 

@@ -29,7 +29,8 @@ func dialScript(port int) string {
 // in the computer's own network namespace. A command in that computer
 // reaches it on 127.0.0.1:3128 and the host side accepts it (the
 // positive control); a command in another computer is refused, and so is
-// a client on the host's own loopback.
+// a client on the host's own loopback; a direct connect out of the
+// computer has no route.
 func TestIntegrationEgressListener(t *testing.T) {
 	a, b := isolated(t, Options{}), isolated(t, Options{})
 	ln, err := (&Machine{l: a}).EgressListener(ctxT(t, time.Minute), api.EgressPort)
@@ -81,6 +82,56 @@ func TestIntegrationEgressListener(t *testing.T) {
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("dial from the host: %v, want connection refused", err)
 	}
+	checkNoRouteOut(t, a)
+}
+
+// checkNoRouteOut: a server on one of the host's own non-loopback
+// addresses is reached from the host (the positive control) and not from
+// inside the computer, whose namespace has no route: the proxy is the
+// only way out.
+func checkNoRouteOut(t *testing.T, c *Local) {
+	t.Helper()
+	ip := hostAddr(t)
+	srv, err := net.Listen("tcp4", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go func() {
+		for {
+			conn, err := srv.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	port := srv.Addr().(*net.TCPAddr).Port
+	conn, err := net.DialTimeout("tcp4", srv.Addr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("positive control: the host does not reach its own %s: %v", srv.Addr(), err)
+	}
+	conn.Close()
+	r := runIn(t, c, "exec 3<>/dev/tcp/"+ip+"/"+strconv.Itoa(port)+" && echo CONNECTED")
+	if strings.Contains(r.out, "CONNECTED") || !strings.Contains(r.out, "Network is unreachable") {
+		t.Fatalf("a direct connect from the computer to %s: %v; want no route", srv.Addr(), r)
+	}
+}
+
+// hostAddr is one of the host's non-loopback IPv4 addresses.
+func hostAddr(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	t.Fatal("the host has no non-loopback IPv4 address to try a direct connect to")
+	return ""
 }
 
 // TestIntegrationEgressListenerReceiverGone: no listener for a computer

@@ -64,22 +64,32 @@ func (s *Service) attachEgress(ctx context.Context, c *computer) error {
 		ln.Close() // Attach may have failed before it took ln
 		return fmt.Errorf("egress: attach: %w", err)
 	}
+	logPath := ""
+	if r, ok := c.m.(api.RefusalRecorder); ok {
+		logPath = r.RefusalLog()
+	}
 	s.mu.Lock()
-	c.attached = true
+	c.attached, c.refusalLog = true, logPath
 	s.mu.Unlock()
 	return nil
 }
 
 // refusedFor is the refused callback of computer id: the refusal goes to
-// the file in the computer (api.RefusalRecorder), a failure to the log.
+// the file in the computer (api.RefusalRecorder), a failure to the log
+// (the first, then every 1000th, so a flood of refusals to a computer
+// whose file cannot be written does not flood the log). The proxy never
+// calls it concurrently for one computer.
 func (s *Service) refusedFor(id string, m api.Machine) func(policy.Refusal) {
 	rec, ok := m.(api.RefusalRecorder)
+	failures := 0
 	return func(r policy.Refusal) {
 		if !ok {
 			return
 		}
 		if err := rec.RecordRefusal(r); err != nil {
-			s.cfg.Logf("computer %s: egress refusal not shown in the computer: %v", id, err)
+			if failures++; failures == 1 || failures%1000 == 0 {
+				s.cfg.Logf("computer %s: egress refusal not shown in the computer (%d so far): %v", id, failures, err)
+			}
 		}
 	}
 }
@@ -93,7 +103,7 @@ func (s *Service) detachEgress(c *computer) {
 		return
 	}
 	s.mu.Lock()
-	c.attached = false
+	c.attached, c.refusalLog = false, ""
 	s.mu.Unlock()
 	if err := s.cfg.Egress.Detach(context.WithoutCancel(s.ctx), c.rec.ID); err != nil {
 		s.cfg.Logf("computer %s: egress detach: %v", c.rec.ID, err)
@@ -114,27 +124,22 @@ func (s *Service) EgressAttached() []string {
 	return ids
 }
 
-// Egress returns the computer's egress policy.
+// Egress returns the computer's egress policy. It does not wait for an
+// operation on the computer (a create, a teardown) to end.
 func (s *Service) Egress(ctx context.Context, caller api.Caller, id string) (api.EgressInfo, error) {
 	c, err := s.lookup(caller, id)
 	if err != nil {
 		return api.EgressInfo{}, err
 	}
-	c.op.Lock()
-	defer c.op.Unlock()
 	return s.egressInfo(c), nil
 }
 
-// egressInfo is what the API says about c's egress; the caller holds
-// c.op.
+// egressInfo is what the API says about c's egress.
 func (s *Service) egressInfo(c *computer) api.EgressInfo {
 	s.mu.Lock()
-	info := api.EgressInfo{Computer: c.rec.ID, Policy: c.rec.Egress, Enabled: s.cfg.Egress != nil, Attached: c.attached}
-	s.mu.Unlock()
-	if r, ok := c.m.(api.RefusalRecorder); ok && info.Enabled {
-		info.RefusalLog = r.RefusalLog()
-	}
-	return info
+	defer s.mu.Unlock()
+	return api.EgressInfo{Computer: c.rec.ID, Policy: c.rec.Egress, Enabled: s.cfg.Egress != nil, Attached: c.attached,
+		RefusalLog: c.refusalLog}
 }
 
 // SetEgress replaces the egress policy of a running or suspended

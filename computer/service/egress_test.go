@@ -3,10 +3,12 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -277,4 +279,31 @@ func TestNoEgressService(t *testing.T) {
 	wantCode(t, err, api.CodeNoEgress)
 	_, err = s.Create(ctx, alice, api.CreateRequest{Egress: policy.Policy{Presets: []string{"pypi"}}})
 	wantCode(t, err, api.CodeUnknownPreset)
+}
+
+// failingRecorder is a machine whose refusal file cannot be written.
+type failingRecorder struct{ api.Machine }
+
+func (failingRecorder) RecordRefusal(policy.Refusal) error { return errors.New("receiver gone") }
+func (failingRecorder) RefusalLog() string                 { return "/run/tether/egress-refused.log" }
+
+// TestRefusalFailuresLogBounded: 2,500 refusals that cannot be shown are
+// logged 3 times (the first, the 1000th, the 2000th), not 2,500.
+func TestRefusalFailuresLogBounded(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	s, _ := newTestService(t, Config{Logf: func(format string, args ...any) {
+		mu.Lock()
+		lines = append(lines, fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}})
+	refused := s.refusedFor("c-x", failingRecorder{})
+	for range 2500 {
+		refused(policy.Refusal{Host: "a.example", Port: 443, Check: policy.CheckPolicy})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) != 3 || !strings.Contains(lines[2], "(2000 so far)") {
+		t.Fatalf("logged %d lines: %q", len(lines), lines)
+	}
 }

@@ -20,7 +20,7 @@ func TestBuildNetworkProxy(t *testing.T) {
 	if _, err := Build(o); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "needs an egress proxy") {
 		t.Fatalf("proxy without Egress: %v, want ErrConfig naming the missing proxy", err)
 	}
-	o.Egress = &testEgress{}
+	o.Egress = stubEgress{}
 	o.Env = append(o.Env, "HTTPS_PROXY=http://corp:8080", "no_proxy=*", "all_proxy=socks5://x:1")
 	s, err := Build(o)
 	if err != nil {

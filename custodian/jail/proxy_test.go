@@ -1,7 +1,6 @@
 package jail
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,15 +10,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tetherdev/tether/egress"
 	"github.com/tetherdev/tether/egress/policy"
 	"github.com/tetherdev/tether/fixtures/fakenet"
 	"github.com/tetherdev/tether/fixtures/testenv"
@@ -37,6 +35,9 @@ type netPlan struct {
 	// CurlHTTPS is fetched by the real curl through the proxy (CONNECT),
 	// trusting CAFile; Curl is curl's path.
 	CurlHTTPS, Curl, CAFile string
+	// CurlLoopback is fetched by curl through the proxy: a service on
+	// the host's loopback, which the proxy must refuse.
+	CurlLoopback string
 	// Direct is a fake-internet address:port dialled without the proxy;
 	// Loopback a service on the host's loopback.
 	Direct, Loopback string
@@ -46,6 +47,7 @@ type netPlan struct {
 type netReport struct {
 	Allowed, Refused string // "200 <body>" or the error
 	CurlHTTPS        string
+	CurlLoopback     string // curl's exit through the proxy
 	Direct, Loopback string // errName of the dial
 	LoopbackDown     string // errName of taking the jail's lo down (SIOCSIFFLAGS)
 	Proxy            string // HTTPS_PROXY as the agent sees it
@@ -77,6 +79,10 @@ func netMain(planJSON string) int {
 	if p.CurlHTTPS != "" {
 		out, err := exec.Command(p.Curl, "-sS", "--fail", "--max-time", "20", "--cacert", p.CAFile, p.CurlHTTPS).CombinedOutput()
 		r.CurlHTTPS = errName(err) + " " + string(out)
+	}
+	if p.CurlLoopback != "" {
+		_, err := exec.Command(p.Curl, "-sS", "--fail", "--max-time", "20", p.CurlLoopback).CombinedOutput()
+		r.CurlLoopback = errName(err)
 	}
 	dial := func(addr string) string {
 		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
@@ -110,113 +116,40 @@ func loopbackDown() error {
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
-// testEgress stands in for package egress's proxy until it lands: HTTP
-// forward and CONNECT on the attached listener, to the hosts the
-// policy's allow rules name exactly (on their ports), resolved through
-// the fake internet's DNS. It refuses anything else with 403 and
-// reports it. It does what the jail relies on, no more: it is not the
-// proxy under test.
-type testEgress struct {
-	dns string
+// stubEgress is an Egress that must not be used (Build only checks that
+// one is given).
+type stubEgress struct{}
 
-	mu       sync.Mutex
-	attached map[string]net.Listener
-	detached []string
-	wg       sync.WaitGroup
+var _ Egress = stubEgress{}
+
+func (stubEgress) Attach(context.Context, string, policy.Policy, net.Listener, func(policy.Refusal)) error {
+	panic("stubEgress: Attach")
 }
 
-var _ Egress = (*testEgress)(nil)
+func (stubEgress) Detach(context.Context, string) error { panic("stubEgress: Detach") }
 
-func (e *testEgress) Attach(_ context.Context, id string, pol policy.Policy, ln net.Listener, refused func(policy.Refusal)) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if _, ok := e.attached[id]; ok {
-		return fmt.Errorf("%s is attached", id)
-	}
-	e.attached[id] = ln
-	var refMu sync.Mutex
-	report := func(r policy.Refusal) { refMu.Lock(); defer refMu.Unlock(); refused(r) }
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go e.serve(c, pol, report)
-		}
-	}()
-	return nil
+// newEgress starts the real egress proxy (package egress) resolving
+// through the fake internet's DNS, with a preset, "fakenet", that lifts
+// the fake internet's private range.
+func newEgress(t *testing.T, n *fakenet.Net) *egress.Proxy {
+	t.Helper()
+	p, err := egress.New(egress.Config{
+		Presets: []policy.Preset{{Name: "fakenet", AllowCIDRs: []string{n.Prefix.String()}}},
+		DNS:     n.DNSAddr.String(), LogPath: filepath.Join(t.TempDir(), "egress.log")})
+	mustDo(t, err)
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
-func (e *testEgress) Detach(_ context.Context, id string) error {
-	e.mu.Lock()
-	ln := e.attached[id]
-	delete(e.attached, id)
-	e.detached = append(e.detached, id)
-	e.mu.Unlock()
-	if ln != nil {
-		ln.Close()
+// jailUID reads the jail's uid from its start-up line.
+func jailUID(t *testing.T, stderr string) string {
+	t.Helper()
+	_, rest, ok := strings.Cut(stderr, "the agent runs confined: uid ")
+	uid, _, _ := strings.Cut(rest, " ")
+	if !ok || uid == "" {
+		t.Fatalf("no uid in the jail's start-up line:\n%s", stderr)
 	}
-	return nil
-}
-
-func allowed(pol policy.Policy, host string, port uint16) bool {
-	for _, r := range pol.Allow {
-		ports := r.Ports
-		if len(ports) == 0 {
-			ports = policy.DefaultPorts
-		}
-		if r.Host == host && slices.Contains(ports, port) {
-			return true
-		}
-	}
-	return false
-}
-
-func (e *testEgress) serve(c net.Conn, pol policy.Policy, refused func(policy.Refusal)) {
-	defer c.Close()
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return
-	}
-	hostport := req.Host
-	if req.Method != http.MethodConnect && !strings.Contains(hostport, ":") {
-		hostport += ":80"
-	}
-	host, portText, _ := net.SplitHostPort(hostport)
-	port, _ := strconv.ParseUint(portText, 10, 16)
-	if !allowed(pol, host, uint16(port)) {
-		refused(policy.Refusal{Time: time.Now(), Host: host, Port: uint16(port), Check: policy.CheckPolicy, Reason: "no allow rule matches"})
-		io.WriteString(c, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-		return
-	}
-	r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "udp", e.dns)
-	}}
-	addrs, err := r.LookupHost(context.Background(), host)
-	if err != nil || len(addrs) == 0 {
-		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	up, err := net.DialTimeout("tcp", net.JoinHostPort(addrs[0], portText), 10*time.Second)
-	if err != nil {
-		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-		return
-	}
-	defer up.Close()
-	if req.Method == http.MethodConnect {
-		io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-		go io.Copy(up, br)
-		io.Copy(c, up)
-		return
-	}
-	req.RequestURI = ""
-	req.Header.Set("Connection", "close")
-	req.Write(up)
-	io.Copy(c, up)
+	return uid
 }
 
 // startNetAgent starts the network agent in a jail of cfg and returns
@@ -250,11 +183,12 @@ func startNetAgent(t *testing.T, s *scene, cfg Config, eg Egress, p netPlan) (ne
 }
 
 // TestIntegrationJailNetworkProxy: under network proxy the jailed agent
-// reaches the allowed host of the fake internet through the proxy (Go's
-// client by HTTP forward, the real curl by CONNECT with TLS), is refused
-// another host of the same server (and the refusal is printed on the
-// jail's stderr), cannot connect directly to the fake internet (no
-// route), and does not reach a service on the host's loopback. Positive
+// reaches the allowed host of the fake internet through the real egress
+// proxy (Go's client by HTTP forward, the real curl by CONNECT with TLS),
+// is refused another host of the same server and, through the proxy, a
+// service on the host's loopback (each refusal printed on the jail's
+// stderr), cannot connect directly to the fake internet (no route) or to
+// the host's loopback (its own), and cannot take its lo down. Positive
 // control: the same agent under network host connects to both directly.
 func TestIntegrationJailNetworkProxy(t *testing.T) {
 	testenv.Require(t, "root", "bwrap", "fakenet")
@@ -270,10 +204,10 @@ func TestIntegrationJailNetworkProxy(t *testing.T) {
 	mustDo(t, err)
 	_, loopback := listeners(t, s.id)
 	plan := netPlan{Allowed: n.URL("http", fakenet.PathPage), Refused: "http://" + fakenet.NameOther + "/",
-		CurlHTTPS: n.URL("https", fakenet.PathPage), Curl: curl, CAFile: caFile,
+		CurlHTTPS: n.URL("https", fakenet.PathPage), Curl: curl, CAFile: caFile, CurlLoopback: "http://" + loopback + "/",
 		Direct: net.JoinHostPort(n.Addr.String(), "80"), Loopback: loopback}
-	eg := &testEgress{dns: n.DNSAddr.String(), attached: map[string]net.Listener{}}
-	pol := &policy.Policy{Allow: []policy.Rule{{Host: fakenet.NameWeb}}}
+	eg := newEgress(t, n)
+	pol := &policy.Policy{Allow: []policy.Rule{{Host: fakenet.NameWeb}}, Presets: []string{"fakenet"}}
 
 	r, stderr := startNetAgent(t, s, Config{Network: NetworkProxy, Egress: pol}, eg, plan)
 	t.Logf("the jail's stderr:\n%s", stderr)
@@ -286,7 +220,13 @@ func TestIntegrationJailNetworkProxy(t *testing.T) {
 	if !strings.HasPrefix(r.Refused, "403 ") {
 		t.Errorf("refused host through the proxy: %q, want 403", r.Refused)
 	}
-	if want := "tether jail: egress refused " + fakenet.NameOther + ":80: no allow rule matches (policy)"; !strings.Contains(stderr, want) {
+	if want := "tether jail: egress refused " + fakenet.NameOther + ":80: "; !strings.Contains(stderr, want) || !strings.Contains(stderr, "(policy)\n") {
+		t.Errorf("stderr lacks %q...(policy):\n%s", want, stderr)
+	}
+	if r.CurlLoopback != "exit 22" {
+		t.Errorf("curl of the host's loopback %s through the proxy: %s, want exit 22 (HTTP 403 from the proxy)", loopback, r.CurlLoopback)
+	}
+	if want := "tether jail: egress refused " + loopback + ": "; !strings.Contains(stderr, want) {
 		t.Errorf("stderr lacks %q:\n%s", want, stderr)
 	}
 	if r.Direct != "ENETUNREACH" {
@@ -304,13 +244,12 @@ func TestIntegrationJailNetworkProxy(t *testing.T) {
 	if !strings.Contains(stderr, "tether jail: network proxy: own network namespace") {
 		t.Errorf("the banner does not state the network:\n%s", stderr)
 	}
-	if len(eg.attached) != 0 || len(eg.detached) != 1 {
-		t.Errorf("after the jail ended: attached %v, detached %v; want none attached, one detached", eg.attached, eg.detached)
+	if st, ok := eg.Stats("agent-jail-" + jailUID(t, stderr)); ok {
+		t.Errorf("after the jail ended the proxy still serves it: %+v", st)
 	}
-	eg.wg.Wait()
 
 	// Positive control: network host, no proxy.
-	plan.Allowed, plan.Refused, plan.CurlHTTPS, plan.Curl = "", "", "", ""
+	plan.Allowed, plan.Refused, plan.CurlHTTPS, plan.Curl, plan.CurlLoopback = "", "", "", "", ""
 	r, stderr = startNetAgent(t, s, Config{Network: NetworkHost}, nil, plan)
 	if r.Direct != "ok" || r.Loopback != "ok" {
 		t.Errorf("network host: direct %s, loopback %s; want both ok\nstderr:\n%s", r.Direct, r.Loopback, stderr)

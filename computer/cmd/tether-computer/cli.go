@@ -64,7 +64,8 @@ commands:
   resume   ID                    thaw it
   touch    ID                    record activity (resumes a suspended computer)
   receipts ID                    the receipts (SHA-256) of its exports, imports and copies
-  egress   show ID | set ID ...  its egress policy: what it may reach through the host's proxy
+  egress   show ID | set ID ... | verify LOG
+                                 its egress policy (what it may reach through the host's proxy); the proxy's log
   cp       SRC DST               copy a file or folder in or out; one side is ID:/path (receipt: JSON)
   export   ID -o FILE            write a suspended computer's root as tar.zst; prints its SHA-256
   import   FILE --sha256 HEX     make a computer from an export, after the daemon checks its digest
@@ -251,7 +252,9 @@ func (l labels) Set(v string) error {
 func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("create", "create [flags]", "Makes a computer and prints it (JSON) once it runs; while the host is at capacity it waits in the queue.\n"+
 		"--seed DIR copies the folder's contents into the new root, --seed-bundle FILE a git clone of the\n"+
-		"bundle (the seed's receipt goes to stderr); a computer whose seed fails is deleted.", stderr)
+		"bundle (the seed's receipt goes to stderr); a computer whose seed fails is deleted.\n"+
+		"Without --egress flags it reaches nothing beyond its loopback; with them, what they allow through\n"+
+		"the host's egress proxy (the service needs serve --egress-config).", stderr)
 	opts := createFlags(fs)
 	lbl := labels{}
 	fs.Var(lbl, "label", "KEY=VALUE label; repeatable")

@@ -31,6 +31,9 @@ type daemonConfig struct {
 	// MaxUpload caps an import's or a copy in's body (0: the server's
 	// default, httpserver.DefaultMaxStreamBytes).
 	MaxUpload int64
+	// EgressStats reads one computer's counters at the egress proxy; nil
+	// when the service gives no egress (no egress series then).
+	EgressStats func(id string) (metrics.EgressStats, bool)
 }
 
 // daemon is the computer service with its HTTP face and metrics. Close
@@ -59,6 +62,9 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 	}
 	d := &daemon{svc: svc}
 	d.m = metrics.New(d.usage)
+	if cfg.EgressStats != nil {
+		d.m.WatchEgress(func() map[string]metrics.EgressStats { return egressStats(svc, cfg.EgressStats) })
+	}
 	var tokens *httpserver.Tokens
 	if cfg.Tokens != "" {
 		if tokens, err = httpserver.OpenTokens(cfg.Tokens); err != nil {
@@ -165,4 +171,15 @@ func (b *instrumented) Resume(ctx context.Context, c api.Caller, id string) (api
 		b.m.ObserveResume(time.Since(start))
 	}
 	return comp, err
+}
+
+// egressStats reads the proxy's counters of every computer it serves.
+func egressStats(svc *service.Service, read func(string) (metrics.EgressStats, bool)) map[string]metrics.EgressStats {
+	out := map[string]metrics.EgressStats{}
+	for _, id := range svc.EgressAttached() {
+		if s, ok := read(id); ok {
+			out[id] = s
+		}
+	}
+	return out
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/tetherdev/tether/admission/cli"
 	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/computer/client"
+	"github.com/tetherdev/tether/egress/egresslog"
 	"github.com/tetherdev/tether/egress/policy"
 )
 
@@ -122,6 +123,7 @@ commands:
                                  and the file inside it where refusals show
   set  ID [--egress-allow HOST[:PORTS]]... [--egress-deny ...]... [--egress-preset NAME]...
        | ID --egress FILE.json   replace a running computer's policy (none given: deny all)
+  verify LOG                     check the proxy's hash-chained egress log (serve --egress-config's "log")
 `
 
 // runEgress dispatches egress show and egress set.
@@ -139,6 +141,8 @@ func runEgress(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			"and the file in the computer where the proxy's refusals show", showEgress)(ctx, args[1:], stdout, stderr)
 	case "set":
 		return setEgress(ctx, args[1:], stdout, stderr)
+	case "verify":
+		return verifyEgressLog(args[1:], stdout, stderr)
 	}
 	return cli.UsageError(stderr, prog+" egress", "unknown egress command %q", args[0])
 }
@@ -174,4 +178,23 @@ func setEgress(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return fail(stderr, "egress set", err)
 	}
 	return printJSON(stdout, info)
+}
+
+// verifyEgressLog checks the egress log's chain and prints its head.
+func verifyEgressLog(args []string, stdout, stderr io.Writer) int {
+	fs := cli.NewFlagSet(prog+" egress verify", prog+" egress verify LOG",
+		"Checks the egress proxy's log: every record strict and canonical, numbered from 0, each\n"+
+			"naming the hash of the line before. Prints the records and the head hash; keep the head\n"+
+			"elsewhere to see a truncation. Names the first broken line; exits 1 then.")
+	fs.SetOutput(stderr)
+	pos, code, done := parse(fs, args, stdout, 1)
+	if done {
+		return code
+	}
+	head, err := egresslog.Verify(pos[0])
+	if err != nil {
+		return fail(stderr, "egress verify", err)
+	}
+	fmt.Fprintf(stdout, "%s egress verify: %d records, chain intact, head %s\n", prog, head.Records, head.Hash)
+	return exitOK
 }

@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/tetherdev/tether/admission/strictjson"
+	"github.com/tetherdev/tether/computer/metrics"
+	"github.com/tetherdev/tether/egress"
 	"github.com/tetherdev/tether/egress/policy"
 )
 
@@ -109,6 +112,31 @@ func (c egressConfig) check() error {
 	return nil
 }
 
+// proxyConfig is the proxy's configuration the file says.
+func (c egressConfig) proxyConfig() egress.Config {
+	return egress.Config{Presets: c.Presets, DNS: c.DNS, LogPath: c.Log,
+		Limits:        egress.Limits{Conns: c.Limits.Conns, BytesPerSecond: c.Limits.BytesPerSecond, TotalBytes: c.Limits.TotalBytes},
+		HeaderTimeout: time.Duration(c.HeaderTimeoutS) * time.Second, DialTimeout: time.Duration(c.DialTimeoutS) * time.Second}
+}
+
+// openProxy loads the configuration at path and starts the proxy; the
+// egress log's directory is made (0711, as the state directory) when
+// missing. The caller closes the proxy.
+func openProxy(path, stateDir string) (*egress.Proxy, egressConfig, error) {
+	c, err := loadEgressConfig(path, stateDir)
+	if err != nil {
+		return nil, c, err
+	}
+	if err := os.MkdirAll(filepath.Dir(c.Log), 0o711); err != nil {
+		return nil, c, fmt.Errorf("egress log directory: %w", err)
+	}
+	p, err := egress.New(c.proxyConfig())
+	if err != nil {
+		return nil, c, fmt.Errorf("egress proxy: %w", err)
+	}
+	return p, c, nil
+}
+
 // presetNames are the names a computer's policy may use.
 func (c egressConfig) presetNames() []string {
 	names := make([]string, 0, len(c.Presets))
@@ -116,4 +144,12 @@ func (c egressConfig) presetNames() []string {
 		names = append(names, p.Name)
 	}
 	return names
+}
+
+// proxyStats reads one computer's counters from p, for the metrics.
+func proxyStats(p *egress.Proxy) func(string) (metrics.EgressStats, bool) {
+	return func(id string) (metrics.EgressStats, bool) {
+		s, ok := p.Stats(id)
+		return metrics.EgressStats{Open: s.Open, BytesUp: s.BytesUp, BytesDown: s.BytesDown, Refused: s.Refused}, ok
+	}
 }

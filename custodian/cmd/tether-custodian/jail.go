@@ -112,8 +112,9 @@ func (r *runner) startAgent(c *custodian.Custodian, stderr io.Writer) (io.WriteC
 
 // newAgentEgress starts the egress proxy that serves the agent's jail
 // under jail.network "proxy", knowing presets, with its log in stateDir;
-// close stops it. Nil until this binary has the proxy: the default then
-// stays "host" and an explicit "proxy" is refused.
+// close stops it (agentegress.go sets it to package egress's proxy).
+// Were it nil, the default would stay "host" and an explicit "proxy"
+// would be refused by name.
 var newAgentEgress func(stateDir string, presets []policy.Preset) (eg jail.Egress, close func() error, err error)
 
 // egressFor settles the jail's network (agentNetwork) and, under
