@@ -23,8 +23,9 @@ setup:
 	@if [ "$$(id -u)" = 0 ]; then ci/setup; else echo "make setup: not root; skipping package installs (tests that need them will say so)"; fi
 
 # demo runs the main job: the computer service's life cycle (a create
-# from the warm pool, a lease, suspend and resume, an expiry) with the
-# service embedded, then the whole chain on a disposable computer.
+# from the warm pool, a lease, suspend and resume, an expiry, and egress:
+# one allowed and one refused fetch against a lab network it starts) with
+# the service embedded, then the whole chain on a disposable computer.
 demo: build
 	@$(BIN)/tether-computer demo
 	@$(BIN)/tether-demo run

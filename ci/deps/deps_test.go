@@ -94,6 +94,13 @@ var rules = []rule{
 		require: []string{"egress/policy"},
 	},
 	{
+		name: "the lab network (the demo's small internet) links no fixture and nothing of tether",
+		from: []string{"egress/labnet"},
+		forbid: []string{"fixtures/", "egress/policy", "computer/", "receiver/", "custodian/", "plugin/", "admission/",
+			"qmpinput/"},
+		require: []string{"egress/labnet"},
+	},
+	{
 		name:    "the live view's binary links no fixture",
 		from:    []string{"qmpinput/cmd/tether-qmp"},
 		forbid:  []string{"fixtures/"},

@@ -25,14 +25,16 @@ type demoSteps struct {
 	out io.Writer
 	cl  *client.Client
 	d   *daemon
+	eg  *demoEgress
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := cli.NewFlagSet(prog+" demo", prog+" demo [--bin DIR]",
 		"Shows the computer service at work, through its API: a create served from the warm pool,\n"+
-			"its lease and a renew, suspend and resume, and a computer whose lease runs out. With no\n"+
-			"daemon on the default socket it embeds one in this process (state in a temporary\n"+
-			"directory) and removes everything at the end. Needs root.")
+			"its lease and a renew, suspend and resume, a computer whose lease runs out, and egress:\n"+
+			"one allowed and one refused fetch from inside a computer, against a small internet the\n"+
+			"demo starts in a network namespace of its own. It embeds the service in this process\n"+
+			"(state in a temporary directory) and removes everything at the end. Needs root.")
 	fs.SetOutput(stderr)
 	binDir := fs.String("bin", "", "directory holding tether-receiver (default: next to tether-computer)")
 	if code, done := cli.Parse(fs, args, stdout, stderr); done {
@@ -65,14 +67,20 @@ func demo(ctx context.Context, binDir string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout, "tether-computer demo: the computer service, embedded in this process (no daemon needed)")
+	eg, err := startDemoEgress(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer eg.Close()
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	limits := api.Limits{MemoryBytes: 256 << 20, Pids: 128, DiskBytes: 128 << 20}
 	sc := service.Config{DefaultLimits: limits, MaxComputers: 4, IdleTimeout: service.DefaultIdleTimeout,
-		Pools: []service.Profile{{Name: "default", Limits: limits, Size: 1}},
-		Logf:  func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) }}
+		Pools:  []service.Profile{{Name: "default", Limits: limits, Size: 1}},
+		Egress: eg.proxy, EgressPresets: []string{demoPreset},
+		Logf: func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) }}
 	cfg := daemonConfig{Dir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"), BinDir: binDir, Service: sc, Logger: logger}
 	err = withDaemon(ctx, cfg, filepath.Join(dir, "api.sock"), func(cl *client.Client, d *daemon) error {
-		return (&demoSteps{out: stdout, cl: cl, d: d}).run(ctx)
+		return (&demoSteps{out: stdout, cl: cl, d: d, eg: eg}).run(ctx)
 	})
 	// A daemon with no pool destroys the pool machine the first one left.
 	cfg.Service.Pools = nil
@@ -129,6 +137,7 @@ func (s *demoSteps) run(ctx context.Context) error {
 		{"a lease that ends it, unless renewed", s.lease},
 		{"suspend and resume", s.suspendResume},
 		{"a lease that runs out", s.expiry},
+		{"egress: one allowed fetch, one refused, from inside a computer", s.egress},
 	}
 	for i, st := range steps {
 		fmt.Fprintf(s.out, "\n[%d/%d] %s\n", i+1, len(steps), st.title)
