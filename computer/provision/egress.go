@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"strconv"
 	"strings"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/nsthread"
 )
 
 // ErrNoNetns is returned by EgressListener for a computer without a
@@ -85,9 +85,10 @@ func pinProcess(pid int, ticks uint64) (int, error) {
 	return fd, nil
 }
 
-// listenInNetns makes the listener on a fresh thread that joins pidfd's
-// network namespace; it takes pidfd and closes it. A cancelled ctx
-// returns at once; a listener made after that is closed.
+// listenInNetns makes the listener on a thread that joins pidfd's
+// network namespace for the call and leaves it again (egress/nsthread);
+// it takes pidfd and closes it. A cancelled ctx returns at once; a
+// listener made after that is closed.
 func listenInNetns(ctx context.Context, pidfd, port int) (net.Listener, error) {
 	type result struct {
 		ln  net.Listener
@@ -95,12 +96,19 @@ func listenInNetns(ctx context.Context, pidfd, port int) (net.Listener, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		// WARNING: this thread enters the computer's network namespace
-		// and is never unlocked, so the runtime ends it with the
-		// goroutine instead of handing it to other code. Tested as root
-		// by TestIntegrationEgressListener.
-		runtime.LockOSThread()
-		ln, err := listenOnThread(pidfd, port)
+		var ln net.Listener
+		err := nsthread.In(pidfd, func() (err error) {
+			ln, err = listenOnThread(port)
+			return err
+		})
+		unix.Close(pidfd)
+		if err != nil && ln != nil {
+			ln.Close()
+			ln = nil
+		}
+		if err != nil && !errors.Is(err, errListen) {
+			err = fmt.Errorf("egress listener: %w: %w", ErrNoNetns, err)
+		}
 		done <- result{ln, err}
 	}()
 	select {
@@ -116,20 +124,18 @@ func listenInNetns(ctx context.Context, pidfd, port int) (net.Listener, error) {
 	}
 }
 
-// listenOnThread runs on a locked thread: setns into pidfd's network
-// namespace, lo up, listen. It closes pidfd.
-func listenOnThread(pidfd, port int) (net.Listener, error) {
-	err := unix.Setns(pidfd, unix.CLONE_NEWNET)
-	unix.Close(pidfd)
-	if err != nil {
-		return nil, fmt.Errorf("egress listener: %w: setns: %w", ErrNoNetns, err)
-	}
+// errListen marks a failure inside the computer's namespace (lo, the
+// listen), as against failing to enter it.
+var errListen = errors.New("egress listener")
+
+// listenOnThread runs in the computer's network namespace: lo up, listen.
+func listenOnThread(port int) (net.Listener, error) {
 	if err := stageLoopback(stageSpec{}); err != nil {
-		return nil, fmt.Errorf("egress listener: bring lo up: %w", err)
+		return nil, fmt.Errorf("%w: bring lo up: %w", errListen, err)
 	}
 	ln, err := net.Listen("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
-		return nil, fmt.Errorf("egress listener: %w", err)
+		return nil, fmt.Errorf("%w: %w", errListen, err)
 	}
 	return ln, nil
 }
