@@ -87,6 +87,12 @@ var rules = []rule{
 		require: []string{"admission", "computer/pki", "computer/ports", "computer/bins"},
 	},
 	{
+		name:    "the VM provisioner and its guest agent link no fixture",
+		from:    []string{"computer/vm/...", "computer/cmd/tether-vmguest"},
+		forbid:  []string{"fixtures/"},
+		require: []string{"computer/api", "computer/vm/muxlink", "computer/provision"},
+	},
+	{
 		name:    "the live view's binary links no fixture",
 		from:    []string{"qmpinput/cmd/tether-qmp"},
 		forbid:  []string{"fixtures/"},
