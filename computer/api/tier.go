@@ -18,6 +18,3 @@ type Described interface {
 	Describe() MachineInfo
 }
 
-// TierLocal is the name the service's provisioner map gives the default
-// tier; a create without a tier, or with "namespaced", gets it.
-const TierLocal = "local"

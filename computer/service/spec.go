@@ -14,6 +14,7 @@ type spec struct {
 	idle         time.Duration
 	queueTimeout time.Duration
 	labels       map[string]string
+	tier         string
 }
 
 // check validates req; every refusal is bad_request and nothing is made.
@@ -37,7 +38,11 @@ func (s *Service) check(req api.CreateRequest) (spec, error) {
 	if err := checkLabels(req.Labels); err != nil {
 		return spec{}, err
 	}
-	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels}, nil
+	tier, err := s.tierOf(req.Tier)
+	if err != nil {
+		return spec{}, err
+	}
+	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels, tier: tier}, nil
 }
 
 // leaseTTL is the lease a create or renew asks for: zero means the

@@ -39,6 +39,10 @@ type record struct {
 	Reason          string            `json:"reason,omitempty"`
 	Tuple           *admission.Tuple  `json:"tuple,omitempty"`
 	CustodianConfig string            `json:"custodian_config,omitempty"`
+	// Tier is the computer's tier; "" in records written before tiers
+	// is api.TierNamespaced.
+	Tier        string `json:"tier,omitempty"`
+	Accelerator string `json:"accelerator,omitempty"`
 }
 
 // store is the bbolt file: one bucket of computer records by id, one of

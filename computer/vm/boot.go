@@ -148,7 +148,7 @@ const MaxClockSkew = 250 * time.Millisecond
 // second; TCG drifts).
 func (m *Machine) syncClock(ctx context.Context) error {
 	sent := time.Now()
-	resp, err := m.ctl.Call(ctx, ctl.Request{Op: ctl.OpSetClock, UnixNano: sent.UnixNano()})
+	resp, err := m.ctlCall(ctx, ctl.Request{Op: ctl.OpSetClock, UnixNano: sent.UnixNano()})
 	if err != nil {
 		return fmt.Errorf("sync the guest's clock: %w", err)
 	}

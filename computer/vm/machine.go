@@ -44,6 +44,7 @@ type Machine struct {
 
 	mu         sync.Mutex
 	serviceRef *custodian.ComputerRef
+	frozen     bool // QMP stop was the last of Freeze and Thaw
 
 	closeOnce sync.Once
 	closeErr  error
@@ -72,8 +73,10 @@ func (m *Machine) Describe() api.MachineInfo {
 // Grant implements api.Machine: it sets the guest's clock, publishes the
 // grant into the admission share and rewrites DIR/custodian.json.
 func (m *Machine) Grant(ctx context.Context, notAfter time.Time) error {
-	if err := m.syncClock(ctx); err != nil {
-		return err
+	if !m.isFrozen() {
+		if err := m.syncClock(ctx); err != nil {
+			return err
+		}
 	}
 	g := m.options().GrantFor(m.alloc.Tuple, m.alloc.UID, m.alloc.GID, notAfter)
 	if _, err := m.grants.Publish(ctx, time.Time{}, g); err != nil {
@@ -90,20 +93,63 @@ func (m *Machine) Withdraw(ctx context.Context) error {
 
 // KillCommands implements api.Machine: the guest kills every process of
 // the grant's uid and answers once none is left.
+// A stopped guest is let run for the kill (its CPUs must run for a
+// signal to act) and stopped again after. With QEMU gone nothing of the
+// guest runs, and there is nothing to kill.
 func (m *Machine) KillCommands(ctx context.Context) error {
-	resp, err := m.ctl.Call(ctx, ctl.Request{Op: ctl.OpKillCommands})
-	if err != nil {
+	if !m.alive() {
+		return nil
+	}
+	frozen := m.isFrozen()
+	if frozen {
+		if err := m.Thaw(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := m.ctlCall(ctx, ctl.Request{Op: ctl.OpKillCommands}); err != nil {
 		return fmt.Errorf("kill commands in the guest: %w", err)
 	}
-	_ = resp
+	if frozen {
+		return m.Freeze(ctx)
+	}
 	return nil
+}
+
+// ctlTimeout bounds one control request: a guest that does not answer
+// within it is broken (the control client then stays closed).
+const ctlTimeout = 30 * time.Second
+
+// ctlCall sends one control request, refusing while the guest is
+// stopped (it could not answer, and a timed-out call ends the client).
+func (m *Machine) ctlCall(ctx context.Context, req ctl.Request) (ctl.Response, error) {
+	if m.isFrozen() {
+		return ctl.Response{}, fmt.Errorf("%w: the guest is stopped (QMP stop); %s not sent", ErrGuest, req.Op)
+	}
+	ctx, cancel := context.WithTimeout(ctx, ctlTimeout)
+	defer cancel()
+	return m.ctl.Call(ctx, req)
+}
+
+func (m *Machine) isFrozen() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.frozen
+}
+
+func (m *Machine) setFrozen(f bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.frozen = f
 }
 
 // Freeze implements api.Machine as QMP stop: the whole guest stops,
 // receiver included (a frozen VM computer answers nothing until Thaw).
 func (m *Machine) Freeze(ctx context.Context) error {
-	_, err := qmpExecute(ctx, m.paths.qmp, m.qemuUID, "stop")
-	return err
+	if _, err := qmpExecute(ctx, m.paths.qmp, m.qemuUID, "stop"); err != nil {
+		return err
+	}
+	m.setFrozen(true)
+	return nil
 }
 
 // Thaw implements api.Machine as QMP cont, then sets the guest's clock,
@@ -112,6 +158,7 @@ func (m *Machine) Thaw(ctx context.Context) error {
 	if _, err := qmpExecute(ctx, m.paths.qmp, m.qemuUID, "cont"); err != nil {
 		return err
 	}
+	m.setFrozen(false)
 	return m.syncClock(ctx)
 }
 
@@ -129,13 +176,14 @@ func (m *Machine) Running(ctx context.Context) (bool, error) {
 }
 
 // Usage implements api.Machine: QEMU's CPU time and memory from its
-// cgroups on the host, and the grant's processes in the guest.
+// cgroups on the host, and the grant's processes in the guest (none
+// while the guest is stopped: they cannot run).
 func (m *Machine) Usage(ctx context.Context) (api.Usage, error) {
 	cpu, mem, err := m.cg.usage()
-	if err != nil {
-		return api.Usage{}, err
+	if err != nil || m.isFrozen() {
+		return api.Usage{CPUSeconds: cpu, MemoryBytes: mem}, err
 	}
-	resp, err := m.ctl.Call(ctx, ctl.Request{Op: ctl.OpProcesses})
+	resp, err := m.ctlCall(ctx, ctl.Request{Op: ctl.OpProcesses})
 	if err != nil {
 		return api.Usage{}, err
 	}
@@ -145,7 +193,7 @@ func (m *Machine) Usage(ctx context.Context) (api.Usage, error) {
 // Busy implements api.Machine: whether a process of the grant's uid runs
 // in the guest.
 func (m *Machine) Busy(ctx context.Context) (bool, error) {
-	resp, err := m.ctl.Call(ctx, ctl.Request{Op: ctl.OpProcesses})
+	resp, err := m.ctlCall(ctx, ctl.Request{Op: ctl.OpProcesses})
 	if err != nil {
 		return false, err
 	}

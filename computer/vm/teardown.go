@@ -31,6 +31,9 @@ func (m *Machine) teardown(ctx context.Context) error {
 	if m.relay != nil {
 		m.relay.Close()
 	}
+	if m.ctl != nil && m.isFrozen() && m.alive() {
+		_ = m.Thaw(ctx) // a stopped guest cannot shut down
+	}
 	if m.ctl != nil {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		if _, err := m.ctl.Call(sctx, ctl.Request{Op: ctl.OpShutdown}); err != nil && m.alive() {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/provision"
@@ -196,12 +197,18 @@ var probeSeq atomic.Int64
 // same wire client the namespaced tier's custodian uses.
 func execIn(t *testing.T, ctx context.Context, m *Machine, argv ...string) string {
 	t.Helper()
-	c, err := provision.WireClient(ctx, m)
+	return execWith(t, ctx, m, m.Tuple(), argv...)
+}
+
+// execWith runs argv as tu's grant through the receiver d reaches.
+func execWith(t *testing.T, ctx context.Context, d provision.Dialer, tu admission.Tuple, argv ...string) string {
+	t.Helper()
+	c, err := provision.WireClient(ctx, d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	digest, dl := m.Tuple().SHA256(), time.Now().Add(time.Minute)
+	digest, dl := tu.SHA256(), time.Now().Add(time.Minute)
 	key := fmt.Sprintf("probe-%d", probeSeq.Add(1))
 	var st wire.ExecStartResult
 	if err := c.Call(ctx, wire.OpExecStart, digest, key, dl, wire.ExecStartArgs{Argv: argv,

@@ -1,0 +1,63 @@
+package service
+
+import (
+	"github.com/tetherdev/tether/computer/api"
+)
+
+// tierOf resolves a create's tier: "" and api.TierNamespaced are the
+// default provisioner's; any other must be a key of Config.Provisioners,
+// else the request is refused (bad_request) and nothing is made.
+func (s *Service) tierOf(t string) (string, error) {
+	if t == "" || t == api.TierNamespaced {
+		return api.TierNamespaced, nil
+	}
+	if _, ok := s.cfg.Provisioners[t]; ok {
+		return t, nil
+	}
+	return "", api.Errorf(api.CodeBadRequest, "tier %q is not offered by this service (tiers: %v)", t, s.tiers())
+}
+
+// tiers lists the tiers this service offers.
+func (s *Service) tiers() []string {
+	out := []string{api.TierNamespaced}
+	for t := range s.cfg.Provisioners {
+		if t != api.TierNamespaced {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// provFor is the provisioner of tier; the default one for the default
+// tier and for records written before tiers ("").
+func (s *Service) provFor(tier string) api.Provisioner {
+	if p, ok := s.cfg.Provisioners[tier]; ok && tier != api.TierNamespaced {
+		return p
+	}
+	return s.prov
+}
+
+// tierName is a record's tier as the API says it.
+func tierName(t string) string {
+	if t == "" {
+		return api.TierNamespaced
+	}
+	return t
+}
+
+// acceleratorOf is a machine's accelerator, when it says one.
+func acceleratorOf(m api.Machine) string {
+	if d, ok := m.(api.Described); ok {
+		return d.Describe().Accelerator
+	}
+	return ""
+}
+
+// claimForLocked claims a warm machine for w: the pool holds machines of
+// the default tier only.
+func (s *Service) claimForLocked(w *waiter) api.Machine {
+	if tierName(w.tier) != api.TierNamespaced {
+		return nil
+	}
+	return s.claimLocked(w.limits)
+}
