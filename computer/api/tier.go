@@ -17,4 +17,3 @@ type MachineInfo struct {
 type Described interface {
 	Describe() MachineInfo
 }
-
