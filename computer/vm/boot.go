@@ -128,7 +128,7 @@ func (m *Machine) startWire(ctx context.Context) error {
 	if m.link, err = muxlink.Host(bctx, c); err != nil {
 		return m.guestError(err)
 	}
-	m.relay, err = listenRelay(m.paths.wire, m.link)
+	m.relay, err = listenRelay(m.paths.wire, m.link, m.alloc.CustodianGID)
 	return err
 }
 

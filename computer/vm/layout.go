@@ -14,7 +14,7 @@ import (
 // paths is where the host side of one VM computer lives:
 //
 //	DIR/               0755 root   the computer; vm.json, custodian.json
-//	  wire.sock        0666 root   the custodian's socket (TLS inside)
+//	  wire.sock        0660 root:cust  the custodian's socket (TLS inside)
 //	  custodian/       0700 cust   client certificate and key, audit key, state
 //	  coordinator/     0700 root   the admission signing key
 //	  admission/       0755 root   the snapshot, shared read-only with the guest (9p)
@@ -27,7 +27,7 @@ type paths struct {
 	coord                                    provision.CoordinatorFiles
 	admission                                string
 	qemu, initramfs, qmp, control, guestWire string
-	receiverLog, console                     string
+	receiverLog                              string
 }
 
 func layout(dir string) paths {
@@ -41,7 +41,7 @@ func layout(dir string) paths {
 		admission: j("admission"),
 		qemu:      j("qemu"), initramfs: j("qemu", "initramfs.cpio"), qmp: j("qemu", "qmp.sock"),
 		control: j("qemu", "control.sock"), guestWire: j("qemu", "wire.sock"),
-		receiverLog: j("qemu", "receiver.log"), console: j("qemu", "console.log"),
+		receiverLog: j("qemu", "receiver.log"),
 	}
 }
 

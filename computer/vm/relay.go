@@ -19,15 +19,17 @@ type relay struct {
 	once sync.Once
 }
 
-// listenRelay listens on path (mode 0666 in the computer's 0755
-// directory: any local user may connect, and only the custodian's
-// certificate gets past the receiver's TLS).
-func listenRelay(path string, link *muxlink.Link) (*relay, error) {
+// listenRelay listens on path, root's and the custodian's group's
+// (0660): only the custodian's certificate gets past the receiver's TLS,
+// and only root and that group may even connect, so no other local user
+// can take the receiver's connection slots (every stream reaches it from
+// the guest's loopback, one peer to its per-peer cap).
+func listenRelay(path string, link *muxlink.Link, gid uint32) (*relay, error) {
 	ln, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o666); err != nil {
+	if err := errors.Join(os.Chown(path, 0, int(gid)), os.Chmod(path, 0o660)); err != nil {
 		ln.Close()
 		return nil, err
 	}
