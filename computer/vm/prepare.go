@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
-	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/bins"
 	"github.com/tetherdev/tether/computer/provision"
 	"github.com/tetherdev/tether/computer/vm/guest"
@@ -234,4 +233,3 @@ func kernelAtLeast(release string, major, minor int) bool {
 	return ma > major || (ma == major && mi >= minor)
 }
 
-var _ = api.Limits{}
