@@ -232,4 +232,3 @@ func kernelAtLeast(release string, major, minor int) bool {
 	}
 	return ma > major || (ma == major && mi >= minor)
 }
-
