@@ -70,6 +70,17 @@ func (m *Machine) validate(context.Context) error {
 	return nil
 }
 
+// rootBytes is the size of the root's tmpfs in the guest: the disk
+// limit, at most half the guest's RAM (there is no disk image yet, and
+// the root lives in that RAM).
+func (m *Machine) rootBytes() int64 {
+	half := m.limits.MemoryBytes / 2
+	if d := m.limits.DiskBytes; d > 0 && d < half {
+		return d
+	}
+	return half
+}
+
 // allocate picks the grant's uid and tuple, and a second fresh uid for
 // QEMU itself.
 func (m *Machine) allocate(context.Context) error {
@@ -91,7 +102,7 @@ func (m *Machine) options() provision.Options {
 	c := m.p.cfg
 	o := provision.Options{Owner: c.Owner, Ops: c.Ops, Limits: c.GrantLimits, Lease: c.Lease,
 		CustodianUID: c.CustodianUID, CustodianGID: c.CustodianGID}
-	o.Limits.MaxPids, o.Limits.MaxMemoryBytes = m.limits.Pids, m.limits.MemoryBytes
+	o.Limits.MaxPids, o.Limits.MaxMemoryBytes, o.Limits.MaxDiskBytes = m.limits.Pids, m.limits.MemoryBytes, m.rootBytes()
 	if o.Owner == "" {
 		o.Owner = "alice"
 	}
@@ -192,7 +203,7 @@ func (m *Machine) guestFiles() ([]guest.File, error) {
 	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm",
 		Shares: []vmguest.Share{{Tag: admissionTag, Dir: GuestAdmission}},
 		Root:   GuestRoot, UID: m.alloc.UID, GID: m.alloc.GID, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
-		CgroupParent: GuestCgroup, PidsMax: m.limits.Pids, MemoryMax: m.limits.MemoryBytes, Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress}}, "", "  ")
+		CgroupParent: GuestCgroup, PidsMax: m.limits.Pids, MemoryMax: m.limits.MemoryBytes, RootBytes: m.rootBytes(), Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress}}, "", "  ")
 	if err != nil {
 		return nil, err
 	}

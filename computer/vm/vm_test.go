@@ -55,7 +55,7 @@ func TestIntegrationVMMachine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	am, err := p.Prepare(ctx, filepath.Join(base, "vm"), api.Limits{MemoryBytes: 192 << 20, Pids: 64})
+	am, err := p.Prepare(ctx, filepath.Join(base, "vm"), api.Limits{MemoryBytes: 192 << 20, Pids: 64, DiskBytes: 16 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +82,7 @@ func TestIntegrationVMMachine(t *testing.T) {
 		t.Fatalf("Describe = %+v", d)
 	}
 	checkQEMUConfined(t, m)
+	checkRootBounded(t, ctx, m)
 	checkRelayRefusesOthers(t, m)
 
 	if err := m.Freeze(ctx); err != nil {
@@ -311,4 +312,16 @@ func dialAsNobody(path string) error {
 		done <- err
 	}()
 	return <-done
+}
+
+// checkRootBounded: the root holds the disk limit (16 MiB) and no more:
+// 8 MiB fit (the positive control), 32 MiB more fail with ENOSPC.
+func checkRootBounded(t *testing.T, ctx context.Context, m *Machine) {
+	t.Helper()
+	line := "cd " + GuestRoot + " && dd if=/dev/zero of=a bs=1M count=8 2>/dev/null && echo WROTE-8; " +
+		"dd if=/dev/zero of=b bs=1M count=32 2>&1 | grep -o 'No space left on device' | head -1; rm -f a b"
+	out := execIn(t, ctx, m, "/bin/sh", "-c", line)
+	if out != "WROTE-8\nNo space left on device\n" {
+		t.Fatalf("writes into the root: %q; want 8 MiB written, then ENOSPC before 40 MiB", out)
+	}
 }
