@@ -27,7 +27,7 @@ var subcommands = map[string][]string{
 	"tether-qmp":         {"capture", "run", "verify-bundle", "view", "token", "token mint", "token revoke", "token list", "audit", "audit verify"},
 	"tether-modelserver": {"anthropic", "gemini"},
 	"tether-receiver":    {"check-caps"},
-	"tether-computer":    {"create", "ls", "show", "rm", "renew", "suspend", "resume", "touch", "receipts", "cp", "export", "import", "token", "token add"},
+	"tether-computer":    {"create", "ls", "show", "rm", "renew", "suspend", "resume", "touch", "receipts", "cp", "export", "import", "token", "token add", "egress", "egress show", "egress set", "egress verify"},
 }
 
 var (

@@ -93,6 +93,13 @@ var rules = []rule{
 		require: []string{"computer/api", "computer/vm/muxlink", "computer/provision"},
 	},
 	{
+		name: "the egress proxy links no fixture and nothing of the computer service but its contract",
+		from: []string{"egress/..."},
+		forbid: []string{"fixtures/", "computer/service", "computer/httpserver", "computer/provision", "computer/lifecycle",
+			"receiver/", "custodian/", "plugin/"},
+		require: []string{"egress/policy"},
+	},
+	{
 		name:    "the live view's binary links no fixture",
 		from:    []string{"qmpinput/cmd/tether-qmp"},
 		forbid:  []string{"fixtures/"},

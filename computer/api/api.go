@@ -1,8 +1,9 @@
 // Package api is the contract of the computer service (tether-computer):
 // the JSON bodies of its HTTP API, the closed set of error codes, and
 // Backend, the Go interface the HTTP server calls and the service
-// implements. It is a leaf: it imports only the standard library and
-// admission's leaf, so a client links the contract without the daemon.
+// implements. It is a leaf: it imports only the standard library,
+// admission's leaf and egress/policy (a leaf), so a client links the
+// contract without the daemon.
 // The OpenAPI 3 document that describes the same bodies is served at
 // /v1/openapi.json and lives beside this file.
 package api
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/admission"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // States of a computer; the transitions between them are decided in one
@@ -58,6 +60,28 @@ type CreateRequest struct {
 	// QueueTimeoutSeconds bounds the wait in the queue when the host is
 	// at capacity; zero means the service default.
 	QueueTimeoutSeconds int64 `json:"queue_timeout_s,omitempty"`
+	// Egress is the computer's egress policy; absent (the zero Policy)
+	// denies all. A policy that allows anything needs a service that
+	// gives egress (no_egress otherwise); a preset name the operator has
+	// not configured is refused (unknown_preset).
+	Egress policy.Policy `json:"egress,omitzero"`
+}
+
+// EgressInfo is the body of GET and the answer of PUT
+// /v1/computers/{id}/egress (whose body is a policy.Policy).
+type EgressInfo struct {
+	Computer string        `json:"computer"`
+	Policy   policy.Policy `json:"policy"`
+	// Enabled says the service gives computers egress at all; without it
+	// a computer has its loopback only, and its policy is deny all.
+	Enabled bool `json:"enabled"`
+	// Attached says the host's egress proxy serves the computer now
+	// (false while it is queued or after it ended).
+	Attached bool `json:"attached"`
+	// RefusalLog is the file inside the computer where the proxy's
+	// refusals show, one line each; empty while it is not attached or
+	// where the machine has none.
+	RefusalLog string `json:"refusal_log,omitempty"`
 }
 
 // RenewRequest is the body of POST /v1/computers/{id}/renew.
@@ -176,6 +200,12 @@ const (
 	CodeOverQuota    = "over_quota"    // the owner's quota is spent
 	CodeUnavailable  = "unavailable"   // the service is shutting down
 	CodeInternal     = "internal"      // anything else; logged
+	// CodeUnknownPreset: an egress policy names a preset the operator's
+	// egress configuration does not hold.
+	CodeUnknownPreset = "unknown_preset"
+	// CodeNoEgress: an egress policy that allows something, asked of a
+	// service that gives no egress.
+	CodeNoEgress = "no_egress"
 )
 
 // Error is the body of every error answer, and the error Backend
@@ -240,4 +270,10 @@ type Backend interface {
 	// one top entry is path's last element, complete before it returns,
 	// with its receipt. The caller closes the stream.
 	CopyOut(ctx context.Context, c Caller, id, path string) (io.ReadCloser, Receipt, error)
+	// Egress returns the computer's egress policy.
+	Egress(ctx context.Context, c Caller, id string) (EgressInfo, error)
+	// SetEgress replaces the egress policy of a running or suspended
+	// computer and returns what is stored: new connections see it at
+	// once, open tunnels it no longer allows close within a second.
+	SetEgress(ctx context.Context, c Caller, id string, pol policy.Policy) (EgressInfo, error)
 }

@@ -41,3 +41,24 @@ type Networked interface {
 // grant's default environment points HTTP_PROXY, HTTPS_PROXY and
 // ALL_PROXY at it.
 const EgressPort = 3128
+
+// ProxyUser is implemented by machines whose grant's default environment
+// can point at the egress proxy. The service calls UseEgressProxy(true)
+// before the Grant of a computer it gives egress (and again after it
+// adopts one); every later Grant then sets HTTP_PROXY, HTTPS_PROXY,
+// ALL_PROXY and NO_PROXY (and their lower-case forms) for the grant's
+// commands. Without it the environment is unchanged.
+type ProxyUser interface {
+	UseEgressProxy(on bool)
+}
+
+// RefusalRecorder is implemented by machines that show the egress
+// proxy's refusals to the commands inside the computer (the namespaced
+// provisioner appends them to a bounded file there). The service calls
+// RecordRefusal from the refused callback it hands Egress.Attach, never
+// concurrently for one machine.
+type RefusalRecorder interface {
+	RecordRefusal(r policy.Refusal) error
+	// RefusalLog is the path, inside the computer, of the file.
+	RefusalLog() string
+}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // Bounds of what the client reads.
@@ -105,6 +106,19 @@ func (c *Client) Renew(ctx context.Context, id string, ttl time.Duration) (api.C
 	var out api.Computer
 	req := api.RenewRequest{LeaseTTLSeconds: int64(ttl / time.Second)}
 	return out, c.call(ctx, http.MethodPost, idPath(id, "/renew"), req, http.StatusOK, &out)
+}
+
+// Egress returns a computer's egress policy.
+func (c *Client) Egress(ctx context.Context, id string) (api.EgressInfo, error) {
+	var out api.EgressInfo
+	return out, c.call(ctx, http.MethodGet, idPath(id, "/egress"), nil, http.StatusOK, &out)
+}
+
+// SetEgress replaces a running or suspended computer's egress policy and
+// returns what the service stored.
+func (c *Client) SetEgress(ctx context.Context, id string, pol policy.Policy) (api.EgressInfo, error) {
+	var out api.EgressInfo
+	return out, c.call(ctx, http.MethodPut, idPath(id, "/egress"), pol, http.StatusOK, &out)
 }
 
 // Suspend freezes a computer.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // strictBackend is an in-memory api.Backend that fails the test on any
@@ -32,6 +33,8 @@ type strictBackend struct {
 	eventsDone chan struct{}
 	// fail, when set, is returned by every expected call.
 	fail error
+	// egress holds SetEgress's policies by id (egress_test.go).
+	egress map[string]policy.Policy
 }
 
 func newStrictBackend(t *testing.T) *strictBackend {

@@ -111,7 +111,10 @@ func checkCreate(req api.CreateRequest) *api.Error {
 			return api.Errorf(api.CodeBadRequest, "%s is %d, want 0 to %d", c.name, c.val, c.max)
 		}
 	}
-	return checkLabels(req.Labels)
+	if e := checkLabels(req.Labels); e != nil {
+		return e
+	}
+	return checkPolicy(req.Egress)
 }
 
 // checkLabels refuses too many labels, a malformed key or a long value.

@@ -20,6 +20,9 @@ var statusOf = map[string]int{
 	api.CodeOverQuota:    http.StatusTooManyRequests,
 	api.CodeUnavailable:  http.StatusServiceUnavailable,
 	api.CodeInternal:     http.StatusInternalServerError,
+	// egress.go
+	api.CodeUnknownPreset: http.StatusBadRequest,
+	api.CodeNoEgress:      http.StatusConflict,
 }
 
 // StatusOf returns the HTTP status an error answer with code carries;

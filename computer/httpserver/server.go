@@ -100,6 +100,8 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/computers/{id}/resume", s.authed(s.withID(s.resume))},
 		{"POST /v1/computers/{id}/touch", s.authed(s.withID(s.touch))},
 		{"GET /v1/computers/{id}/receipts", s.authed(s.withID(s.receipts))},
+		{"GET /v1/computers/{id}/egress", s.authed(s.withID(s.getEgress))},
+		{"PUT /v1/computers/{id}/egress", s.authed(s.withID(s.putEgress))},
 		{"GET /v1/computers/{id}/export", s.authed(s.withID(s.export))},
 		{"POST /v1/computers/import", s.authed(s.importComputer)},
 		{"PUT /v1/computers/{id}/files", s.authed(s.withID(s.copyIn))},

@@ -20,7 +20,9 @@ func (c *Local) makePKI(context.Context) error {
 		return err
 	}
 	c.creds = creds
+	c.mu.Lock() // Prepare writes the state file meanwhile
 	c.state.CASPKISHA256 = creds.CA.SPKISHA256()
+	c.mu.Unlock()
 	if _, _, err := creds.Server.WriteFiles(c.paths.receiver, "receiver"); err != nil {
 		return err
 	}
@@ -43,7 +45,7 @@ func (c *Local) makeSigningKey(context.Context) error {
 // writeCustodianFiles writes the custodian's audit key and, unless the
 // computer admits nothing yet (Options.NoGrant), DIR/custodian.json.
 func (c *Local) writeCustodianFiles(context.Context) error {
-	p, s := c.paths, c.state
+	p, s := c.paths, c.State()
 	skey, vkey, err := audit.GenerateKey("tether.local/" + s.Tuple.Allocation)
 	if err != nil {
 		return err

@@ -116,6 +116,7 @@ func tmpfsMounts(memory int64) []stageTmpfs {
 		{Path: "/var/tmp", Bytes: q, Inodes: inodes(q), Mode: 0o1777},
 		{Path: "/dev/shm", Bytes: q, Inodes: inodes(q), Mode: 0o1777},
 		{Path: "/run", Bytes: runBytes, Inodes: 1024, Mode: 0o755},
+		{Path: refusalMount, Bytes: refusalMountBytes, Inodes: 16, Mode: 0o755}, // refusals.go
 	}
 }
 
@@ -152,15 +153,11 @@ const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET 
 // descriptor 3 (the pipe's read end, which the caller closes after
 // Start).
 func (c *Local) stageCommand() (*exec.Cmd, *os.File, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, nil, fmt.Errorf("find this binary for the computer's stage: %w", err)
-	}
 	spec, err := json.Marshal(c.stageSpec())
 	if err != nil {
 		return nil, nil, err
 	}
-	r, w, err := os.Pipe()
+	cmd, r, w, err := stageProcess()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -170,8 +167,24 @@ func (c *Local) stageCommand() (*exec.Cmd, *os.File, error) {
 		r.Close()
 		return nil, nil, err
 	}
-	cmd := exec.Command(exe, StageArg)
+	return cmd, r, nil
+}
+
+// stageProcess returns the command that starts the stage (this binary
+// with StageArg, in new namespaces and its own session) and the pipe its
+// spec goes through: the read end is the stage's descriptor 3 (the
+// caller closes it after Start), the write end the caller's to write the
+// spec to and close. The stage reads until the write end is closed.
+func stageProcess() (cmd *exec.Cmd, r, w *os.File, err error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("find this binary for the computer's stage: %w", err)
+	}
+	if r, w, err = os.Pipe(); err != nil {
+		return nil, nil, nil, err
+	}
+	cmd = exec.Command(exe, StageArg)
 	cmd.ExtraFiles = []*os.File{r}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: namespaceFlags}
-	return cmd, r, nil
+	return cmd, r, w, nil
 }

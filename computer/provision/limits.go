@@ -34,7 +34,7 @@ import (
 // and memory limits, and those of its freezer and CPU reading where
 // cgroup2 cannot hold them (v1Extras), and records them in the state.
 func (c *Local) makeLimitCgroups(ctx context.Context) error {
-	if !c.state.namespaced() {
+	if !c.State().namespaced() { // a copy: Prepare changes other fields meanwhile
 		return nil
 	}
 	l := c.state.Resources

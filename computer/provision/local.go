@@ -119,13 +119,18 @@ type Local struct {
 	landlock    string
 	cgroupMount string // the cgroup2 mount, with CgroupRequired
 
+	saveMu     sync.Mutex // held while the state file is written
 	mu         sync.Mutex
 	state      State
 	recv       *receiverProc          // nil when stopped
 	serviceRef *custodian.ComputerRef // written into custodian.json (SetServiceRef)
 
+	egressProxy bool // the grant's env points at the egress proxy (egress.go); guarded by mu
+
 	closeOnce sync.Once
 	closeErr  error
+
+	spec *os.File // the stage's spec pipe until it is written (prepare.go)
 }
 
 // New allocates a computer and starts its receiver. On failure everything
@@ -268,7 +273,7 @@ func (c *Local) grantFor(notAfter time.Time) admission.Grant {
 	r := c.state.Resources
 	g.Limits.MaxPids, g.Limits.MaxMemoryBytes, g.Limits.MaxDiskBytes = r.MaxPids, r.MaxMemoryBytes, r.MaxDiskBytes
 	g.Limits.MaxOpenFiles, g.Limits.MaxFileSizeBytes = r.MaxOpenFiles, r.MaxFileSizeBytes
-	return g
+	return c.withProxyEnv(g)
 }
 
 func randomHex(n int) (string, error) {

@@ -115,7 +115,7 @@ func (c *Local) KillCommands(ctx context.Context) error {
 	}
 	frozen, thawed := s.isFrozen(), false
 	for {
-		ps, err := ProcessesOf(s.UID)
+		ps, err := pidsOf(s.UID, false)
 		if err != nil {
 			return err
 		}
@@ -123,7 +123,7 @@ func (c *Local) KillCommands(ctx context.Context) error {
 			break
 		}
 		for _, p := range ps {
-			_ = syscall.Kill(p.HostPID, syscall.SIGKILL)
+			_ = syscall.Kill(p, syscall.SIGKILL)
 		}
 		if frozen && !thawed {
 			if err := s.setFrozen(ctx, false); err != nil {

@@ -31,6 +31,48 @@ func ProcessesOf(uid uint32) ([]Process, error) {
 	return out, err
 }
 
+// uidInUse reports whether any process runs as uid, as ProcessesOf
+// counts it, stopping at the first (pidsOf).
+func uidInUse(uid uint32) (bool, error) {
+	pids, err := pidsOf(uid, true)
+	return len(pids) > 0, err
+}
+
+// pidsOf lists the processes ProcessesOf lists, by host pid alone, from
+// each process's status only (ProcessesOf also reads every command
+// line): the checks that run once per computer on a host of many
+// computers (FreshID, KillCommands, teardown, NothingLeft). With first it
+// stops at the first. Processes that vanish while being read are
+// skipped.
+func pidsOf(uid uint32, first bool) ([]int, error) {
+	f, err := os.Open("/proc")
+	if err != nil {
+		return nil, err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile("/proc/" + n + "/status")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if parseStatus(pid, status).UID == uid {
+			if out = append(out, pid); first {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
 // AllProcesses lists every process, from /proc, as this process sees
 // them (PID is HostPID), with NSPID set.
 func AllProcesses() ([]Process, error) {
@@ -74,8 +116,23 @@ func readProcess(pid int) (Process, bool) {
 	if err != nil {
 		return Process{}, false
 	}
+	p := parseStatus(pid, status)
+	if cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
+		for _, a := range bytes.Split(bytes.TrimRight(cl, "\x00"), []byte{0}) {
+			p.Cmdline = append(p.Cmdline, string(a))
+		}
+	}
+	return p, true
+}
+
+// parseStatus reads pid's uid (the first of real, effective, saved that
+// is not root, else root), name, parent and innermost pid from its
+// /proc/PID/status.
+func parseStatus(pid int, status []byte) Process {
 	p := Process{PID: pid, HostPID: pid, NSPID: pid, UID: 0}
-	for _, line := range strings.Split(string(status), "\n") {
+	for rest := string(status); rest != ""; {
+		var line string
+		line, rest, _ = strings.Cut(rest, "\n")
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
 			continue
@@ -99,12 +156,7 @@ func readProcess(pid int) (Process, bool) {
 			}
 		}
 	}
-	if cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
-		for _, a := range bytes.Split(bytes.TrimRight(cl, "\x00"), []byte{0}) {
-			p.Cmdline = append(p.Cmdline, string(a))
-		}
-	}
-	return p, true
+	return p
 }
 
 // StartTicks returns field 22 of /proc/PID/stat: when the process started,

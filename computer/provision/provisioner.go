@@ -1,6 +1,7 @@
 package provision
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -10,7 +11,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
@@ -77,10 +77,11 @@ func (p *Provisioner) options(dir string, r admission.Limits) Options {
 }
 
 // Prepare implements api.Provisioner: a namespaced computer in dir whose
-// receiver serves a snapshot holding no grant.
+// receiver serves a snapshot holding no grant, made with its independent
+// steps at once (newPrepared).
 func (p *Provisioner) Prepare(ctx context.Context, dir string, limits api.Limits) (api.Machine, error) {
 	r := admission.Limits{MaxPids: limits.Pids, MaxMemoryBytes: limits.MemoryBytes, MaxDiskBytes: limits.DiskBytes}
-	l, err := New(ctx, p.options(dir, r))
+	l, err := newPrepared(ctx, p.options(dir, r))
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +160,7 @@ func removeUnstarted(dir string) error {
 func NothingLeft(s State) error {
 	var errs []error
 	if s.UID >= MinID {
-		if ps, err := ProcessesOf(s.UID); err != nil || len(ps) != 0 {
+		if ps, err := pidsOf(s.UID, false); err != nil || len(ps) != 0 {
 			errs = append(errs, fmt.Errorf("%d processes of uid %d (%v)", len(ps), s.UID, err))
 		}
 		if objs, err := IPCObjectsOf(s.UID); err != nil || len(objs) != 0 {
@@ -171,7 +172,7 @@ func NothingLeft(s State) error {
 			errs = append(errs, fmt.Errorf("cgroup %s (%v)", d, err))
 		}
 	}
-	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), " "+s.Dir+"/") {
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || bytes.Contains(mi, []byte(" "+s.Dir+"/")) {
 		errs = append(errs, fmt.Errorf("a mount beneath %s (%v)", s.Dir, err))
 	}
 	if s.Disk != nil && s.Disk.Loop != "" && loopBacks(s.Disk.Loop, s.Disk.Image) {

@@ -6,7 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -52,6 +55,13 @@ type stageSpec struct {
 	// Cgroups are cgroup.procs files (cgroup v1) the stage moves itself
 	// into, and so the receiver.
 	Cgroups []string `json:"cgroups"`
+	// JoinThread moves only the stage's thread that executes the receiver
+	// into Cgroups (their tasks files), not the whole process: the
+	// receiver, made by that thread's exec, is in them all the same. A
+	// process's move takes the kernel's global cgroup lock, whose first
+	// writer waits for an RCU grace period (about 14 ms on the build
+	// machine); a thread moving itself does not take it.
+	JoinThread bool `json:"join_thread,omitempty"`
 	// Rlimits are set (soft and hard) before the receiver starts.
 	Rlimits []stageRlimit `json:"rlimits"`
 	// Exec is the receiver's argv; Exec[0] is absolute.
@@ -122,8 +132,13 @@ func readStageSpec() (stageSpec, error) {
 	return spec, nil
 }
 
-// runStage is the stage's steps, each named in its error.
+// runStage is the stage's steps, each named in its error. With
+// JoinThread the goroutine stays on one thread from the join to the
+// exec, so the thread that joined is the one that becomes the receiver.
 func runStage(s stageSpec) error {
+	if s.JoinThread {
+		runtime.LockOSThread() // never unlocked: this thread executes the receiver
+	}
 	for _, step := range []struct {
 		name string
 		run  func(stageSpec) error
@@ -150,9 +165,35 @@ func runStage(s stageSpec) error {
 }
 
 func stageJoinCgroups(s stageSpec) error {
+	if s.JoinThread {
+		return stageJoinThread(s.Cgroups)
+	}
 	for _, p := range s.Cgroups {
 		if err := os.WriteFile(p, []byte("0"), 0); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// stageJoinThread moves the calling thread (locked to its goroutine by
+// runStage) into the cgroup of each cgroup.procs file in procs, through
+// the tasks file beside it, and checks that each tasks file then lists
+// the thread: a thread not moved would make a receiver outside its
+// cgroups.
+func stageJoinThread(procs []string) error {
+	tid := strconv.Itoa(unix.Gettid())
+	for _, p := range procs {
+		tasks := filepath.Join(filepath.Dir(p), "tasks")
+		if err := os.WriteFile(tasks, []byte("0"), 0); err != nil {
+			return err
+		}
+		b, err := os.ReadFile(tasks)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(strings.Fields(string(b)), tid) {
+			return fmt.Errorf("thread %s is not in %s after joining it", tid, tasks)
 		}
 	}
 	return nil

@@ -53,7 +53,13 @@ type State struct {
 	LimitCgroups []string `json:"limit_cgroups,omitempty"`
 }
 
+// saveState writes the state file. Saves are serialized (saveMu), each
+// writing the state as it is when its turn comes, so that steps running
+// at once (Provisioner.Prepare's) never share the temporary file and the
+// last file written is the latest state.
 func (c *Local) saveState(context.Context) error {
+	c.saveMu.Lock()
+	defer c.saveMu.Unlock()
 	c.mu.Lock()
 	data, err := json.MarshalIndent(c.state, "", "  ")
 	c.mu.Unlock()

@@ -113,6 +113,9 @@ func RemoveDir(dir string, entries ...string) error {
 // between the listing and the kill), and reports any that survive the
 // bound.
 func killLeftovers(ctx context.Context, uid uint32) error {
+	if used, err := uidInUse(uid); err != nil || !used {
+		return err
+	}
 	procs, err := ProcessesOf(uid)
 	if err != nil || len(procs) == 0 {
 		return err

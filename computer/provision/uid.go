@@ -35,11 +35,11 @@ func FreshID() (uint32, error) {
 		if id == 65534 || id == 65535 || taken[id] || sub.contain(id) {
 			continue
 		}
-		procs, err := ProcessesOf(id)
+		used, err := uidInUse(id)
 		if err != nil {
 			return 0, err
 		}
-		if len(procs) == 0 {
+		if !used {
 			return id, nil
 		}
 	}

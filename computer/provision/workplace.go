@@ -43,6 +43,7 @@ func (s State) receiverLandlock(mode string) receiver.LandlockConfig {
 	l := receiver.LandlockConfig{Mode: mode}
 	if s.namespaced() {
 		l.Writable, l.TCP = workDirs, receiver.TCPAny
+		l.ReadExec = refusalReadExec() // refusals.go
 	}
 	return l
 }

@@ -68,6 +68,12 @@ type Config struct {
 
 	Pools []Profile
 
+	// Egress is the host's egress proxy; nil: the service gives no
+	// egress (a computer has its loopback only). EgressPresets are the
+	// preset names its configuration holds, which a policy may name.
+	Egress        api.Egress
+	EgressPresets []string
+
 	// Logf reports what no caller is told (a pool machine that failed;
 	// default log.Printf).
 	Logf func(format string, args ...any)

@@ -44,7 +44,7 @@ func (s *Service) enqueue(caller api.Caller, sp spec) (*computer, *waiter, error
 	now := time.Now()
 	c := &computer{rec: record{ID: newID("c-"), Owner: caller.Owner, Limits: sp.limits,
 		LeaseTTLSeconds: int64(sp.ttl / time.Second), IdleTimeoutSecs: int64(sp.idle / time.Second),
-		Labels: sp.labels, Created: now.UTC().Round(0), Tier: sp.tier}, lastActive: now}
+		Labels: sp.labels, Created: now.UTC().Round(0), Tier: sp.tier, Egress: sp.egress}, lastActive: now}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -137,6 +137,9 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 	s.cfg.step(StepCreatePrepared)
 	c.m = m
 	s.refer(c)
+	if err := s.attachEgressByTier(s.ctx, c); err != nil {
+		return api.Computer{}, s.failLocked(c, m, err.Error())
+	}
 	if seed != nil {
 		if err := seed(ctx, m); err != nil {
 			return api.Computer{}, seedFailed(err, s.failLocked(c, m, "seed the root: "+err.Error()))
@@ -195,6 +198,7 @@ func (s *Service) failLocked(c *computer, m api.Machine, why string) error {
 	if s.stateOf(c) == api.StateQueued {
 		final = api.StateDeleted // nothing was made
 	}
+	s.detachEgress(c)
 	if err := s.teardown(s.provFor(c.rec.Tier), m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		why += "; teardown: " + err.Error()
 	}

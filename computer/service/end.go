@@ -71,6 +71,7 @@ func (s *Service) endAsLocked(c *computer, reason, final string) error {
 		return internal("record expiring", err)
 	}
 	s.cfg.step(StepEndRecorded)
+	s.detachEgress(c)
 	why := reason
 	if err := s.teardown(s.provFor(c.rec.Tier), c.m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		final, why = api.StateFailed, reason+"; teardown: "+err.Error()

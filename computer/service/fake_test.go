@@ -32,6 +32,17 @@ type strictProv struct {
 	prepErr  error
 	live     int // machines prepared and not yet closed or destroyed
 	maxLive  int
+	// wrap, when set, is what Prepare and Adopt hand out for a machine
+	// (egress_test.go: a networked one).
+	wrap func(*strictMachine) api.Machine
+}
+
+// handOut is m as Prepare and Adopt return it.
+func (p *strictProv) handOut(m *strictMachine) api.Machine {
+	if p.wrap != nil {
+		return p.wrap(m)
+	}
+	return m
 }
 
 var _ api.Provisioner = (*strictProv)(nil)
@@ -95,7 +106,7 @@ func (p *strictProv) Prepare(ctx context.Context, dir string, l api.Limits) (api
 	p.machines[dir] = m
 	p.live++
 	p.maxLive = max(p.maxLive, p.live)
-	return m, nil
+	return p.handOut(m), nil
 }
 
 func (p *strictProv) Adopt(ctx context.Context, dir string) (api.Machine, error) {
@@ -113,7 +124,7 @@ func (p *strictProv) Adopt(ctx context.Context, dir string) (api.Machine, error)
 	case p.dead[dir]:
 		return nil, fmt.Errorf("receiver of %s is not running", dir)
 	}
-	return m, nil
+	return p.handOut(m), nil
 }
 
 func (p *strictProv) Destroy(ctx context.Context, dir string) error {

@@ -93,6 +93,7 @@ func (s *Service) finishLeftover(ctx context.Context, c *computer, m api.Machine
 			m = am
 		}
 	}
+	s.detachEgress(c)
 	if err := s.teardown(s.provFor(c.rec.Tier), m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		final, reason = api.StateFailed, reason+"; teardown: "+err.Error()
 	}
@@ -117,6 +118,11 @@ func (s *Service) readopt(ctx context.Context, c *computer) error {
 	if err != nil {
 		return s.finishLeftover(ctx, c, m, false, api.StateExpiring, api.StateFailed,
 			"re-adopted but its freezer state could not be restored: "+err.Error())
+	}
+	// Without the proxy the computer keeps its loopback only: it fails
+	// closed, and its owner sees attached false.
+	if err := s.attachEgress(ctx, c); err != nil {
+		s.cfg.Logf("computer %s: re-adopted without egress: %v", c.rec.ID, err)
 	}
 	s.mu.Lock()
 	s.holdLocked(c.rec.Limits)

@@ -57,6 +57,11 @@ type computer struct {
 	// they describe; it is taken before s.mu, never while holding it.
 	op sync.Mutex
 	m  api.Machine // nil until made; guarded by op
+	// attached says the egress proxy serves it, refusalLog where its
+	// refusals show (egress.go); written holding op and Service.mu, read
+	// holding either.
+	attached   bool
+	refusalLog string
 
 	// Guarded by Service.mu.
 	rec        record

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // spec is a create request checked and with defaults applied.
@@ -15,6 +16,7 @@ type spec struct {
 	queueTimeout time.Duration
 	labels       map[string]string
 	tier         string
+	egress       policy.Policy
 }
 
 // check validates req; every refusal is bad_request and nothing is made.
@@ -42,7 +44,13 @@ func (s *Service) check(req api.CreateRequest) (spec, error) {
 	if err != nil {
 		return spec{}, err
 	}
-	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels, tier: tier}, nil
+	if err := s.checkEgress(req.Egress); err != nil {
+		return spec{}, err
+	}
+	if err := tierEgress(tier, req.Egress); err != nil {
+		return spec{}, err
+	}
+	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels, tier: tier, egress: req.Egress}, nil
 }
 
 // leaseTTL is the lease a create or renew asks for: zero means the

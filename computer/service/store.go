@@ -9,6 +9,7 @@ import (
 	"github.com/tetherdev/tether/admission"
 	"github.com/tetherdev/tether/admission/strictjson"
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/policy"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -43,6 +44,9 @@ type record struct {
 	// is api.TierNamespaced.
 	Tier        string `json:"tier,omitempty"`
 	Accelerator string `json:"accelerator,omitempty"`
+	// Egress is the computer's egress policy (egress.go); absent denies
+	// all.
+	Egress policy.Policy `json:"egress,omitzero"`
 }
 
 // store is the bbolt file: one bucket of computer records by id, one of

@@ -1,7 +1,10 @@
 package service
 
 import (
+	"context"
+
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // tierOf resolves a create's tier: "" and api.TierNamespaced are the
@@ -70,4 +73,24 @@ func rootedTier(t string) error {
 		return api.Errorf(api.CodeBadRequest, "import makes namespaced computers only, not tier %q", t)
 	}
 	return nil
+}
+
+// tierEgress refuses a policy that allows anything for a computer of a
+// tier without a network device (every tier but the default: a VM
+// computer's guest has none).
+func tierEgress(tier string, pol policy.Policy) error {
+	if tierName(tier) != api.TierNamespaced && !denyAll(pol) {
+		return api.Errorf(api.CodeBadRequest, "egress: a %s computer has no network device; its policy must deny all", tier)
+	}
+	return nil
+}
+
+// attachEgressByTier attaches a default-tier computer to the egress
+// proxy; a computer of another tier has no network to attach (its
+// policy denies all, tierEgress).
+func (s *Service) attachEgressByTier(ctx context.Context, c *computer) error {
+	if tierName(c.rec.Tier) != api.TierNamespaced {
+		return nil
+	}
+	return s.attachEgress(ctx, c)
 }

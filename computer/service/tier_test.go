@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // TestTierPicksItsProvisioner: a create naming tier vm is prepared and
@@ -55,5 +56,23 @@ func TestTierNotOfferedIsRefused(t *testing.T) {
 	_, err := s.Create(context.Background(), alice, api.CreateRequest{Tier: api.TierVM})
 	if api.CodeOf(err) != api.CodeBadRequest || local.count("Prepare") != 0 {
 		t.Fatalf("tier vm on a service without it = %v (prepares %v)", err, local.allCalls())
+	}
+}
+
+// TestTierEgress: a VM computer has no network device, so a policy that
+// allows anything is refused for it; the same policy passes for the
+// default tier, and a deny-all policy for both.
+func TestTierEgress(t *testing.T) {
+	allow := policy.Policy{Allow: []policy.Rule{{Host: "example.com", Ports: []uint16{443}}}}
+	if err := tierEgress(api.TierVM, allow); api.CodeOf(err) != api.CodeBadRequest {
+		t.Fatalf("vm with an allow rule = %v, want bad_request", err)
+	}
+	for _, tc := range []struct {
+		tier string
+		pol  policy.Policy
+	}{{"", allow}, {api.TierNamespaced, allow}, {api.TierVM, policy.Policy{}}} {
+		if err := tierEgress(tc.tier, tc.pol); err != nil {
+			t.Fatalf("tier %q, policy %+v: %v", tc.tier, tc.pol, err)
+		}
 	}
 }

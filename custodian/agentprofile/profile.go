@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tetherdev/tether/custodian"
@@ -52,6 +54,16 @@ type Profile struct {
 	// SetEnv and UnsetEnv adjust the agent's environment.
 	SetEnv   []string // NAME=VALUE
 	UnsetEnv []string
+	// Endpoint is the model endpoint the agent calls, when the profile
+	// knows it: the jail then defaults to jail.network "proxy" with an
+	// egress policy that allows that endpoint alone.
+	Endpoint *Endpoint
+}
+
+// Endpoint is where an agent's model is: the base URL in Env when the
+// agent's environment sets it, else Host on port 443.
+type Endpoint struct {
+	Env, Host string
 }
 
 // Policy is a file the agent reads its rules from.
@@ -108,6 +120,7 @@ var all = []*Profile{
 		// is set to anything, and Claude Code then refuses to start as root
 		// unless it is exactly "1": every session fails.
 		UnsetEnv: []string{"IS_SANDBOX"},
+		Endpoint: &Endpoint{Env: "ANTHROPIC_BASE_URL", Host: "api.anthropic.com"},
 	},
 	{Name: "gemini", Kind: custodian.AgentPlain,
 		About:   "Gemini CLI (node .../@google/gemini-cli/bundle/gemini.js --acp)",
@@ -117,7 +130,8 @@ var all = []*Profile{
 		Policy:      &Policy{FileName: "gemini-policy.toml", Flag: "--admin-policy", Content: geminiPolicy()},
 		// It would otherwise re-exec node with a larger heap and talk ACP
 		// from the child.
-		SetEnv: []string{"GEMINI_CLI_NO_RELAUNCH=1"},
+		SetEnv:   []string{"GEMINI_CLI_NO_RELAUNCH=1"},
+		Endpoint: &Endpoint{Env: "GOOGLE_GEMINI_BASE_URL", Host: "generativelanguage.googleapis.com"},
 	},
 	{Name: custodian.AgentPlain, Kind: custodian.AgentPlain,
 		About: "any other agent that knows nothing of tether: the custodian binds and tags its callbacks; nothing else is set"},
@@ -255,4 +269,67 @@ func (p *Profile) VersionWarning(version string) string {
 	}
 	return fmt.Sprintf("the %s profile is tested with %s %s, not %q: its host tools may have changed; check docs/agents.md",
 		p.Name, p.Package, strings.Join(p.Tested, ", "), version)
+}
+
+// ErrEndpoint is returned by EndpointIn for a base URL it cannot use.
+var ErrEndpoint = errors.New("agent endpoint")
+
+// Target is where an agent's model endpoint is.
+type Target struct {
+	Host string
+	Port uint16
+	// Plain is true for an http (not https) base URL: the agent's
+	// requests to it carry no TLS.
+	Plain bool
+}
+
+// EndpointIn returns the profile's model endpoint in env (the last
+// Endpoint.Env setting wins, as in exec), and false when the profile
+// knows none. A base URL must be http or https with a host and no user
+// info; its port defaults to the scheme's.
+func (p *Profile) EndpointIn(env []string) (Target, bool, error) {
+	if p.Endpoint == nil {
+		return Target{}, false, nil
+	}
+	raw := ""
+	for _, kv := range env {
+		if v, found := strings.CutPrefix(kv, p.Endpoint.Env+"="); found {
+			raw = v
+		}
+	}
+	if raw == "" {
+		return Target{Host: p.Endpoint.Host, Port: 443}, true, nil
+	}
+	t, err := parseEndpoint(raw)
+	if err != nil {
+		return Target{}, false, fmt.Errorf("%w: %s=%q: %w", ErrEndpoint, p.Endpoint.Env, raw, err)
+	}
+	return t, true, nil
+}
+
+// parseEndpoint reads a base URL's host, port and scheme.
+func parseEndpoint(raw string) (Target, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return Target{}, err
+	}
+	defPort := map[string]uint16{"http": 80, "https": 443}[u.Scheme]
+	switch {
+	case defPort == 0:
+		return Target{}, fmt.Errorf("scheme %q: want http or https", u.Scheme)
+	case u.Hostname() == "":
+		return Target{}, errors.New("no host")
+	case u.User != nil:
+		return Target{}, errors.New("user info in the URL")
+	}
+	t := Target{Host: strings.ToLower(u.Hostname()), Port: defPort, Plain: u.Scheme == "http"}
+	if u.Port() == "" {
+		return t, nil
+	}
+	n, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil || n == 0 {
+		return Target{}, fmt.Errorf("port %q", u.Port())
+	}
+	t.Port = uint16(n)
+	return t, nil
 }

@@ -1,6 +1,7 @@
 package agentprofile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -82,4 +83,60 @@ func TestFindInstall(t *testing.T) {
 	if got := c.install(pkg, "x").ReadRoot; got != nm {
 		t.Fatalf("claude-code's jail read %s, want %s", got, nm)
 	}
+}
+
+// TestEndpointIn: a profile's endpoint is its public API host on 443, or
+// the base URL its environment variable sets; a bad base URL is refused.
+func TestEndpointIn(t *testing.T) {
+	cc, err := Lookup("claude-code")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		env  []string
+		want Target
+		err  bool
+	}{
+		{nil, Target{"api.anthropic.com", 443, false}, false},
+		{[]string{"ANTHROPIC_BASE_URL=http://127.0.0.1:8080/v1"}, Target{"127.0.0.1", 8080, true}, false},
+		{[]string{"ANTHROPIC_BASE_URL=https://Gateway.Example.com"}, Target{"gateway.example.com", 443, false}, false},
+		{[]string{"ANTHROPIC_BASE_URL=http://[::1]"}, Target{"::1", 80, true}, false},
+		{[]string{"ANTHROPIC_BASE_URL=ftp://x.example"}, Target{}, true},
+		{[]string{"ANTHROPIC_BASE_URL=https://user:pw@x.example"}, Target{}, true},
+		{[]string{"ANTHROPIC_BASE_URL=https://x.example:0"}, Target{}, true},
+		{[]string{"ANTHROPIC_BASE_URL=x.example"}, Target{}, true},
+	} {
+		got, ok, err := cc.EndpointIn(c.env)
+		if c.err {
+			if !errors.Is(err, ErrEndpoint) || ok {
+				t.Errorf("%v: ok %v err %v, want ErrEndpoint", c.env, ok, err)
+			}
+			continue
+		}
+		if err != nil || !ok || got != c.want {
+			t.Errorf("%v: %+v %v %v, want %+v", c.env, got, ok, err, c.want)
+		}
+	}
+	gem, _ := Lookup("gemini")
+	if got, ok, _ := gem.EndpointIn(nil); !ok || got != (Target{"generativelanguage.googleapis.com", 443, false}) {
+		t.Errorf("gemini: %+v %v", got, ok)
+	}
+	plain, _ := Lookup("plain")
+	if _, ok, err := plain.EndpointIn([]string{"ANTHROPIC_BASE_URL=http://x"}); ok || err != nil {
+		t.Errorf("plain: ok %v err %v, want no endpoint", ok, err)
+	}
+}
+
+// FuzzParseEndpoint: a base URL either parses to a host and a non-zero
+// port, or is refused; it never panics.
+func FuzzParseEndpoint(f *testing.F) {
+	for _, s := range []string{"https://api.anthropic.com", "http://127.0.0.1:8080/v1", "http://[::1]:9", "ftp://x", "https://u@x", "http://x:99999", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, err := parseEndpoint(raw)
+		if err == nil && (got.Host == "" || got.Port == 0) {
+			t.Fatalf("%q: %+v without an error", raw, got)
+		}
+	})
 }

@@ -129,6 +129,7 @@ func (s *Spec) Banner() string {
 	if s.bounds != "" {
 		fmt.Fprintf(&b, "tether jail: bounds: %s\n", s.bounds)
 	}
+	fmt.Fprintf(&b, "tether jail: %s\n", s.networkLine())
 	fmt.Fprintf(&b, "tether jail: visible read-only: %s\n", strings.Join(read, " "))
 	fmt.Fprintf(&b, "tether jail: writable: %s (HOME) and %s, noexec, emptied when the agent ends\n", Home, Tmp)
 	fmt.Fprintf(&b, "tether jail: exec allowed: %s; anything else (a shell included) is refused\n", strings.Join(s.execAllowedNoStubs(), " "))

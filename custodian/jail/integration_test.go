@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if p := os.Getenv(envAttack); p != "" {
 		os.Exit(attackMain(p))
 	}
+	if p := os.Getenv(envNet); p != "" {
+		os.Exit(netMain(p))
+	}
 	if code, ok := boundsMain(); ok {
 		os.Exit(code)
 	}

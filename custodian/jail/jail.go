@@ -16,7 +16,10 @@
 // ruleset before it executes the agent, so exec is denied except for an
 // allowlist, and signals and abstract unix sockets cannot leave the jail;
 // under NetworkHost it also refuses TCP bind, and a seccomp filter
-// refuses listen, so the agent serves nothing on the host.
+// refuses listen, so the agent serves nothing on the host. Under
+// NetworkProxy the agent has a network namespace of its own with only
+// loopback, where the one thing it reaches is the egress proxy
+// (proxy_linux.go), under a policy of its own.
 //
 // Use: Build a Spec from a Config and the agent's argv, Start it, and
 // Wait (which empties HOME and /tmp, removes the cgroup and frees the
@@ -26,8 +29,12 @@
 package jail
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // Network modes of Config.Network.
@@ -38,7 +45,30 @@ const (
 	// NetworkNone gives the agent a network namespace of its own with only
 	// a loopback interface: it reaches nothing outside the jail.
 	NetworkNone = "none"
+	// NetworkProxy gives the agent a network namespace of its own with
+	// only a loopback interface, on which the egress proxy answers at
+	// 127.0.0.1:EgressPort: the agent reaches what Config.Egress allows
+	// (its model's endpoint) through the proxy, and nothing else, since
+	// the namespace has no route out.
+	NetworkProxy = "proxy"
 )
+
+// DefaultEgressPort is where, under NetworkProxy, the proxy answers on
+// the jail's own loopback: the port a computer finds its egress proxy on
+// (computer/api.EgressPort).
+const DefaultEgressPort = 3128
+
+// Egress is the egress proxy that serves a jail under NetworkProxy
+// (package egress's proxy; the same methods as computer/api.Egress,
+// which this package does not import). Attach serves the jail on ln, a
+// listener inside the jail's own network namespace, so the listener that
+// accepted a connection names the jail; Attach owns ln from then on.
+// refused is called for every connection the proxy refuses. Detach
+// closes ln and every open connection of id before it returns.
+type Egress interface {
+	Attach(ctx context.Context, id string, pol policy.Policy, ln net.Listener, refused func(policy.Refusal)) error
+	Detach(ctx context.Context, id string) error
+}
 
 // Config is the `jail` section of the custodian's config file. Every
 // field is optional; the allowlists extend the defaults, never replace
@@ -50,8 +80,17 @@ type Config struct {
 	// Exec lists executables the agent may run besides its own program, such
 	// as node. They appear read-only at the same path.
 	Exec []string `json:"exec,omitempty"`
-	// Network is NetworkHost (default) or NetworkNone.
+	// Network is NetworkHost (the default of this package; the custodian
+	// makes NetworkProxy its default where the agent's endpoint is
+	// known), NetworkNone or NetworkProxy.
 	Network string `json:"network,omitempty"`
+	// Egress is the agent's own egress policy under NetworkProxy: what
+	// the proxy lets it reach, such as its model's endpoint. Nil denies
+	// everything. Refused under another network mode.
+	Egress *policy.Policy `json:"egress,omitempty"`
+	// EgressPort is the proxy's port on the jail's loopback; default
+	// DefaultEgressPort.
+	EgressPort int `json:"egress_port,omitempty"`
 	// UID pins the agent's uid (and GID its gid, default the uid) instead
 	// of a fresh one per jail; 0 is refused. Two jails pinned to the same
 	// uid do not run at once: the second is refused (ErrUID).
@@ -185,10 +224,8 @@ var (
 // Validate checks the config's shape without reading files (Build reads
 // and checks the paths).
 func (c Config) Validate() error {
-	switch c.Network {
-	case "", NetworkHost, NetworkNone:
-	default:
-		return fmt.Errorf("%w: jail.network %q: want %q or %q", ErrConfig, c.Network, NetworkHost, NetworkNone)
+	if err := c.validateNetwork(); err != nil {
+		return err
 	}
 	if (c.UID != nil && *c.UID == 0) || (c.GID != nil && *c.GID == 0) {
 		return fmt.Errorf("%w: jail.uid and jail.gid must not be 0: the agent never runs as root", ErrConfig)
@@ -209,6 +246,27 @@ func (c Config) Validate() error {
 	case "", CgroupRequired, CgroupOff:
 	default:
 		return fmt.Errorf("%w: jail.cgroup %q: want %q or %q", ErrConfig, c.Cgroup, CgroupRequired, CgroupOff)
+	}
+	return nil
+}
+
+// validateNetwork checks jail.network, jail.egress and jail.egress_port.
+func (c Config) validateNetwork() error {
+	switch c.Network {
+	case "", NetworkHost, NetworkNone, NetworkProxy:
+	default:
+		return fmt.Errorf("%w: jail.network %q: want %q, %q or %q", ErrConfig, c.Network, NetworkProxy, NetworkHost, NetworkNone)
+	}
+	if c.Network != NetworkProxy && (c.Egress != nil || c.EgressPort != 0) {
+		return fmt.Errorf("%w: jail.egress and jail.egress_port need jail.network %q", ErrConfig, NetworkProxy)
+	}
+	if c.EgressPort < 0 || c.EgressPort > 65535 {
+		return fmt.Errorf("%w: jail.egress_port %d: want 1 to 65535", ErrConfig, c.EgressPort)
+	}
+	if c.Egress != nil {
+		if err := c.Egress.Validate(); err != nil {
+			return fmt.Errorf("%w: jail.egress: %w", ErrConfig, err)
+		}
 	}
 	return nil
 }

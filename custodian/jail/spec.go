@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // Options are what Build needs besides the Config.
@@ -49,6 +51,11 @@ type Options struct {
 	// LockDir holds the per-uid lock files of live jails; "" means
 	// DefaultLockDir.
 	LockDir string
+	// Egress is the proxy that serves the jail under NetworkProxy
+	// (required there, unused otherwise). The caller owns it and keeps
+	// it running while the jail runs; Start attaches the jail to it and
+	// Wait detaches it.
+	Egress Egress
 }
 
 // View is one host path shown in the jail.
@@ -81,8 +88,14 @@ type Spec struct {
 	// CgroupRequired or CgroupOff.
 	MaxMemory, MaxPids int64
 	Cgroup             string
-	// Network is NetworkHost or NetworkNone.
+	// Network is NetworkHost, NetworkNone or NetworkProxy.
 	Network string
+	// EgressPolicy and EgressPort are the agent's own egress policy and
+	// the proxy's port on the jail's loopback (NetworkProxy).
+	EgressPolicy policy.Policy
+	EgressPort   int
+	// egress serves the jail under NetworkProxy (Options.Egress).
+	egress Egress
 	// Listen allows listen(2) under NetworkHost (Options.Listen).
 	Listen bool
 	// Bwrap is bubblewrap's path.
@@ -108,7 +121,7 @@ type Spec struct {
 // but reads of the named paths. Errors name the failed check and wrap
 // ErrConfig or ErrHidden.
 func Build(o Options) (*Spec, error) {
-	s := &Spec{Argv: slices.Clone(o.Argv), Network: o.Config.Network, Listen: o.Listen, Bwrap: o.Config.Bwrap,
+	s := &Spec{Argv: slices.Clone(o.Argv), Network: o.Config.Network, Listen: o.Listen, Bwrap: o.Config.Bwrap, egress: o.Egress,
 		UIDs: IDRange{DefaultUIDFirst, DefaultUIDLast}, MaxMemory: DefaultMaxMemory, MaxPids: DefaultMaxPids,
 		Cgroup: CgroupRequired, Helper: o.Helper, ScratchParent: o.ScratchParent, LockDir: o.LockDir, TmpSize: DefaultTmpSize}
 	if err := s.fillDefaults(o.Config); err != nil {
@@ -126,19 +139,18 @@ func Build(o Options) (*Spec, error) {
 		return nil, err
 	}
 	s.Env = agentEnv(o.Env, o.Root)
+	if s.Network == NetworkProxy {
+		s.Env = proxyEnv(s.Env, s.EgressPort)
+	}
 	return s, nil
 }
 
 // fillDefaults applies the config's scalar fields and their defaults.
 func (s *Spec) fillDefaults(c Config) error {
-	switch s.Network {
-	case "":
-		s.Network = NetworkHost
-	case NetworkHost, NetworkNone:
-	default:
-		return fmt.Errorf("%w: network %q: want %q or %q", ErrConfig, s.Network, NetworkHost, NetworkNone)
-	}
 	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := s.fillNetwork(c); err != nil {
 		return err
 	}
 	if err := s.fillIDs(c); err != nil {
@@ -169,6 +181,29 @@ func (s *Spec) fillDefaults(c Config) error {
 		s.ScratchParent = os.TempDir()
 	}
 	return checkScratch(s.ScratchParent)
+}
+
+// fillNetwork applies jail.network (default NetworkHost) and, under
+// NetworkProxy, the agent's egress policy and port; the proxy itself
+// must be given (Options.Egress).
+func (s *Spec) fillNetwork(c Config) error {
+	if s.Network == "" {
+		s.Network = NetworkHost
+	}
+	if s.Network != NetworkProxy {
+		return nil
+	}
+	if s.egress == nil {
+		return fmt.Errorf("%w: jail.network %q needs an egress proxy, and none was given", ErrConfig, NetworkProxy)
+	}
+	if c.Egress != nil {
+		s.EgressPolicy = *c.Egress
+	}
+	s.EgressPort = DefaultEgressPort
+	if c.EgressPort != 0 {
+		s.EgressPort = c.EgressPort
+	}
+	return nil
 }
 
 // fillIDs pins the agent's ids (jail.uid, jail.gid, the gid defaulting
@@ -521,6 +556,30 @@ func agentEnv(base []string, root string) []string {
 	return append(env, "HOME="+Home, "TMPDIR="+Tmp, "PATH="+agentPath, "USER=agent", "LOGNAME=agent", "PWD="+root)
 }
 
+// proxyNames are the variables that point clients at a proxy, in both
+// cases (curl reads only the lower-case http_proxy).
+var proxyNames = []string{"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY",
+	"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+
+// proxyEnv replaces every proxy variable of env with the jail's proxy on
+// 127.0.0.1:port: HTTP forward and CONNECT for HTTP_PROXY and
+// HTTPS_PROXY, SOCKS5 with the name resolved by the proxy for ALL_PROXY.
+// NO_PROXY is set empty: the jail's loopback holds nothing but the proxy,
+// so every destination, the host's loopback included, goes through it
+// (where the policy decides).
+func proxyEnv(env []string, port int) []string {
+	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(proxyNames, name)
+	})
+	http := fmt.Sprintf("http://127.0.0.1:%d", port)
+	socks := fmt.Sprintf("socks5h://127.0.0.1:%d", port)
+	for _, kv := range [][2]string{{"HTTP_PROXY", http}, {"HTTPS_PROXY", http}, {"ALL_PROXY", socks}, {"NO_PROXY", ""}} {
+		env = append(env, kv[0]+"="+kv[1], strings.ToLower(kv[0])+"="+kv[1])
+	}
+	return env
+}
+
 // resolveAll cleans each path and resolves its symlinks where it exists.
 func resolveAll(ps []string) []string {
 	var out []string
@@ -534,6 +593,15 @@ func resolveAll(ps []string) []string {
 		}
 	}
 	return out
+}
+
+// egressForDigest is the egress policy under NetworkProxy, nil otherwise
+// (so the digest of a jail without the proxy is what it always was).
+func (s *Spec) egressForDigest() *policy.Policy {
+	if s.Network != NetworkProxy {
+		return nil
+	}
+	return &s.EgressPolicy
 }
 
 // within reports whether p is dir or lies beneath it.
@@ -570,8 +638,10 @@ func (s *Spec) Digest() string {
 		UIDs                                       IDRange
 		Read, Exec                                 []View
 		TmpSize, MaxMemory, MaxPids                int64
+		Egress                                     *policy.Policy `json:",omitempty"`
+		EgressPort                                 int            `json:",omitempty"`
 	}{s.Path, s.Root, s.Network, s.Bwrap, s.Helper, s.Cgroup, s.Argv, s.Stubs, s.UID, s.GID, s.Pinned, s.UIDs,
-		s.Read, s.Exec, s.TmpSize, s.MaxMemory, s.MaxPids})
+		s.Read, s.Exec, s.TmpSize, s.MaxMemory, s.MaxPids, s.egressForDigest(), s.EgressPort})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
 }

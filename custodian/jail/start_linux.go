@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,12 @@ type Process struct {
 	done    chan struct{}
 	waitErr error
 	cleanup error
+	// stderr is the caller's, serialized (lockedWriter).
+	stderr io.Writer
+	// egressLn is the proxy's listener in the jail's network namespace
+	// until Attach takes it; attached says Detach is owed (NetworkProxy).
+	egressLn net.Listener
+	attached bool
 }
 
 // Start checks the machine (Check), leases the jail's own uid, sweeps
@@ -52,7 +59,8 @@ func Start(spec *Spec, stderr io.Writer) (*Process, error) {
 	}
 	s := *spec
 	s.UID, s.GID = lease.uid, lease.gid
-	p := &Process{spec: &s, lease: lease, done: make(chan struct{})}
+	stderr = &lockedWriter{w: stderr}
+	p := &Process{spec: &s, lease: lease, done: make(chan struct{}), stderr: stderr}
 	if err := p.prepare(stderr); err != nil {
 		p.closeChild()
 		err = errors.Join(err, p.cg.remove(context.Background()))
@@ -105,7 +113,7 @@ func (p *Process) bounds() string {
 	if s.Pinned {
 		uid = fmt.Sprintf("uid %d pinned by jail.uid (held while the jail runs)", s.UID)
 	}
-	serve := "; network none: the agent may serve only on the jail's own loopback"
+	serve := "; network " + s.Network + ": the agent may serve only on the jail's own loopback"
 	switch {
 	case s.Network == NetworkHost && skipServeBounds:
 		serve = "; network host: serving on the host is NOT refused (a test's positive control)"
@@ -205,6 +213,9 @@ func (p *Process) closeChild() {
 func (p *Process) run(started chan<- error) {
 	runtime.LockOSThread()
 	err := p.prepareThread()
+	if err == nil && p.spec.Network == NetworkProxy {
+		err = p.attachEgress()
+	}
 	if err == nil {
 		err = p.startInCgroup()
 	}
@@ -238,7 +249,7 @@ func (p *Process) startInCgroup() error {
 // end empties HOME and /tmp, kills and removes the jail's cgroup, then
 // releases the uid, and marks the jail done.
 func (p *Process) end() {
-	p.cleanup = p.empty()
+	p.cleanup = errors.Join(p.detachEgress(), p.empty())
 	if err := p.cg.remove(context.Background()); err != nil {
 		p.cleanup = errors.Join(p.cleanup, fmt.Errorf("%w: %w", ErrCleanup, err))
 	}
@@ -248,10 +259,16 @@ func (p *Process) end() {
 
 // prepareThread unshares the thread's mount namespace, mounts the private
 // tmpfs (noexec, nosuid, nodev, bounded, owned by the agent) on the
-// scratch directory, makes home and tmp in it, and sets no_new_privs and
-// an empty bounding set for what the thread starts.
+// scratch directory, makes home and tmp in it, under NetworkProxy moves
+// the thread into a network namespace of the jail's own with the proxy's
+// listener (proxy_linux.go), and sets no_new_privs and an empty bounding
+// set for what the thread starts.
 func (p *Process) prepareThread() error {
 	s := p.spec
+	network := func() error { return nil }
+	if s.Network == NetworkProxy {
+		network = p.enterNetwork
+	}
 	steps := []struct {
 		name string
 		do   func() error
@@ -263,6 +280,7 @@ func (p *Process) prepareThread() error {
 			return unix.Mount("tether-jail", p.scratch, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts)
 		}},
 		{"make HOME and /tmp", p.makeDirs},
+		{"make the jail's network namespace", network},
 		{"set no_new_privs", func() error { return unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }},
 		{"drop the bounding set", dropBoundingSet},
 	}

@@ -54,6 +54,7 @@ const usage = `usage: tether-computer <command> [flags]
 commands:
   create   [--tier vm] [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
            [--seed DIR | --seed-bundle FILE]
+           [--egress-allow HOST[:PORTS]]... [--egress-deny ...]... [--egress-preset NAME]... | [--egress FILE]
                                  make a computer and print it (JSON) once it runs
   ls                             list your computers (an admin sees all)
   show     ID                    print one computer (JSON)
@@ -63,6 +64,8 @@ commands:
   resume   ID                    thaw it
   touch    ID                    record activity (resumes a suspended computer)
   receipts ID                    the receipts (SHA-256) of its exports, imports and copies
+  egress   show ID | set ID ... | verify LOG
+                                 its egress policy (what it may reach through the host's proxy); the proxy's log
   cp       SRC DST               copy a file or folder in or out; one side is ID:/path (receipt: JSON)
   export   ID -o FILE            write a suspended computer's root as tar.zst; prints its SHA-256
   import   FILE --sha256 HEX     make a computer from an export, after the daemon checks its digest
@@ -92,6 +95,7 @@ var commands = map[string]command{
 	"touch":    idCommand("touch", "record activity on a computer, resuming it when suspended", touchOne),
 	"receipts": idCommand("receipts", "list the receipts (SHA-256) of a computer's exports, imports and copies", receiptsOf),
 	"cp":       runCopy,
+	"egress":   runEgress,
 	"export":   runExport,
 	"import":   runImport,
 	"token":    runToken,
@@ -248,24 +252,32 @@ func (l labels) Set(v string) error {
 func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("create", "create [flags]", "Makes a computer and prints it (JSON) once it runs; while the host is at capacity it waits in the queue.\n"+
 		"--seed DIR copies the folder's contents into the new root, --seed-bundle FILE a git clone of the\n"+
-		"bundle (the seed's receipt goes to stderr); a computer whose seed fails is deleted.", stderr)
+		"bundle (the seed's receipt goes to stderr); a computer whose seed fails is deleted.\n"+
+		"Without --egress flags it reaches nothing beyond its loopback; with them, what they allow through\n"+
+		"the host's egress proxy (the service needs serve --egress-config).", stderr)
 	opts := createFlags(fs)
 	lbl := labels{}
 	fs.Var(lbl, "label", "KEY=VALUE label; repeatable")
 	seed := fs.String("seed", "", "local folder whose contents fill the new computer's root")
 	bundle := fs.String("seed-bundle", "", "git bundle cloned (by the local git) into the new computer's root")
 	field := fieldFlag(fs)
+	eg := egressFlags(fs)
 	if _, code, done := parse(fs, args, stdout, 0); done {
 		return code
 	}
 	if *seed != "" && *bundle != "" {
 		return cli.UsageError(stderr, fs.Name(), "--seed and --seed-bundle exclude each other")
 	}
+	pol, err := eg.policy()
+	if err != nil {
+		return cli.UsageError(stderr, fs.Name(), "%v", err)
+	}
 	cl, err := c.client()
 	if err != nil {
 		return fail(stderr, "create", err)
 	}
 	req := opts.request()
+	req.Egress = pol
 	if len(lbl) > 0 {
 		req.Labels = lbl
 	}

@@ -35,6 +35,9 @@ type daemonConfig struct {
 	// VM, when its Accel is set, offers the VM tier (computer/vm);
 	// BinDir must then hold tether-vmguest too.
 	VM vm.Config
+	// EgressStats reads one computer's counters at the egress proxy; nil
+	// when the service gives no egress (no egress series then).
+	EgressStats func(id string) (metrics.EgressStats, bool)
 }
 
 // daemon is the computer service with its HTTP face and metrics. Close
@@ -66,6 +69,9 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 	}
 	d := &daemon{svc: svc}
 	d.m = metrics.New(d.usage)
+	if cfg.EgressStats != nil {
+		d.m.WatchEgress(func() map[string]metrics.EgressStats { return egressStats(svc, cfg.EgressStats) })
+	}
 	var tokens *httpserver.Tokens
 	if cfg.Tokens != "" {
 		if tokens, err = httpserver.OpenTokens(cfg.Tokens); err != nil {
@@ -189,4 +195,15 @@ func offerVM(sc *service.Config, cfg daemonConfig, b bins.Set) error {
 	}
 	sc.Provisioners = map[string]api.Provisioner{api.TierVM: vm.NewProvisioner(vc)}
 	return nil
+}
+
+// egressStats reads the proxy's counters of every computer it serves.
+func egressStats(svc *service.Service, read func(string) (metrics.EgressStats, bool)) map[string]metrics.EgressStats {
+	out := map[string]metrics.EgressStats{}
+	for _, id := range svc.EgressAttached() {
+		if s, ok := read(id); ok {
+			out[id] = s
+		}
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/httpserver"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // memBackend keeps computers in memory, owner-isolated as the service is.
@@ -21,6 +22,8 @@ type memBackend struct {
 	cs  map[string]api.Computer
 	n   int
 	dir string // holds each computer's root (transfer_test.go)
+	// egress holds each computer's policy (egress_test.go).
+	egress map[string]policy.Policy
 }
 
 func (b *memBackend) Create(_ context.Context, c api.Caller, r api.CreateRequest) (api.Computer, error) {

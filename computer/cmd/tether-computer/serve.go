@@ -42,6 +42,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	binDir := fs.String("bin", "", "directory holding tether-receiver (default: next to tether-computer)")
 	vmAccel := fs.String("vm", "", "offer the VM tier with this accelerator: auto, kvm or tcg (default: not offered; --bin must hold tether-vmguest)")
 	vmKernel := fs.String("vm-kernel", "", "the VM tier's unpacked guest kernel (default: the CI's vmsuite kernel)")
+	egressConf := fs.String("egress-config", "", "JSON file of the host's egress proxy (presets, dns, limits, log); "+
+		"without it computers have loopback only")
 	sc := serviceFlags(fs)
 	if code, done := cli.Parse(fs, args, stdout, stderr); done {
 		return code
@@ -66,6 +68,16 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	cfg.Service.Logf = func(format string, a ...any) { logger.Warn(fmt.Sprintf(format, a...)) }
 	if step := os.Getenv(TestPauseEnv); step != "" {
 		cfg.Service.StepHook = pauseAt(step, stderr)
+	}
+	if *egressConf != "" {
+		proxy, ec, err := openProxy(*egressConf, *dir)
+		if err != nil {
+			return fail(stderr, "serve", err)
+		}
+		defer proxy.Close() // after the daemon's Close (deferred later, run first)
+		cfg.Service.Egress, cfg.Service.EgressPresets = proxy, ec.presetNames()
+		cfg.EgressStats = proxyStats(proxy)
+		fmt.Fprintf(stderr, "%s serve: egress proxy on, %d presets, log %s\n", prog, len(ec.Presets), ec.Log)
 	}
 	d, err := openDaemon(ctx, cfg)
 	if err != nil {

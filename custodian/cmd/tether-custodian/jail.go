@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherdev/tether/custodian"
 	"github.com/tetherdev/tether/custodian/jail"
+	"github.com/tetherdev/tether/egress/policy"
 )
 
 // jailFlags are run's flags for the agent jail.
@@ -91,37 +92,81 @@ func (r *runner) startAgent(c *custodian.Custodian, stderr io.Writer) (io.WriteC
 		}
 		return startPlain(r.argv, r.env, stderr)
 	}
-	spec, err := r.jailSpec()
+	spec, closeEgress, err := r.jailSpec()
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	if err := jail.Check(spec); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, errors.Join(err, closeEgress())
 	}
-	rec.Jailed, rec.JailSHA256 = true, spec.Digest()
+	rec.Jailed, rec.JailSHA256, rec.Network = true, spec.Digest(), spec.Network
 	if err := c.RecordAgentStart(rec); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, errors.Join(err, closeEgress())
 	}
 	p, err := jail.Start(spec, stderr)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, errors.Join(err, closeEgress())
 	}
-	return p.Stdin, p.Stdout, jailedAgent{p}, nil
+	return p.Stdin, p.Stdout, jailedAgent{p, closeEgress}, nil
 }
 
-// jailSpec builds the jail from the config, the flags and the agent's
-// argv. Everything the custodian holds stays hidden: its state, its keys
-// and credentials, the receiver's socket, the config file.
-func (r *runner) jailSpec() (*jail.Spec, error) {
+// newAgentEgress starts the egress proxy that serves the agent's jail
+// under jail.network "proxy", knowing presets, with its log in stateDir;
+// close stops it (agentegress.go sets it to package egress's proxy).
+// Were it nil, the default would stay "host" and an explicit "proxy"
+// would be refused by name.
+var newAgentEgress func(stateDir string, presets []policy.Preset) (eg jail.Egress, close func() error, err error)
+
+// egressFor settles the jail's network (agentNetwork) and, under
+// "proxy", starts the agent's egress proxy. close is never nil.
+func (r *runner) egressFor(cfg *jail.Config) (jail.Egress, func() error, error) {
+	none := func() error { return nil }
+	settled, presets, err := agentNetwork(*cfg, r.profile, r.env, newAgentEgress != nil)
+	if err != nil {
+		return nil, none, err
+	}
+	*cfg = settled
+	if cfg.Network != jail.NetworkProxy {
+		return nil, none, nil
+	}
+	if newAgentEgress == nil {
+		return nil, none, fmt.Errorf("%w: jail.network %q: this tether-custodian has no egress proxy", jail.ErrConfig, jail.NetworkProxy)
+	}
+	eg, closeEg, err := newAgentEgress(r.cfg.StateDir, presets)
+	if err != nil {
+		return nil, none, fmt.Errorf("%w: start the agent's egress proxy: %w", jail.ErrStart, err)
+	}
+	return eg, closeEg, nil
+}
+
+// jailSpec builds the jail from the config, the flags, the agent's argv
+// and its profile's endpoint (egressFor). Everything the custodian holds
+// stays hidden: its state, its keys and credentials, the receiver's
+// socket, the config file. closeEgress stops the agent's egress proxy,
+// if one was started; the caller calls it once the agent has ended (or
+// did not start).
+func (r *runner) jailSpec() (spec *jail.Spec, closeEgress func() error, err error) {
 	cfg := r.cfg.Jail
-	var err error
 	if cfg.Read, err = appendAbs(cfg.Read, r.jail.read); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cfg.Exec, err = appendAbs(cfg.Exec, r.jail.exec); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.jail.apply(&cfg)
+	eg, closeEgress, err := r.egressFor(&cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec, err = r.buildJail(cfg, eg)
+	if err != nil {
+		return nil, nil, errors.Join(err, closeEgress())
+	}
+	return spec, closeEgress, nil
+}
+
+// buildJail resolves the jail of cfg, served by eg under "proxy".
+func (r *runner) buildJail(cfg jail.Config, eg jail.Egress) (*jail.Spec, error) {
 	rc := r.cfg.Receiver
 	configPath, err := filepath.Abs(r.configPath)
 	if err != nil {
@@ -134,7 +179,7 @@ func (r *runner) jailSpec() (*jail.Spec, error) {
 	// A tether agent loads the plugin, which serves go-plugin's unix
 	// socket: it may listen (bind stays refused); a plain agent may not.
 	return jail.Build(jail.Options{Config: cfg, Argv: r.argv, Root: r.cfg.Tuple.Root, Env: r.env,
-		Hidden: hidden, Helper: jailHelper, Listen: r.cfg.Agent != custodian.AgentPlain})
+		Hidden: hidden, Helper: jailHelper, Listen: r.cfg.Agent != custodian.AgentPlain, Egress: eg})
 }
 
 // appendAbs appends the flag paths, made absolute, to the config's.
@@ -155,8 +200,12 @@ func argvDigest(argv []string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// jailedAgent closes the agent's stdout once the jail ended.
-type jailedAgent struct{ p *jail.Process }
+// jailedAgent closes the agent's stdout and stops its egress proxy once
+// the jail ended.
+type jailedAgent struct {
+	p           *jail.Process
+	closeEgress func() error
+}
 
 func (j jailedAgent) Kill() error      { return j.p.Kill() }
 func (j jailedAgent) Terminate() error { return j.p.Terminate() }
@@ -164,7 +213,7 @@ func (j jailedAgent) Terminate() error { return j.p.Terminate() }
 func (j jailedAgent) Wait() error {
 	err := j.p.Wait()
 	j.p.Stdout.Close()
-	return err
+	return errors.Join(err, j.closeEgress())
 }
 
 // plainAgent is an agent started without the jail (--no-jail).

@@ -94,6 +94,9 @@ func TestIntegrationRunJailsByDefault(t *testing.T) {
 	if !regexp.MustCompile(`^tether jail: the agent runs confined: uid 59\d{3} gid 59\d{3},`).MatchString(stderr.String()) {
 		t.Errorf("the jail's start-up line is not on stderr:\n%s", &stderr)
 	}
+	if !strings.Contains(stderr.String(), `tether jail: network host (jail.network "host"): the agent shares the host's network and reaches every service on the host`) {
+		t.Errorf("the jail does not state at start that it shares the host's network:\n%s", &stderr)
+	}
 	if data, err := os.ReadFile(rr.File("jailed.txt")); err != nil || string(data) != "from the jail\n" {
 		t.Errorf("the jailed agent's write through ACP: %q, %v", data, err)
 	}
@@ -108,9 +111,10 @@ func TestIntegrationRunJailsByDefault(t *testing.T) {
 		t.Fatalf("agent records %+v, want two", recs)
 	}
 	j, u := recs[0], recs[1]
-	if j.Outcome != custodian.AgentJailed || j.Code != "" || len(j.Digests["jail"]) != 64 || len(j.Digests["argv"]) != 64 ||
+	if j.Outcome != custodian.AgentJailed || j.Code != custodian.CodeNetworkHost || len(j.Digests["jail"]) != 64 || len(j.Digests["argv"]) != 64 ||
 		j.TupleSHA256 != rr.Tuple.SHA256() || j.Principal != rr.Tuple.Owner {
-		t.Errorf("first run's record %+v, want jailed with the jail's and argv's digests, the tuple and principal", j)
+		t.Errorf("first run's record %+v, want jailed, code network_host (no endpoint known: the host's network), "+
+			"with the jail's and argv's digests, the tuple and principal", j)
 	}
 	if u.Outcome != custodian.AgentUnjailed || u.Code != custodian.CodeNoJail || u.Digests["jail"] != "" {
 		t.Errorf("--no-jail run's record %+v, want unjailed, code no_jail, no jail digest", u)

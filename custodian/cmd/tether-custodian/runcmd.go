@@ -96,7 +96,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return fail(stderr, exitUsage, "run: %v", err)
 	}
 	r := &runner{cfg: cfg, sessionID: *sessionID, standby: *standby, next: flagPrompts(ps), argv: argv, stdout: stdout, stderr: &syncWriter{w: stderr}}
-	r.jail, r.configPath, r.env = jf, *cfgPath, os.Environ()
+	r.jail, r.configPath, r.env, r.profile = jf, *cfgPath, os.Environ(), profile
 	if profile != nil {
 		cleanup, err := r.applyProfile(profile)
 		defer cleanup()
@@ -211,6 +211,9 @@ type runner struct {
 	// jail and configPath are set by cmdRun; jail.go starts the agent.
 	jail       *jailFlags
 	configPath string
+	// profile is --agent's profile (nil without it): its endpoint
+	// settles the jail's network (agentnet.go).
+	profile *agentprofile.Profile
 }
 
 func (r *runner) run(ctx context.Context) int {

@@ -13,6 +13,9 @@
 //	meta                      the session/new or session/load _meta it got,
 //	                          without tether/bind, as JSON
 //	stop REASON               end the turn with that stop reason
+//	fetch URL                 the agent's own HTTP GET (not through
+//	                          ACP), through $HTTP_PROXY when set, even
+//	                          to a loopback URL: "ok fetch STATUS BODY"
 //
 // With $TEST_AGENT_PLAIN set it is a plain agent, as claude-code-acp is:
 // it never attaches and sends no `_meta["tether/op"]` (unless wrongtuple
@@ -37,6 +40,8 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -256,6 +261,8 @@ func (c call) run(ctx context.Context, cmd string, args []string) string {
 		return result(err, "ok write %s", args[0])
 	case cmd == "exec" && len(args) >= 1:
 		return c.exec(ctx, args)
+	case cmd == "fetch" && len(args) == 1:
+		return fetch(ctx, args[0])
 	case cmd == "sh" && len(args) >= 1 && c.a.plain:
 		return c.exec(ctx, []string{strings.Join(args, " ")})
 	case cmd == "sh" && len(args) >= 1:
@@ -398,4 +405,31 @@ type Gate struct {
 func (g *Gate) Read(p []byte) (int, error) {
 	<-g.Ready
 	return g.R.Read(p)
+}
+
+// fetch GETs url as an agent calling its model would, through
+// $HTTP_PROXY when it is set (net/http's ProxyFromEnvironment would
+// never proxy a loopback URL, which a model server in a test is).
+func fetch(ctx context.Context, url string) string {
+	tr := &http.Transport{DisableKeepAlives: true}
+	if p := os.Getenv("HTTP_PROXY"); p != "" {
+		u, err := neturl.Parse(p)
+		if err != nil {
+			return fmt.Sprintf("error proxy %q: %v", p, err)
+		}
+		tr.Proxy = http.ProxyURL(u)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "error fetch " + err.Error()
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return "error fetch " + err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	return fmt.Sprintf("ok fetch %d %s", resp.StatusCode, strings.TrimSpace(string(body)))
 }
