@@ -6,7 +6,7 @@ CMDS := ./admission/cmd/tether-admission ./receiver/cmd/tether-receiver \
 	./custodian/cmd/tether-custodian ./plugin/cmd/tether-plugin \
 	./qmpinput/cmd/tether-qmp ./fixtures/cmd/tether-hostagent ./fixtures/cmd/tether-demo \
 	./fixtures/cmd/tether-witness ./fixtures/cmd/tether-modelserver \
-	./computer/cmd/tether-computer
+	./computer/cmd/tether-computer ./computer/cmd/tether-vmguest
 TEST_TIMEOUT ?= 30m
 
 .PHONY: all build demo test lint bench bench-fleet proto setup clean flakes faults

@@ -87,6 +87,12 @@ var rules = []rule{
 		require: []string{"admission", "computer/pki", "computer/ports", "computer/bins"},
 	},
 	{
+		name:    "the VM provisioner and its guest agent link no fixture",
+		from:    []string{"computer/vm/...", "computer/cmd/tether-vmguest"},
+		forbid:  []string{"fixtures/"},
+		require: []string{"computer/api", "computer/vm/muxlink", "computer/provision"},
+	},
+	{
 		name: "the egress proxy links no fixture and nothing of the computer service but its contract",
 		from: []string{"egress/..."},
 		forbid: []string{"fixtures/", "computer/service", "computer/httpserver", "computer/provision", "computer/lifecycle",

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tetherdev/tether/fixtures/guest/pid1"
+	"github.com/tetherdev/tether/computer/vm/pid1"
 )
 
 // Console markers, for a person reading the guest's console.

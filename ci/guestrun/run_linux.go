@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tetherdev/tether/fixtures/guest/pid1"
+	"github.com/tetherdev/tether/computer/vm/pid1"
 )
 
 // drainWait bounds reading a step's output after it exited: a descendant

@@ -37,6 +37,8 @@ var allowed = map[string]string{
 	"plugin/contract/errors.go:jsonRPCErrorFromPB":     "the data of an ACP error, shown to the caller as it came",
 	"qmpinput/keys.go:qcode":                           "a quoted key name already checked against the allowlist, to reuse the QKeyCode table's own JSON names",
 	"qmpinput/transport.go:deliverEvent":               "a QMP event from QEMU (QEMU's protocol, not ours); an event that does not decode is dropped",
+	"computer/vm/qmp.go:qmpReply":                      "a QMP reply from QEMU (QEMU's protocol, not ours), read for stop, cont and query-status",
+	"computer/vm/machine.go:Running":                   "QMP query-status's return from QEMU (QEMU's protocol, not ours)",
 	"qmpinput/cmd/tether-qmp/view.go:readViewOrigin":   "the view's own status line, to print its origin; nothing is decided on it",
 	"qmpinput/cmd/tether-qmp/via.go:copyResults":       "counts result lines the view's agent socket wrote, to report failures",
 }

@@ -48,6 +48,8 @@ type Limits struct {
 // CreateRequest is the body of POST /v1/computers.
 type CreateRequest struct {
 	Limits Limits `json:"limits,omitempty"`
+	// Tier is TierNamespaced (the default, also when empty) or TierVM.
+	Tier string `json:"tier,omitempty"`
 	// LeaseTTLSeconds is the lease; zero means the service default, more
 	// than the service maximum is refused (bad_request).
 	LeaseTTLSeconds int64 `json:"lease_ttl_s,omitempty"`
@@ -112,6 +114,8 @@ type Computer struct {
 	// its custody records: the custodian's state (receipts, audit log)
 	// and audit.pub, for tether-custodian receipts show and audit verify.
 	Records string `json:"records,omitempty"`
+	// Accelerator is "kvm" or "tcg" on a VM computer.
+	Accelerator string `json:"accelerator,omitempty"`
 }
 
 // ComputerList is the body of GET /v1/computers.

@@ -22,6 +22,7 @@ const (
 	HostAgent = "tether-hostagent"
 	Demo      = "tether-demo"
 	Computer  = "tether-computer"
+	VMGuest   = "tether-vmguest" // PID 1 of a VM computer's guest (static)
 )
 
 // ErrMissing is returned when a required binary is not in a directory.

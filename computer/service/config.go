@@ -42,6 +42,10 @@ type Config struct {
 	// directories (computers/<id>, pool/<name>).
 	Dir         string
 	Provisioner api.Provisioner
+	// Provisioners are the other tiers' provisioners, by the tier a
+	// create names (api.TierVM); Provisioner serves the default tier,
+	// api.TierNamespaced. The warm pool holds default-tier machines only.
+	Provisioners map[string]api.Provisioner
 	// Socket is the unix socket the daemon serves the API on; machines
 	// name it to their custodian (api.Referrer). Empty names none.
 	Socket string

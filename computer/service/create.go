@@ -44,7 +44,7 @@ func (s *Service) enqueue(caller api.Caller, sp spec) (*computer, *waiter, error
 	now := time.Now()
 	c := &computer{rec: record{ID: newID("c-"), Owner: caller.Owner, Limits: sp.limits,
 		LeaseTTLSeconds: int64(sp.ttl / time.Second), IdleTimeoutSecs: int64(sp.idle / time.Second),
-		Labels: sp.labels, Created: now.UTC().Round(0), Egress: sp.egress}, lastActive: now}
+		Labels: sp.labels, Created: now.UTC().Round(0), Tier: sp.tier, Egress: sp.egress}, lastActive: now}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -67,7 +67,7 @@ func (s *Service) enqueue(caller api.Caller, sp spec) (*computer, *waiter, error
 		s.mu.Unlock()
 		return nil, nil, internal("record queued", err)
 	}
-	w := &waiter{c: c, owner: caller.Owner, limits: sp.limits, admitted: make(chan struct{}), cancel: make(chan string, 1),
+	w := &waiter{c: c, owner: caller.Owner, limits: sp.limits, tier: sp.tier, admitted: make(chan struct{}), cancel: make(chan string, 1),
 		left: make(chan struct{})}
 	s.mu.Lock()
 	c.waiter = w
@@ -130,14 +130,14 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 	}
 	s.armLease(c, deadline)
 	s.cfg.step(StepCreateRecorded)
-	m, err := s.machine(pooled, dir, sp.limits)
+	m, err := s.machine(pooled, c.rec.Tier, dir, sp.limits)
 	if err != nil {
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
 	s.cfg.step(StepCreatePrepared)
 	c.m = m
 	s.refer(c)
-	if err := s.attachEgress(s.ctx, c); err != nil {
+	if err := s.attachEgressByTier(s.ctx, c); err != nil {
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
 	if seed != nil {
@@ -148,9 +148,9 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 	if err := m.Grant(s.ctx, deadline); err != nil {
 		return api.Computer{}, s.failLocked(c, m, "grant: "+err.Error())
 	}
-	tuple := m.Tuple()
+	tuple, accel := m.Tuple(), acceleratorOf(m)
 	err = s.move(c, api.StateRunning, "created", func(r *record) {
-		r.Tuple, r.CustodianConfig = &tuple, m.CustodianConfig()
+		r.Tuple, r.CustodianConfig, r.Accelerator = &tuple, m.CustodianConfig(), accel
 	})
 	if err != nil {
 		return api.Computer{}, s.failLocked(c, m, "record running: "+err.Error())
@@ -166,7 +166,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 // machine is the claimed pool machine, its pool record dropped (on
 // error it is still returned, for the caller to tear down), or a new one
 // from Prepare.
-func (s *Service) machine(pooled api.Machine, dir string, l api.Limits) (api.Machine, error) {
+func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits) (api.Machine, error) {
 	if pooled != nil {
 		if err := s.st.delPool(dir); err != nil {
 			return pooled, fmt.Errorf("claim pool machine: %w", err)
@@ -174,7 +174,7 @@ func (s *Service) machine(pooled api.Machine, dir string, l api.Limits) (api.Mac
 		s.kickRefill()
 		return pooled, nil
 	}
-	m, err := s.prov.Prepare(s.ctx, dir, l)
+	m, err := s.provFor(tier).Prepare(s.ctx, dir, l)
 	if err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
@@ -199,7 +199,7 @@ func (s *Service) failLocked(c *computer, m api.Machine, why string) error {
 		final = api.StateDeleted // nothing was made
 	}
 	s.detachEgress(c)
-	if err := s.teardown(m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
+	if err := s.teardown(s.provFor(c.rec.Tier), m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		why += "; teardown: " + err.Error()
 	}
 	s.finish(c, final, why)

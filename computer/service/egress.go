@@ -153,6 +153,9 @@ func (s *Service) SetEgress(ctx context.Context, caller api.Caller, id string, p
 	if err := s.checkEgress(pol); err != nil {
 		return api.EgressInfo{}, err
 	}
+	if err := tierEgress(c.rec.Tier, pol); err != nil {
+		return api.EgressInfo{}, err
+	}
 	c.op.Lock()
 	defer c.op.Unlock()
 	if st := s.stateOf(c); st != api.StateRunning && st != api.StateSuspended {

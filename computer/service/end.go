@@ -73,7 +73,7 @@ func (s *Service) endAsLocked(c *computer, reason, final string) error {
 	s.cfg.step(StepEndRecorded)
 	s.detachEgress(c)
 	why := reason
-	if err := s.teardown(c.m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
+	if err := s.teardown(s.provFor(c.rec.Tier), c.m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		final, why = api.StateFailed, reason+"; teardown: "+err.Error()
 	}
 	s.finish(c, final, why)
@@ -88,14 +88,15 @@ func (s *Service) endAsLocked(c *computer, reason, final string) error {
 // records (when the machine is an api.RecordKeeper and records is not
 // empty), Close. Every step runs even when one before it failed; a
 // failed Close falls back to Destroy. With no machine (it never came
-// back from Prepare, or could not be adopted) it destroys dir.
-func (s *Service) teardown(m api.Machine, dir, records string) error {
+// back from Prepare, or could not be adopted) it destroys dir. p is the
+// provisioner of the machine's tier.
+func (s *Service) teardown(p api.Provisioner, m api.Machine, dir, records string) error {
 	ctx := context.WithoutCancel(s.ctx)
 	if m == nil {
 		if dir == "" {
 			return nil
 		}
-		if err := s.prov.Destroy(ctx, dir); err != nil {
+		if err := p.Destroy(ctx, dir); err != nil {
 			return fmt.Errorf("destroy: %w", err)
 		}
 		return nil
@@ -116,7 +117,7 @@ func (s *Service) teardown(m api.Machine, dir, records string) error {
 	s.cfg.step(StepEndKilled)
 	if err := m.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close: %w", err))
-		if err := s.prov.Destroy(ctx, m.Dir()); err != nil {
+		if err := p.Destroy(ctx, m.Dir()); err != nil {
 			errs = append(errs, fmt.Errorf("destroy: %w", err))
 		}
 	}

@@ -185,7 +185,7 @@ func (s *Service) prepareOne(p *pool) bool {
 		m, err = s.prov.Prepare(s.ctx, dir, p.Limits)
 		if err != nil {
 			s.cfg.Logf("pool %s: prepare %s: %v", p.Name, dir, err)
-			s.teardown(nil, dir, "")
+			s.teardown(s.prov, nil, dir, "")
 			s.st.delPool(dir)
 		}
 	}

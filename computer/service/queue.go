@@ -13,6 +13,7 @@ type waiter struct {
 	limits   api.Limits
 	admitted chan struct{} // closed when admitted; then held or pooled is set
 	pooled   api.Machine   // a warm-pool machine claimed for it, if any
+	tier     string        // the pool holds namespaced machines only
 	done     bool          // admitted or removed
 	pos      int           // last position reported
 	cancel   chan string   // a delete while queued sends its reason
@@ -145,7 +146,7 @@ func (s *Service) dispatchLocked() {
 			}
 			break
 		}
-		if m := s.claimLocked(w.limits); m != nil {
+		if m := s.claimForLocked(w); m != nil {
 			w.pooled = m
 		} else {
 			s.holdLocked(w.limits)

@@ -89,12 +89,12 @@ func (s *Service) finishLeftover(ctx context.Context, c *computer, m api.Machine
 		}
 	}
 	if m == nil && adopt && c.rec.Dir != "" {
-		if am, err := s.prov.Adopt(ctx, c.rec.Dir); err == nil {
+		if am, err := s.provFor(c.rec.Tier).Adopt(ctx, c.rec.Dir); err == nil {
 			m = am
 		}
 	}
 	s.detachEgress(c)
-	if err := s.teardown(m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
+	if err := s.teardown(s.provFor(c.rec.Tier), m, c.rec.Dir, s.recordsDir(c.rec.ID)); err != nil {
 		final, reason = api.StateFailed, reason+"; teardown: "+err.Error()
 	}
 	return s.move(c, final, reason, nil)
@@ -103,7 +103,7 @@ func (s *Service) finishLeftover(ctx context.Context, c *computer, m api.Machine
 // readopt takes back a running or suspended computer, or ends it when
 // its receiver died.
 func (s *Service) readopt(ctx context.Context, c *computer) error {
-	m, err := s.prov.Adopt(ctx, c.rec.Dir)
+	m, err := s.provFor(c.rec.Tier).Adopt(ctx, c.rec.Dir)
 	if err != nil {
 		return s.finishLeftover(ctx, c, nil, false, api.StateExpiring, api.StateFailed,
 			"receiver died: "+err.Error())

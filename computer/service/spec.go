@@ -15,6 +15,7 @@ type spec struct {
 	idle         time.Duration
 	queueTimeout time.Duration
 	labels       map[string]string
+	tier         string
 	egress       policy.Policy
 }
 
@@ -39,10 +40,17 @@ func (s *Service) check(req api.CreateRequest) (spec, error) {
 	if err := checkLabels(req.Labels); err != nil {
 		return spec{}, err
 	}
+	tier, err := s.tierOf(req.Tier)
+	if err != nil {
+		return spec{}, err
+	}
 	if err := s.checkEgress(req.Egress); err != nil {
 		return spec{}, err
 	}
-	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels, egress: req.Egress}, nil
+	if err := tierEgress(tier, req.Egress); err != nil {
+		return spec{}, err
+	}
+	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels, tier: tier, egress: req.Egress}, nil
 }
 
 // leaseTTL is the lease a create or renew asks for: zero means the

@@ -40,6 +40,10 @@ type record struct {
 	Reason          string            `json:"reason,omitempty"`
 	Tuple           *admission.Tuple  `json:"tuple,omitempty"`
 	CustodianConfig string            `json:"custodian_config,omitempty"`
+	// Tier is the computer's tier; "" in records written before tiers
+	// is api.TierNamespaced.
+	Tier        string `json:"tier,omitempty"`
+	Accelerator string `json:"accelerator,omitempty"`
 	// Egress is the computer's egress policy (egress.go); absent denies
 	// all.
 	Egress policy.Policy `json:"egress,omitzero"`

@@ -141,6 +141,9 @@ func (s *Service) Import(ctx context.Context, caller api.Caller, req api.CreateR
 	if !isDigest(want) {
 		return api.ImportResult{}, api.Errorf(api.CodeBadRequest, "sha256 %q is not 64 lowercase hex digits", want)
 	}
+	if err := rootedTier(req.Tier); err != nil {
+		return api.ImportResult{}, err
+	}
 	f, err := s.spool()
 	if err != nil {
 		return api.ImportResult{}, err

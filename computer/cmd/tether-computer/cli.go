@@ -52,7 +52,7 @@ const prog = "tether-computer"
 const usage = `usage: tether-computer <command> [flags]
 
 commands:
-  create   [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
+  create   [--tier vm] [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
            [--seed DIR | --seed-bundle FILE]
            [--egress-allow HOST[:PORTS]]... [--egress-deny ...]... [--egress-preset NAME]... | [--egress FILE]
                                  make a computer and print it (JSON) once it runs
@@ -60,7 +60,7 @@ commands:
   show     ID                    print one computer (JSON)
   rm       ID                    withdraw its grant, kill what runs, tear it down
   renew    --ttl DUR ID          extend the lease
-  suspend  ID                    freeze its commands (memory kept)
+  suspend  ID                    freeze its commands (memory kept; a VM stops whole: QMP stop)
   resume   ID                    thaw it
   touch    ID                    record activity (resumes a suspended computer)
   receipts ID                    the receipts (SHA-256) of its exports, imports and copies

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherdev/tether/computer/metrics"
 	"github.com/tetherdev/tether/computer/provision"
 	"github.com/tetherdev/tether/computer/service"
+	"github.com/tetherdev/tether/computer/vm"
 )
 
 // daemonConfig is what one daemon needs: `serve` fills it from flags,
@@ -31,6 +32,9 @@ type daemonConfig struct {
 	// MaxUpload caps an import's or a copy in's body (0: the server's
 	// default, httpserver.DefaultMaxStreamBytes).
 	MaxUpload int64
+	// VM, when its Accel is set, offers the VM tier (computer/vm);
+	// BinDir must then hold tether-vmguest too.
+	VM vm.Config
 	// EgressStats reads one computer's counters at the egress proxy; nil
 	// when the service gives no egress (no egress series then).
 	EgressStats func(id string) (metrics.EgressStats, bool)
@@ -56,6 +60,9 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 	sc := cfg.Service
 	sc.Dir, sc.Socket = cfg.Dir, cfg.Socket
 	sc.Provisioner = provision.NewProvisioner(provision.Config{Bins: b})
+	if err := offerVM(&sc, cfg, b); err != nil {
+		return nil, err
+	}
 	svc, err := service.Open(ctx, sc)
 	if err != nil {
 		return nil, err
@@ -171,6 +178,23 @@ func (b *instrumented) Resume(ctx context.Context, c api.Caller, id string) (api
 		b.m.ObserveResume(time.Since(start))
 	}
 	return comp, err
+}
+
+// offerVM adds the VM tier's provisioner to sc when cfg.VM.Accel is set.
+func offerVM(sc *service.Config, cfg daemonConfig, b bins.Set) error {
+	if cfg.VM.Accel == "" {
+		return nil
+	}
+	if err := b.Require(bins.VMGuest); err != nil {
+		return fmt.Errorf("the VM tier's guest agent: %w", err)
+	}
+	vc := cfg.VM
+	vc.Bins = b
+	if vc.Log == nil && cfg.Logger != nil {
+		vc.Log = func(format string, a ...any) { cfg.Logger.Info(fmt.Sprintf(format, a...)) }
+	}
+	sc.Provisioners = map[string]api.Provisioner{api.TierVM: vm.NewProvisioner(vc)}
+	return nil
 }
 
 // egressStats reads the proxy's counters of every computer it serves.

@@ -17,6 +17,7 @@ import (
 	"github.com/tetherdev/tether/computer/httpserver"
 	"github.com/tetherdev/tether/computer/lifecycle"
 	"github.com/tetherdev/tether/computer/service"
+	"github.com/tetherdev/tether/computer/vm"
 )
 
 // DefaultDir is where the daemon keeps its state and its computers.
@@ -39,6 +40,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tokens := fs.String("tokens", "", "token file (tether-computer token add); each token names its owner")
 	maxUpload := fs.Int64("max-upload", httpserver.DefaultMaxStreamBytes, "largest import or copy-in body, in bytes (streamed, spooled in --dir/spool for an import)")
 	binDir := fs.String("bin", "", "directory holding tether-receiver (default: next to tether-computer)")
+	vmAccel := fs.String("vm", "", "offer the VM tier with this accelerator: auto, kvm or tcg (default: not offered; --bin must hold tether-vmguest)")
+	vmKernel := fs.String("vm-kernel", "", "the VM tier's unpacked guest kernel (default: the CI's vmsuite kernel)")
 	egressConf := fs.String("egress-config", "", "JSON file of the host's egress proxy (presets, dns, limits, log); "+
 		"without it computers have loopback only")
 	sc := serviceFlags(fs)
@@ -61,7 +64,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := daemonConfig{Dir: *dir, Socket: *socket, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger,
-		MaxUpload: *maxUpload}
+		MaxUpload: *maxUpload, VM: vm.Config{Accel: *vmAccel, KernelDir: *vmKernel}}
 	cfg.Service.Logf = func(format string, a ...any) { logger.Warn(fmt.Sprintf(format, a...)) }
 	if step := os.Getenv(TestPauseEnv); step != "" {
 		cfg.Service.StepHook = pauseAt(step, stderr)

@@ -236,6 +236,7 @@ func seedRoot(ctx context.Context, cl *client.Client, id, dir, bundle string) (a
 type createOpts struct {
 	mem, pids, disk    *int64
 	lease, idle, queue *time.Duration
+	tier               *string
 }
 
 func createFlags(fs *flag.FlagSet) *createOpts {
@@ -246,12 +247,14 @@ func createFlags(fs *flag.FlagSet) *createOpts {
 		lease: fs.Duration("ttl", 0, "lease, whole seconds (0: the service default)"),
 		idle:  fs.Duration("idle", 0, "suspend after this long idle (0: the default, 15m)"),
 		queue: fs.Duration("queue-timeout", 0, "how long to wait in the queue (0: the service default)"),
+		tier:  fs.String("tier", "", "namespaced (default) or vm: a QEMU guest with its own kernel, if the service offers it"),
 	}
 }
 
 func (o *createOpts) request() api.CreateRequest {
 	return api.CreateRequest{Limits: api.Limits{MemoryBytes: *o.mem, Pids: *o.pids, DiskBytes: *o.disk},
-		LeaseTTLSeconds: seconds(*o.lease), IdleTimeoutSeconds: seconds(*o.idle), QueueTimeoutSeconds: seconds(*o.queue)}
+		LeaseTTLSeconds: seconds(*o.lease), IdleTimeoutSeconds: seconds(*o.idle), QueueTimeoutSeconds: seconds(*o.queue),
+		Tier: *o.tier}
 }
 
 func touchOne(ctx context.Context, cl *client.Client, id string, stdout io.Writer) error {
