@@ -60,16 +60,20 @@ func (c *computer) allowed(pol *policy.Compiled, d *dest) *refusal {
 	return &refusal{check: policy.CheckPolicy, reason: "no allow rule of the computer's egress policy matches " + what}
 }
 
-// specialReason says why d was refused for one of its addresses.
+// specialReason says why d was refused for one of its addresses. For a
+// name it does not say which address: the reason reaches the computer
+// (the 403, its refusal file), and an internal name's private address
+// would make the proxy an oracle of the host's DNS. The egress log and
+// the callback's Refusal.Addr keep the address.
 func specialReason(d *dest, r *addrcheck.Refused) string {
 	switch {
 	case d.host.IsLiteral():
 		return r.Error()
 	case len(d.addrs) == 1:
-		return fmt.Sprintf("%s resolves to %s, which is %s; the proxy refuses it", d.host.Name, r.Addr, r.What)
+		return fmt.Sprintf("%s resolves to an address that is %s; the proxy refuses it", d.host.Name, r.Range)
 	}
-	return fmt.Sprintf("%s resolves to %d addresses and one of them, %s, is %s; the proxy refuses the name",
-		d.host.Name, len(d.addrs), r.Addr, r.What)
+	return fmt.Sprintf("%s resolves to %d addresses and one of them is %s; the proxy refuses the name",
+		d.host.Name, len(d.addrs), r.Range)
 }
 
 // errNoAddress is wrapped when a name has no A or AAAA record.

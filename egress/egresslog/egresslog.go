@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +64,11 @@ type Head struct {
 // ErrBroken is wrapped by every Verify failure.
 var ErrBroken = errors.New("egress log does not verify")
 
+// ErrTooLong is returned by Append for a record whose line would be
+// longer than MaxLine: it is not written, since Verify (and so Open)
+// would refuse the log from that line on.
+var ErrTooLong = errors.New("egress log: record longer than MaxLine")
+
 // Log appends records to one file. Safe for concurrent use.
 type Log struct {
 	mu   sync.Mutex
@@ -95,15 +101,31 @@ func (l *Log) Append(r Record) (Record, error) {
 		return r, errors.New("egress log closed")
 	}
 	r.Seq, r.Prev = l.head.Records, l.head.Hash
+	r = validUTF8(r)
 	line, err := json.Marshal(r)
 	if err != nil {
 		return r, fmt.Errorf("egress log: %w", err)
+	}
+	if len(line) >= MaxLine {
+		return r, fmt.Errorf("%w: %d bytes", ErrTooLong, len(line))
 	}
 	if _, err := l.f.Write(append(line, '\n')); err != nil {
 		return r, fmt.Errorf("egress log: %w", err)
 	}
 	l.head = Head{Records: r.Seq + 1, Hash: lineHash(line)}
 	return r, nil
+}
+
+// validUTF8 replaces every invalid UTF-8 byte of r's strings with
+// U+FFFD. json.Marshal would write such a byte as the escape \ufffd, which
+// decodes to a rune that marshals unescaped: the line would not be in
+// canonical form and Verify would refuse it. A host is what a client
+// sent (a SOCKS5 name is any bytes), so Append must not trust it.
+func validUTF8(r Record) Record {
+	for _, f := range []*string{&r.Computer, &r.Proto, &r.Host, &r.Addr, &r.Rule, &r.Verdict, &r.Check, &r.Reason} {
+		*f = strings.ToValidUTF8(*f, "\uFFFD")
+	}
+	return r
 }
 
 // Head returns the chain's current end.
