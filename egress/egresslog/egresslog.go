@@ -2,7 +2,8 @@
 // one JSON record per line, one line per connection, each carrying the
 // SHA-256 of the line before it. Verify finds any edit, deletion,
 // insertion or reordering of the lines it reads; a truncation of the
-// tail shows only against a head (record count and hash) kept elsewhere.
+// tail shows only against a head (record count and hash) kept elsewhere,
+// which VerifyHead checks.
 package egresslog
 
 import (
@@ -162,9 +163,42 @@ func Verify(path string) (Head, error) {
 	return VerifyReader(f)
 }
 
+// VerifyHead is Verify, and also checks the log against a head kept
+// elsewhere (Proxy.LogHead, or what an earlier Verify printed): the log
+// must hold want's record count, its line at that point must hash to
+// want's hash, and it may have grown since. So a truncation of the tail
+// (down to a whole line) and an edit or replacement of the last lines,
+// which Verify alone cannot see, fail with ErrBroken.
+func VerifyHead(path string, want Head) (Head, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Head{}, err
+	}
+	defer f.Close()
+	seen := want.Records == 0 && want.Hash == Genesis
+	head, err := verify(f, func(h Head) {
+		if h.Records == want.Records {
+			seen = h.Hash == want.Hash
+		}
+	})
+	switch {
+	case err != nil:
+		return head, err
+	case head.Records < want.Records:
+		return head, fmt.Errorf("%w: %d records, the kept head says %d (the tail was cut)", ErrBroken, head.Records, want.Records)
+	case !seen:
+		return head, fmt.Errorf("%w: record %d does not hash to the kept head %.16s… (the log was edited or replaced)",
+			ErrBroken, want.Records-1, want.Hash)
+	}
+	return head, nil
+}
+
 // VerifyReader checks a log: every line a strict, canonical Record whose
 // Seq counts from 0 and whose Prev is the hash of the line before.
-func VerifyReader(r io.Reader) (Head, error) {
+func VerifyReader(r io.Reader) (Head, error) { return verify(r, func(Head) {}) }
+
+// verify is VerifyReader, calling each with the head after every line.
+func verify(r io.Reader, each func(Head)) (Head, error) {
 	br := bufio.NewReaderSize(r, MaxLine+1)
 	head := Head{Hash: Genesis}
 	for {
@@ -179,6 +213,7 @@ func VerifyReader(r io.Reader) (Head, error) {
 			return head, fmt.Errorf("%w: record %d: %w", ErrBroken, head.Records, err)
 		}
 		head = Head{Records: head.Records + 1, Hash: lineHash(line[:len(line)-1])}
+		each(head)
 	}
 }
 

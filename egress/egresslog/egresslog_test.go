@@ -182,3 +182,35 @@ func TestAppendKeepsInvalidUTF8Verifiable(t *testing.T) {
 		t.Errorf("positive control: the raw record verified: %v", err)
 	}
 }
+
+// TestVerifyHeadFindsTruncation: against the head the writer kept, a log
+// cut by its last record, and one whose last record was edited, fail;
+// the untouched log, and the log grown past the head, pass. Positive
+// control: Verify alone passes both the cut and the edited log.
+func TestVerifyHeadFindsTruncation(t *testing.T) {
+	path, lines, head := writeLog(t, 4)
+	if _, err := VerifyHead(path, head); err != nil {
+		t.Fatalf("the untouched log: %v", err)
+	}
+	if _, err := VerifyHead(path, Head{Hash: Genesis}); err != nil {
+		t.Fatalf("against the empty head: %v", err)
+	}
+	mid, err := verifyBytes(lines[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := VerifyHead(path, mid); err != nil {
+		t.Fatalf("the log grown past an earlier head: %v", err)
+	}
+	edited := append(append([][]byte(nil), lines[:3]...), bytes.Replace(lines[3], []byte(`"bytes_down":100`), []byte(`"bytes_down":7`), 1))
+	for name, ls := range map[string][][]byte{"cut": lines[:3], "edited": edited} {
+		p := filepath.Join(t.TempDir(), name+".log")
+		os.WriteFile(p, bytes.Join(ls, nil), 0o600)
+		if _, err := Verify(p); err != nil {
+			t.Errorf("positive control: Verify refused the %s log: %v", name, err)
+		}
+		if _, err := VerifyHead(p, head); !errors.Is(err, ErrBroken) {
+			t.Errorf("the %s log against the kept head: %v, want ErrBroken", name, err)
+		}
+	}
+}
