@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -712,5 +713,134 @@ func TestRedteamURLTricks(t *testing.T) {
 		if status, _ := rawHTTP(t, on, "GET http://"+u+"/ HTTP/1.1\r\n\r\n"); !strings.HasPrefix(status, "200 ") {
 			t.Errorf("positive control %s: %s", u, status)
 		}
+	}
+}
+
+// countingListener accepts connections, reads them to their end and
+// counts those open.
+type countingListener struct {
+	port       uint16
+	open, read atomic.Int64
+}
+
+func startCounting(t *testing.T) *countingListener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	c := &countingListener{port: uint16(ln.Addr().(*net.TCPAddr).Port)}
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.open.Add(1)
+			go func() {
+				n, _ := io.Copy(io.Discard, conn)
+				c.read.Add(n)
+				conn.Close()
+				c.open.Add(-1)
+			}()
+		}
+	}()
+	return c
+}
+
+// TestRedteamHalfOpenConnects: CONNECTs that are answered 200 and never
+// send a ClientHello hold a connection slot and a destination connection
+// each, but only up to the computer's Conns (the next is refused) and
+// HeaderTimeout (then both ends close and nothing was sent upstream).
+// Positive control: under a long HeaderTimeout the same tunnels are
+// still open after three times the short one.
+func TestRedteamHalfOpenConnects(t *testing.T) {
+	dst := startCounting(t)
+	d := staticDNS(t, map[string][]string{"allowed.test": {"127.0.0.1"}})
+	pol := policy.Policy{Allow: []policy.Rule{{Host: "allowed.test", Ports: []uint16{dst.port}}}, Presets: []string{"lab"}}
+	target := hostPortStr("allowed.test", dst.port)
+	for _, c := range []struct {
+		name    string
+		timeout time.Duration
+		closed  bool
+	}{{"short", 300 * time.Millisecond, true}, {"long", time.Hour, false}} {
+		l := newLab(t, egress.Config{DNS: d.addr, HeaderTimeout: c.timeout, Limits: egress.Limits{Conns: 4}})
+		proxy, ref := l.attach(t, c.name, pol)
+		var conns []net.Conn
+		for range 4 {
+			conn, _, status := connect(t, proxy, target)
+			if !strings.HasPrefix(status, "200 ") {
+				t.Fatalf("%s: CONNECT: %s", c.name, status)
+			}
+			conns = append(conns, conn)
+		}
+		if c.closed {
+			extra, err := net.Dial("tcp", proxy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			extra.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := extra.Read(make([]byte, 1)); err != io.EOF {
+				t.Errorf("the 5th connection: %v, want EOF", err)
+			}
+			extra.Close()
+			if r := ref.next(t); r.Check != policy.CheckLimit {
+				t.Errorf("refusal %+v", r)
+			}
+			for _, conn := range conns {
+				conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+					t.Errorf("%s: a half-open tunnel: %v, want EOF at HeaderTimeout", c.name, err)
+				}
+			}
+			waitFor(t, "the destination's ends closed", 5*time.Second, func() bool { return dst.open.Load() == 0 })
+			if n := dst.read.Load(); n != 0 {
+				t.Errorf("the destination read %d bytes", n)
+			}
+			continue
+		}
+		time.Sleep(900 * time.Millisecond) // three short HeaderTimeouts: nothing to wait for but time
+		if n := dst.open.Load(); n != 4 {
+			t.Errorf("positive control: %d destination connections open, want 4", n)
+		}
+		if s, _ := l.p.Stats(c.name); s.Open != 4 {
+			t.Errorf("positive control: %d open", s.Open)
+		}
+	}
+}
+
+// TestRedteamClientNeverReads: a client that asks for 256 MiB and never
+// reads stalls the copy: the proxy moves only what the sockets' buffers
+// take, and holds no more than its copy buffer, instead of reading the
+// destination into memory. Positive control: a reading client gets all.
+func TestRedteamClientNeverReads(t *testing.T) {
+	const size = 256 << 20
+	up := bigUpstream(t, size)
+	l := newLab(t, egress.Config{Limits: egress.Limits{BytesPerSecond: -1}})
+	proxy, _ := l.attach(t, "a", allowPort(up.port, "lab"))
+	conn, err := net.Dial("tcp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, get("127.0.0.1", up.port))
+	var last int64 = -1
+	waitFor(t, "the copy to stall", 10*time.Second, func() bool {
+		s, _ := l.p.Stats("a")
+		stalled := s.BytesDown > 0 && s.BytesDown == last
+		last = s.BytesDown
+		if !stalled {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return stalled
+	})
+	if last > 32<<20 {
+		t.Errorf("a client that never reads got %d bytes sent its way, want the sockets' buffers only", last)
+	}
+	t.Logf("stalled at %d bytes of %d", last, size)
+	conn.Close()
+	if n, _, err := download(proxy, fmt.Sprintf("http://127.0.0.1:%d/", up.port)); err != nil || n != size {
+		t.Errorf("positive control: %d bytes, %v", n, err)
 	}
 }
