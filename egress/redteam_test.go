@@ -844,3 +844,36 @@ func TestRedteamClientNeverReads(t *testing.T) {
 		t.Errorf("positive control: %d bytes, %v", n, err)
 	}
 }
+
+// TestRedteamLogGrowthBounded: every connection is a record, so a
+// computer that opens and closes connections as fast as it can grew the
+// host's egress log without bound (measured: 41,726 records, 14.5 MB, in
+// 2 s from one client goroutine). AcceptsPerSecond bounds how fast the
+// proxy takes its connections (the rest wait in the backlog), and so the
+// log's growth. Positive control: with no accept rate the same second of
+// connections writes far more records.
+func TestRedteamLogGrowthBounded(t *testing.T) {
+	records := func(accepts int64) uint64 {
+		l := newLab(t, egress.Config{Limits: egress.Limits{Conns: 8, AcceptsPerSecond: accepts}})
+		proxy, _ := l.attach(t, "a", policy.Policy{})
+		start := time.Now()
+		for time.Since(start) < time.Second {
+			if c, err := net.DialTimeout("tcp", proxy, 100*time.Millisecond); err == nil {
+				c.Close()
+			}
+		}
+		h, err := egresslog.Verify(l.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Records
+	}
+	limited, unlimited := records(50), records(-1)
+	t.Logf("records after 1 s of connections: %d at 50 accepts/s (burst 8), %d with no accept rate", limited, unlimited)
+	if limited > 8+50*3/2 {
+		t.Errorf("%d records in 1 s at 50 accepts/s in bursts of 8", limited)
+	}
+	if unlimited < 500 {
+		t.Errorf("positive control: only %d records in 1 s with no accept rate", unlimited)
+	}
+}
