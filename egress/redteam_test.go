@@ -415,8 +415,9 @@ func TestRedteamBigClientHelloUnderSlowRate(t *testing.T) {
 // TestRedteamSOCKS5Corners: BIND and UDP ASSOCIATE are answered 7
 // (command not supported), a client offering only username/password
 // gets 0xff (no acceptable method), an empty name is refused (1), and an
-// address literal or a 255-byte name sent as a domain is checked like
-// any host (2); none reaches the upstream. Positive control: a CONNECT
+// address literal or a 255-byte name sent as a domain, and the metadata,
+// loopback and IPv4-mapped addresses as IPv4 or IPv6 address types, are
+// checked like any host (2); none reaches the upstream. Positive control: a CONNECT
 // to the allowed name replies 0 and carries bytes.
 func TestRedteamSOCKS5Corners(t *testing.T) {
 	echo := startEcho(t)
@@ -454,6 +455,13 @@ func TestRedteamSOCKS5Corners(t *testing.T) {
 	for _, name := range []string{"127.0.0.2", "[::1]", strings.Repeat("a.", 127) + "a"} {
 		if r := exchange(domain(1, name), 12); len(r) < 4 || r[3] != 2 {
 			t.Errorf("%.20q as a domain: %v, want reply 2", name, r)
+		}
+	}
+	for _, addr := range [][]byte{{1, 169, 254, 169, 254}, {1, 127, 0, 0, 2},
+		append([]byte{4}, net.ParseIP("::ffff:127.0.0.2").To16()...), append([]byte{4}, net.ParseIP("::1").To16()...)} {
+		msg := append(append([]byte{5, 1, 0, 5, 1, 0}, addr...), port...)
+		if r := exchange(msg, 12); len(r) < 4 || r[3] != 2 {
+			t.Errorf("address type %d %v: reply %v, want 2", addr[0], addr[1:], r)
 		}
 	}
 	conn, code := socks5Connect(t, on, "allowed.test", echo.port)
@@ -875,5 +883,42 @@ func TestRedteamLogGrowthBounded(t *testing.T) {
 	}
 	if unlimited < 500 {
 		t.Errorf("positive control: only %d records in 1 s with no accept rate", unlimited)
+	}
+}
+
+// TestRedteamRefusalHostIsPrintable: a SOCKS5 name carrying a newline
+// or a terminal escape reaches the refused callback (and the log)
+// escaped, so a reader that prints Refusal.Host as it is (the agent
+// jail's stderr line) cannot be made to print a forged line or an escape.
+// Positive control: that jail's line built from the raw name holds a
+// second line and the escape byte.
+func TestRedteamRefusalHostIsPrintable(t *testing.T) {
+	l := newLab(t, egress.Config{})
+	on, ref := l.attach(t, "on", policy.Policy{})
+	line := func(host string) string {
+		return fmt.Sprintf("tether jail: egress refused %s: %s (%s)\n", net.JoinHostPort(host, "80"), "x", "protocol")
+	}
+	for _, raw := range []string{"a\ntether jail: egress refused fake:1: forged (policy)", "\x1b]0;owned\x07b", "\xff.test"} {
+		conn, code := socks5Connect(t, on, raw, 80)
+		conn.Close()
+		if code != 2 {
+			t.Errorf("%q: reply %d", raw, code)
+		}
+		r := ref.next(t)
+		for i := 0; i < len(r.Host); i++ {
+			if r.Host[i] < 0x20 || r.Host[i] > 0x7e {
+				t.Errorf("%q reported as %q", raw, r.Host)
+				break
+			}
+		}
+		if got := line(raw); raw[0] != '\xff' && !strings.ContainsAny(got[:len(got)-1], "\n\x1b") {
+			t.Errorf("positive control: the raw name printed as %q", got)
+		}
+	}
+	waitFor(t, "the records", 5*time.Second, func() bool { h, _ := egresslog.Verify(l.logPath); return h.Records == 3 })
+	for _, r := range readLog(t, l.logPath) {
+		if strings.ContainsAny(r.Host, "\n\x1b\x07") {
+			t.Errorf("record %d: host %q", r.Seq, r.Host)
+		}
 	}
 }
