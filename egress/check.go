@@ -90,6 +90,18 @@ func (c *computer) resolve(ctx context.Context, name string) ([]netip.Addr, erro
 		if errors.As(err, &de) && de.IsNotFound {
 			return nil, fmt.Errorf("%s does not resolve (%w)", name, errNoAddress)
 		}
+		if errors.As(err, &de) {
+			// DNSError's text, and the socket error inside it, name the
+			// host's DNS server; the reason reaches the computer.
+			what := "the DNS server could not be reached"
+			switch {
+			case de.IsTimeout:
+				what = "the DNS server did not answer in time"
+			case de.Err == "server misbehaving":
+				what = "the DNS server failed (server misbehaving)"
+			}
+			return nil, fmt.Errorf("resolving %s: %s", name, what)
+		}
 		return nil, fmt.Errorf("resolving %s: %v", name, err)
 	}
 	if len(addrs) == 0 {

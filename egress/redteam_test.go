@@ -922,3 +922,31 @@ func TestRedteamRefusalHostIsPrintable(t *testing.T) {
 		}
 	}
 }
+
+// TestRedteamResolveErrorNamesNoServer: when the host's DNS server fails,
+// the reason the computer reads says so without naming the server (the
+// host's resolver is internal). Positive control: the resolver's own
+// error, which the reason used to carry, names it.
+func TestRedteamResolveErrorNamesNoServer(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := pc.LocalAddr().String()
+	pc.Close() // nothing answers there
+	l := newLab(t, egress.Config{DNS: dead, DialTimeout: 2 * time.Second})
+	on, ref := l.attach(t, "on", allowPort(80))
+	status, body := rawHTTP(t, on, get("pypi.test", 80))
+	r := ref.next(t)
+	if !strings.HasPrefix(status, "403 ") || r.Check != policy.CheckResolve || strings.Contains(status+body+r.Reason, dead) {
+		t.Errorf("%s %q; refusal %+v", status, body, r)
+	}
+	res := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, dead)
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := res.LookupNetIP(ctx, "ip", "pypi.test."); err == nil || !strings.Contains(err.Error(), dead) {
+		t.Errorf("positive control: the resolver's error %v does not name %s", err, dead)
+	}
+}
