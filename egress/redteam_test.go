@@ -689,8 +689,10 @@ func TestRedteamNoOracleOfInternalNames(t *testing.T) {
 
 // TestRedteamURLTricks: user info (also `evil#@allowed` and `allowed@evil`),
 // an https:// URL in plain HTTP, a port with a trailing dot or past
-// 65535, an IPv6 zone, a CONNECT with a path or without a port are each
-// refused, and none reaches the upstream. Positive control: the same
+// 65535, an IPv6 zone, a CONNECT with a path, without a port or to a
+// port the policy lacks, and a Host header whose port differs from the
+// URL's (also by leaving it out) are each refused, and none reaches the
+// upstream. Positive control: the same
 // upstream by its plain URL, and with the port written `0PORT`, answers.
 func TestRedteamURLTricks(t *testing.T) {
 	up := startUpstream(t, "127.0.0.1:0", nil)
@@ -709,6 +711,9 @@ func TestRedteamURLTricks(t *testing.T) {
 		"CONNECT " + hp + "/path HTTP/1.1\r\n\r\n",
 		"CONNECT 127.0.0.1 HTTP/1.1\r\n\r\n",
 		"CONNECT  " + hp + " HTTP/1.1\r\n\r\n",
+		fmt.Sprintf("CONNECT 127.0.0.1:%d HTTP/1.1\r\n\r\n", up.port+1),
+		fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n", hp, up.port+1),
+		"GET http://" + hp + "/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
 	} {
 		if status, _ := rawHTTP(t, on, req); !strings.HasPrefix(status, "403 ") && !strings.HasPrefix(status, "400 ") {
 			t.Errorf("%q: %s", req, status)
