@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -57,11 +58,25 @@ func (m *Machine) inject(ctx context.Context) error {
 }
 
 // publish signs a snapshot holding grants into DIR/admission and pushes
-// it to the guest's admission file over the control port.
+// it to the guest's admission file over the control port. A stopped
+// guest is let run for the push (with its clock set) and stopped again
+// after, as KillCommands does: the snapshot takes effect when the push
+// lands, before publish returns.
 func (m *Machine) publish(ctx context.Context, grants ...admission.Grant) error {
 	if _, err := m.grants.Publish(ctx, time.Time{}, grants...); err != nil {
 		return err
 	}
+	if m.isFrozen() {
+		if err := m.Thaw(ctx); err != nil {
+			return err
+		}
+		return errors.Join(m.pushAdmission(ctx), m.Freeze(ctx))
+	}
+	return m.pushAdmission(ctx)
+}
+
+// pushAdmission sends DIR/admission's snapshot to the guest.
+func (m *Machine) pushAdmission(ctx context.Context) error {
 	snap, err := os.ReadFile(filepath.Join(m.paths.admission, admission.FileName))
 	if err != nil {
 		return err

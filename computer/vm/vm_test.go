@@ -103,7 +103,18 @@ func TestIntegrationVMMachine(t *testing.T) {
 	if _, err := provision.AttachVia(ctx, m, m.Tuple()); err != nil {
 		t.Fatalf("attach after Thaw: %v", err)
 	}
+	// Withdraw while stopped: the push lets the guest run for a moment
+	// and stops it again.
+	if err := m.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if err := m.Withdraw(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if running, err := m.Running(ctx); err != nil || running || !m.isFrozen() {
+		t.Fatalf("after Withdraw while stopped: running %v, %v", running, err)
+	}
+	if err := m.Thaw(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := provision.AttachVia(ctx, m, m.Tuple()); !errors.Is(err, &errcode.Error{Code: errcode.CodeNotAdmitted}) {
