@@ -247,7 +247,8 @@ func (m *Machine) resume(ctx context.Context) error {
 		case <-ctx.Done():
 			return fmt.Errorf("restore the saved state: %w (last: %v)", ctx.Err(), err)
 		case <-m.vm.Done():
-			return fmt.Errorf("%w: QEMU exited while it restored the saved state", ErrGuest)
+			_, werr := m.vm.Wait(ctx) // carries QEMU's stderr
+			return fmt.Errorf("%w: QEMU exited while it restored the saved state: %w", ErrGuest, werr)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
