@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/provision"
+	"github.com/tetherdev/tether/computer/vm/guest"
 )
 
 // A saved state is one slot per guest RAM size in Config.StateDir:
@@ -47,7 +48,8 @@ func (s *savedState) incoming() []string {
 }
 
 // savedState returns the slot for limits' RAM size, making it first if
-// it is missing or stale. Concurrent callers wait for one another.
+// it is missing or stale (checked once per Provisioner, and again when
+// its state file is gone). Concurrent callers wait for one another.
 func (p *Provisioner) savedState(ctx context.Context, limits api.Limits) (*savedState, error) {
 	p.stateMu.Lock()
 	defer p.stateMu.Unlock()
@@ -57,7 +59,7 @@ func (p *Provisioner) savedState(ctx context.Context, limits api.Limits) (*saved
 	if !plainPath.MatchString(s.state) {
 		return nil, fmt.Errorf("%w: state dir %q has characters a shell would read", ErrConfig, p.cfg.StateDir)
 	}
-	if p.fresh[s.dir] {
+	if _, err := os.Stat(s.state); err == nil && p.fresh[s.dir] {
 		return s, nil
 	}
 	if err := checkStateDir(p.cfg.StateDir); err != nil {
@@ -72,13 +74,13 @@ func (p *Provisioner) savedState(ctx context.Context, limits api.Limits) (*saved
 	if err := buildGenericImage(ctx, p.cfg.Bins, k, tmp); err != nil {
 		return nil, err
 	}
-	key, err := p.stateKey(ctx, k.Vmlinux, tmp, mib)
+	key, err := p.stateKey(ctx, k, k.Vmlinux, tmp, mib)
 	if err != nil {
 		return nil, err
 	}
 	if old, err := os.ReadFile(filepath.Join(s.dir, "key")); err != nil || string(old) != key {
 		p.logf("vm: saving a guest state for %d MiB (key %.12s)", mib, key)
-		if err := p.saveState(ctx, s, tmp, key, limits); err != nil {
+		if err := p.saveState(ctx, s, k, tmp, key, limits); err != nil {
 			return nil, err
 		}
 	}
@@ -108,7 +110,7 @@ func checkStateDir(dir string) error {
 }
 
 // stateKey is the digest a slot is made for.
-func (p *Provisioner) stateKey(ctx context.Context, files ...any) (string, error) {
+func (p *Provisioner) stateKey(ctx context.Context, k guest.Kernel, files ...any) (string, error) {
 	h := sha256.New()
 	bin := p.cfg.QEMU
 	if bin == "" {
@@ -118,7 +120,7 @@ func (p *Provisioner) stateKey(ctx context.Context, files ...any) (string, error
 	if err != nil {
 		return "", fmt.Errorf("qemu -version: %w", err)
 	}
-	accel, err := p.chooseAccel(ctx, *p.k)
+	accel, err := p.chooseAccel(ctx, k)
 	if err != nil {
 		return "", err
 	}
@@ -148,7 +150,7 @@ func hashFile(w io.Writer, path string) error {
 // saveState remakes the slot: it boots a template guest from image,
 // confined as any computer's QEMU, stops it once its agent answers,
 // migrates it to a file and quits it.
-func (p *Provisioner) saveState(ctx context.Context, s *savedState, image, key string, limits api.Limits) error {
+func (p *Provisioner) saveState(ctx context.Context, s *savedState, k guest.Kernel, image, key string, limits api.Limits) error {
 	if err := os.RemoveAll(s.dir); err != nil {
 		return err
 	}
@@ -159,7 +161,7 @@ func (p *Provisioner) saveState(ctx context.Context, s *savedState, image, key s
 		return err
 	}
 	t := &Machine{p: p, paths: layout(filepath.Join(p.cfg.StateDir, ".template")), limits: limits, template: true, initramfs: s.initramfs}
-	t.kernel = *p.k
+	t.kernel = k
 	_ = p.Destroy(ctx, t.paths.dir) // a template a crash left
 	err := provision.RunSteps(ctx, "vm template", []provision.Step{
 		{Name: "validate.Limits", Run: t.validate},

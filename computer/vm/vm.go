@@ -18,6 +18,11 @@
 // OverheadBytes. The host reaches QEMU's QMP, control and wire sockets
 // only through qmpinput.DialPinned (socket and directory owned by
 // QEMU's uid, the peer process running as it).
+//
+// The guest boots from an image that holds nothing of one computer and
+// is given its identity over the control port (identity.go). With
+// Config.StateDir a computer starts instead from a guest saved once in
+// that state (savedstate.go), and gets its identity after the restore.
 package vm
 
 import (
