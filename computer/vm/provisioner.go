@@ -23,6 +23,11 @@ type Provisioner struct {
 	k      *guest.Kernel
 	accel  *guest.Accel
 	logged bool
+
+	// stateMu serialises making saved states; fresh holds the slots
+	// found current since this Provisioner began.
+	stateMu sync.Mutex
+	fresh   map[string]bool
 }
 
 var _ api.Provisioner = (*Provisioner)(nil)
