@@ -39,6 +39,8 @@ var allowed = map[string]string{
 	"qmpinput/transport.go:deliverEvent":               "a QMP event from QEMU (QEMU's protocol, not ours); an event that does not decode is dropped",
 	"computer/vm/qmp.go:qmpReply":                      "a QMP reply from QEMU (QEMU's protocol, not ours), read for stop, cont and query-status",
 	"computer/vm/machine.go:Running":                   "QMP query-status's return from QEMU (QEMU's protocol, not ours)",
+	"computer/vm/savedstate.go:saveTo":                 "QMP query-migrate's return from QEMU (QEMU's protocol, not ours), polled while the template guest is saved",
+	"computer/vm/savedstate.go:resume":                 "QMP query-status's return from QEMU (QEMU's protocol, not ours), polled while a saved state loads",
 	"qmpinput/cmd/tether-qmp/view.go:readViewOrigin":   "the view's own status line, to print its origin; nothing is decided on it",
 	"qmpinput/cmd/tether-qmp/via.go:copyResults":       "counts result lines the view's agent socket wrote, to report failures",
 }
