@@ -53,6 +53,7 @@ func (m *Machine) qemuArgs() []string {
 		[]string{"-chardev", "file,id=tether-log,path=" + p.receiverLog,
 			"-device", "virtserialport,chardev=tether-log,name=" + vmguest.LogPort},
 		guest.Share9P("tether-adm", admissionTag, p.admission, true),
+		m.diskArgs(),
 	)
 }
 

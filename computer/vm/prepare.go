@@ -34,11 +34,13 @@ var guestRecv = provision.ReceiverFilesIn(guestEtc)
 func (m *Machine) prepare(ctx context.Context) error {
 	return provision.RunSteps(ctx, "vm", []provision.Step{
 		{Name: "validate.Limits", Run: m.validate},
+		{Name: "guest.RootImage", Run: m.chooseRoot},
 		{Name: "allocate.IDs", Run: m.allocate},
 		{Name: "layout.Directories", Run: m.makeLayout},
 		{Name: "pki.Certificates", Run: m.makePKI},
 		{Name: "admission.Key", Run: m.makeSigningKey},
 		{Name: "guest.Image", Run: m.buildImage},
+		{Name: "guest.Disk", Run: m.makeDisk},
 		{Name: "qemu.Cgroups", Run: m.makeCgroups},
 		{Name: "qemu.Boot", Run: m.boot},
 		{Name: "wire.Link", Run: m.startWire},
@@ -70,10 +72,14 @@ func (m *Machine) validate(context.Context) error {
 	return nil
 }
 
-// rootBytes is the size of the root's tmpfs in the guest: the disk
-// limit, at most half the guest's RAM (there is no disk image yet, and
-// the root lives in that RAM).
+// rootBytes is what the grant's root may hold: with a guest image, the
+// writable disk's size (the root lives on it); without, the size of the
+// root's tmpfs in the guest: the disk limit, at most half the guest's
+// RAM (the root then lives in that RAM).
 func (m *Machine) rootBytes() int64 {
+	if m.rootImg != nil {
+		return m.limits.DiskBytes
+	}
 	half := m.limits.MemoryBytes / 2
 	if d := m.limits.DiskBytes; d > 0 && d < half {
 		return d
@@ -171,8 +177,7 @@ func (m *Machine) buildImage(ctx context.Context) error {
 	files = append(files,
 		guest.File{Path: guestAgentPath, Source: b.Path(GuestAgent), Mode: 0o755},
 		guest.File{Path: guestReceiverPath, Source: b.Path(bins.Receiver), Mode: 0o755})
-	mods := append(append([]string{}, guest.Modules9P...), guest.ModulesVirtioSerial...)
-	if _, err := guest.Build(ctx, guest.Spec{Kernel: k, Modules: mods, Files: files, Init: guestAgentPath}, m.paths.initramfs); err != nil {
+	if _, err := guest.Build(ctx, guest.Spec{Kernel: k, Modules: m.guestModules(), Files: files, Init: guestAgentPath}, m.paths.initramfs); err != nil {
 		return err
 	}
 	return os.Chown(m.paths.initramfs, int(m.qemuUID), int(m.qemuUID))
@@ -203,7 +208,7 @@ func (m *Machine) guestFiles() ([]guest.File, error) {
 	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm",
 		Shares: []vmguest.Share{{Tag: admissionTag, Dir: GuestAdmission}},
 		Root:   GuestRoot, UID: m.alloc.UID, GID: m.alloc.GID, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
-		CgroupParent: GuestCgroup, PidsMax: m.limits.Pids, MemoryMax: m.limits.MemoryBytes, RootBytes: m.rootBytes(), Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress}}, "", "  ")
+		CgroupParent: GuestCgroup, PidsMax: m.limits.Pids, MemoryMax: m.limits.MemoryBytes, RootBytes: m.tmpfsRootBytes(), RootImage: m.rootImageConfig(), Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress}}, "", "  ")
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ type Provisioner struct {
 	k      *guest.Kernel
 	accel  *guest.Accel
 	logged bool
+	img    imageOnce
 }
 
 var _ api.Provisioner = (*Provisioner)(nil)
