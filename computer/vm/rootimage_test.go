@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,6 +71,11 @@ func TestIntegrationVMGuestImage(t *testing.T) {
 	if out := runVia(t, ctx, d, c.Tuple, "echo kept > "+GuestRoot+"/f && sync && cat "+GuestRoot+"/f"); out != "kept\n" {
 		t.Fatalf("write into the root: %q", out)
 	}
+	img, err := p.guestImage()
+	if err != nil || img == nil {
+		t.Fatalf("guest image %v, %v", img, err)
+	}
+	checkDiskModes(t, st.QEMUPID, img.Path, filepath.Join(dir, "qemu", "disk.ext4"))
 	if _, err := s.Suspend(ctx, alice, c.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -82,12 +89,46 @@ func TestIntegrationVMGuestImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkGone(t, p, dir, st)
-	img, err := p.guestImage()
-	if err != nil || img == nil {
-		t.Fatalf("guest image %v, %v", img, err)
-	}
 	if err := img.Verify(); err != nil {
 		t.Fatalf("the base image changed under a computer: %v", err)
+	}
+}
+
+// checkDiskModes: QEMU holds the shared base image open read-only (so
+// not even the guest's kernel can write it) and the computer's own disk
+// read-write, the positive control that the check reads the modes it
+// means; both read from /proc/PID/fdinfo.
+func checkDiskModes(t *testing.T, pid int, basePath, diskPath string) {
+	t.Helper()
+	modes := map[string][]int{}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err != nil || (target != basePath && target != diskPath) {
+			continue
+		}
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flags int
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				if _, err := fmt.Sscanf(strings.TrimSpace(v), "%o", &flags); err != nil {
+					t.Fatalf("fdinfo flags %q: %v", v, err)
+				}
+			}
+		}
+		modes[target] = append(modes[target], flags&syscall.O_ACCMODE)
+	}
+	if got := modes[basePath]; len(got) == 0 || slices.ContainsFunc(got, func(m int) bool { return m != syscall.O_RDONLY }) {
+		t.Errorf("QEMU holds the base image %s with access modes %v, want only O_RDONLY", basePath, got)
+	}
+	if got := modes[diskPath]; !slices.Contains(got, syscall.O_RDWR) {
+		t.Errorf("control: QEMU holds the writable disk with access modes %v, want O_RDWR among them", got)
 	}
 }
 
