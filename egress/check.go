@@ -60,16 +60,20 @@ func (c *computer) allowed(pol *policy.Compiled, d *dest) *refusal {
 	return &refusal{check: policy.CheckPolicy, reason: "no allow rule of the computer's egress policy matches " + what}
 }
 
-// specialReason says why d was refused for one of its addresses.
+// specialReason says why d was refused for one of its addresses. For a
+// name it does not say which address: the reason reaches the computer
+// (the 403, its refusal file), and an internal name's private address
+// would make the proxy an oracle of the host's DNS. The egress log and
+// the callback's Refusal.Addr keep the address.
 func specialReason(d *dest, r *addrcheck.Refused) string {
 	switch {
 	case d.host.IsLiteral():
 		return r.Error()
 	case len(d.addrs) == 1:
-		return fmt.Sprintf("%s resolves to %s, which is %s; the proxy refuses it", d.host.Name, r.Addr, r.What)
+		return fmt.Sprintf("%s resolves to an address that is %s; the proxy refuses it", d.host.Name, r.Range)
 	}
-	return fmt.Sprintf("%s resolves to %d addresses and one of them, %s, is %s; the proxy refuses the name",
-		d.host.Name, len(d.addrs), r.Addr, r.What)
+	return fmt.Sprintf("%s resolves to %d addresses and one of them is %s; the proxy refuses the name",
+		d.host.Name, len(d.addrs), r.Range)
 }
 
 // errNoAddress is wrapped when a name has no A or AAAA record.
@@ -85,6 +89,18 @@ func (c *computer) resolve(ctx context.Context, name string) ([]netip.Addr, erro
 		var de *net.DNSError
 		if errors.As(err, &de) && de.IsNotFound {
 			return nil, fmt.Errorf("%s does not resolve (%w)", name, errNoAddress)
+		}
+		if errors.As(err, &de) {
+			// DNSError's text, and the socket error inside it, name the
+			// host's DNS server; the reason reaches the computer.
+			what := "the DNS server could not be reached"
+			switch {
+			case de.IsTimeout:
+				what = "the DNS server did not answer in time"
+			case de.Err == "server misbehaving":
+				what = "the DNS server failed (server misbehaving)"
+			}
+			return nil, fmt.Errorf("resolving %s: %s", name, what)
 		}
 		return nil, fmt.Errorf("resolving %s: %v", name, err)
 	}

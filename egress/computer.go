@@ -25,6 +25,7 @@ type computer struct {
 	ln       net.Listener
 	pol      atomic.Pointer[policy.Compiled]
 	lim      *rate.Limiter
+	accepts  *rate.Limiter // new connections
 	slots    chan struct{}
 	ctx      context.Context
 	cancel   context.CancelFunc
@@ -47,6 +48,14 @@ func newComputer(p *Proxy, id string, ln net.Listener, pol *policy.Compiled, ref
 	lim := p.cfg.Limits
 	if lim.Conns > 0 {
 		c.slots = make(chan struct{}, lim.Conns)
+	}
+	c.accepts = rate.NewLimiter(rate.Inf, 0)
+	if lim.AcceptsPerSecond > 0 {
+		burst := lim.Conns
+		if burst <= 0 {
+			burst = DefaultConns
+		}
+		c.accepts = rate.NewLimiter(rate.Limit(lim.AcceptsPerSecond), burst)
 	}
 	c.lim = rate.NewLimiter(rate.Inf, 0)
 	if lim.BytesPerSecond > 0 {
@@ -82,6 +91,9 @@ func (c *computer) stop() {
 func (c *computer) acceptLoop() {
 	defer c.wg.Done()
 	for {
+		if err := c.accepts.Wait(c.ctx); err != nil {
+			return // stopped
+		}
 		conn, err := c.ln.Accept()
 		if err != nil {
 			var ne net.Error

@@ -22,6 +22,12 @@ type Limits struct {
 	// TotalBytes bounds the computer's traffic over its life (default
 	// 64 GiB); at the limit its connections close and new ones are refused.
 	TotalBytes int64
+	// AcceptsPerSecond bounds how fast the proxy takes new connections
+	// from the computer (default 1000, in bursts of Conns, or of
+	// DefaultConns where Conns is unlimited); the rest wait in the
+	// listener's backlog. Every connection is one record of the egress
+	// log, so this bounds how fast one computer grows it.
+	AcceptsPerSecond int64
 }
 
 // Defaults.
@@ -29,6 +35,7 @@ const (
 	DefaultConns          = 256
 	DefaultBytesPerSecond = 64 << 20
 	DefaultTotalBytes     = 64 << 30
+	DefaultAccepts        = 1000
 	DefaultHeaderTimeout  = 10 * time.Second
 	DefaultDialTimeout    = 10 * time.Second
 )
@@ -77,6 +84,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	cfg.Limits.Conns = orDefault(cfg.Limits.Conns, DefaultConns)
 	cfg.Limits.BytesPerSecond = orDefault(cfg.Limits.BytesPerSecond, DefaultBytesPerSecond)
 	cfg.Limits.TotalBytes = orDefault(cfg.Limits.TotalBytes, DefaultTotalBytes)
+	cfg.Limits.AcceptsPerSecond = orDefault(cfg.Limits.AcceptsPerSecond, DefaultAccepts)
 	cfg.HeaderTimeout = orDefault(cfg.HeaderTimeout, DefaultHeaderTimeout)
 	cfg.DialTimeout = orDefault(cfg.DialTimeout, DefaultDialTimeout)
 	return cfg, nil

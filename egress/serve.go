@@ -114,7 +114,9 @@ func (c *computer) tunnel(s *session, br *bufio.Reader, up net.Conn) {
 		s.refuse(&refusal{check: policy.CheckSNI, reason: what + " (the policy does not allow no-SNI tunnels)"})
 		return
 	}
-	if _, err := c.limitedWrite(s, up, replay, true); err != nil {
+	// Through limitedWriter: a ClientHello may be longer than the rate's
+	// burst, which one limitedWrite could never be granted.
+	if _, err := (&limitedWriter{c: c, s: s, w: up, up: true}).Write(replay); err != nil {
 		return
 	}
 	c.pipe(s, br, up)

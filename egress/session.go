@@ -64,6 +64,7 @@ func newSession(c *computer, conn net.Conn) *session {
 // refuse records r as the session's refusal (the first one wins), hands
 // it to the computer's callback, and returns it.
 func (s *session) refuse(r *refusal) *refusal {
+	r.reason = clip(r.reason, maxReason)
 	s.mu.Lock()
 	first := s.refusal == nil
 	if first {
@@ -176,8 +177,14 @@ func (s *session) finish() {
 	_, _ = s.c.p.log.Append(rec)
 }
 
-// target records what the client asked for.
+// target records what the client asked for, clipped (a client may ask
+// for a host of 32 KiB, which is refused, but recorded in part) and
+// printable: a host that is not printable ASCII (a SOCKS5 name is any
+// bytes; no valid host is) is recorded Go-escaped, so that no reader of a
+// Refusal or a record, such as a jail printing refusals on its stderr,
+// gets a newline or a terminal escape from a computer.
 func (s *session) target(proto, host string, port uint16) {
+	host = printable(clip(host, maxHost))
 	s.mu.Lock()
 	s.proto, s.host, s.port = proto, host, port
 	s.mu.Unlock()
@@ -185,10 +192,38 @@ func (s *session) target(proto, host string, port uint16) {
 
 func (s *session) fail(reason string) {
 	s.mu.Lock()
-	s.failure = reason
+	s.failure = clip(reason, maxReason)
 	s.mu.Unlock()
 }
 
 func hostPort(host string, port uint16) string {
 	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
+
+// Bounds on what a record and a refusal carry from the client: with JSON
+// escaping (at most 6 bytes for one) a record stays within
+// egresslog.MaxLine, so no request can make the log unverifiable.
+const (
+	maxHost   = 300  // a DNS name has at most 253 bytes
+	maxReason = 1024 // reasons quote the client's host and request line
+)
+
+// printable returns s, or s Go-escaped (without the quotes) when it has
+// a byte outside printable ASCII.
+func printable(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			q := strconv.QuoteToASCII(s)
+			return q[1 : len(q)-1]
+		}
+	}
+	return s
+}
+
+// clip cuts s to max bytes, marking the cut.
+func clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "...(clipped)"
 }

@@ -22,7 +22,8 @@ import (
 // the fake internet's web name: curl over HTTP and HTTPS, git clone over
 // HTTPS, pip install from the simple index into a venv, a 64 MiB tarball
 // checked by its digest, a direct connect that bypasses the proxy (no
-// route), then a name the policy does not allow. No step
+// route), then a name the policy does not allow, whose refusal reaches
+// the computer's file a moment after the 403 (waited for). No step
 // names the proxy: the grant's environment does. Each step prints its
 // mark only if it worked.
 const fakenetScript = `set -u
@@ -35,6 +36,7 @@ python3 -m venv venv && venv/bin/python -m pip install -q --disable-pip-version-
 echo "TAR $(curl -sf https://WEB/big.tar | sha256sum | cut -d' ' -f1)"
 curl -s --noproxy '*' --max-time 5 http://ADDR/ >/dev/null && echo "DIRECT REACHED"
 echo "DENIED $(curl -s -o /dev/null -w '%{http_code}' http://OTHER/)"
+for i in $(seq 200); do grep -qF '"OTHER:80"' ` + provision.RefusalLog + ` 2>/dev/null && break; sleep 0.05; done
 cat ` + provision.RefusalLog
 
 // TestIntegrationEgressFakeInternet: the real service, provisioner and

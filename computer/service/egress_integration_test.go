@@ -104,7 +104,8 @@ func TestIntegrationEgressInRealComputer(t *testing.T) {
 	s.mu.Lock()
 	m := s.computers[c.ID].m.(*provision.Machine)
 	s.mu.Unlock()
-	out := runInMachine(ctx, t, m, "curl -s -o /dev/null -w 'HTTP %{http_code}\\n' http://pypi.org/simple/; cat "+
+	out := runInMachine(ctx, t, m, "curl -s -o /dev/null -w 'HTTP %{http_code}\\n' http://pypi.org/simple/; "+
+		"for i in $(seq 200); do grep -qF '\"pypi.org:80\"' "+provision.RefusalLog+" 2>/dev/null && break; sleep 0.05; done; cat "+
 		provision.RefusalLog)
 	if !strings.Contains(out, "HTTP 403\n") || !strings.Contains(out, `refused "pypi.org:80" check="policy"`) {
 		t.Fatalf("in the computer:\n%s\nwant curl to reach the proxy (403) and the refusal in %s", out, provision.RefusalLog)

@@ -41,7 +41,9 @@ func (m *Machine) confinement() *syscall.SysProcAttr {
 }
 
 // qemuArgs are the guest's only devices: the control, log and wire
-// ports, the admission share (read-only) and QMP; no network device.
+// ports and QMP; no network device and no share (a 9p export would
+// block migration, and so the saved state: the admission snapshot is
+// pushed over the control port instead).
 func (m *Machine) qemuArgs() []string {
 	p := m.paths
 	return slices.Concat(
@@ -52,7 +54,6 @@ func (m *Machine) qemuArgs() []string {
 		guest.VirtioSerialPort("tether-wire", wirePortName, p.guestWire),
 		[]string{"-chardev", "file,id=tether-log,path=" + p.receiverLog,
 			"-device", "virtserialport,chardev=tether-log,name=" + vmguest.LogPort},
-		guest.Share9P("tether-adm", admissionTag, p.admission, true),
 		m.diskArgs(),
 	)
 }
@@ -69,8 +70,12 @@ func (m *Machine) boot(ctx context.Context) error {
 	if accelArg == AccelTCG {
 		accelArg = fmt.Sprintf("tcg,tb-size=%d", tbSizeMiB)
 	}
-	m.vm, err = guest.Start(ctx, guest.Config{Kernel: m.kernel, Initramfs: m.paths.initramfs, QEMU: m.p.cfg.QEMU,
-		Accel: accelArg, CPUs: 1, MemoryMiB: int(m.limits.MemoryBytes >> 20), Args: m.qemuArgs(),
+	args := m.qemuArgs()
+	if m.saved != nil {
+		args = append(args, m.saved.incoming()...)
+	}
+	m.vm, err = guest.Start(ctx, guest.Config{Kernel: m.kernel, Initramfs: m.initramfs, QEMU: m.p.cfg.QEMU,
+		Accel: accelArg, CPUs: 1, MemoryMiB: int(m.limits.MemoryBytes >> 20), Args: args,
 		ConsoleLog: m.p.consoleWriter(), SysProcAttr: m.confinement()})
 	if err != nil {
 		return err
@@ -86,6 +91,11 @@ func (m *Machine) boot(ctx context.Context) error {
 	}
 	bctx, cancel := context.WithTimeout(ctx, BootTimeout)
 	defer cancel()
+	if m.saved != nil {
+		if err := m.resume(bctx); err != nil {
+			return m.guestError(err)
+		}
+	}
 	c, err := m.dialGuest(bctx, m.paths.control)
 	if err != nil {
 		return m.guestError(err)

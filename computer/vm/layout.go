@@ -17,7 +17,7 @@ import (
 //	  wire.sock        0660 root:cust  the custodian's socket (TLS inside)
 //	  custodian/       0700 cust   client certificate and key, audit key, state
 //	  coordinator/     0700 root   the admission signing key
-//	  admission/       0755 root   the snapshot, shared read-only with the guest (9p)
+//	  admission/       0755 root   the snapshot, pushed to the guest over the control port
 //	  qemu/            0700 qemu   initramfs, QMP, control and wire sockets, logs
 type paths struct {
 	dir, wire, state, custConfig             string

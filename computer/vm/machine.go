@@ -38,6 +38,14 @@ type Machine struct {
 	grants  *provision.Grants
 	rootImg *image.Image // the guest image, or nil: the initramfs alone
 
+	// template: this machine is booted to save the state others start
+	// from (savedState); saved, if set, is the state this one starts
+	// from; initramfs is the image QEMU loads either way.
+	template  bool
+	saved     *savedState
+	initramfs string
+	machineID string // the guest's /etc/machine-id, injected
+
 	vm       *guest.VM
 	ctl      *ctl.Client
 	wireConn net.Conn
@@ -73,7 +81,7 @@ func (m *Machine) Describe() api.MachineInfo {
 }
 
 // Grant implements api.Machine: it sets the guest's clock, publishes the
-// grant into the admission share and rewrites DIR/custodian.json.
+// grant, pushes it to the guest and rewrites DIR/custodian.json.
 func (m *Machine) Grant(ctx context.Context, notAfter time.Time) error {
 	if !m.isFrozen() {
 		if err := m.syncClock(ctx); err != nil {
@@ -81,7 +89,7 @@ func (m *Machine) Grant(ctx context.Context, notAfter time.Time) error {
 		}
 	}
 	g := m.options().GrantFor(m.alloc.Tuple, m.alloc.UID, m.alloc.GID, notAfter)
-	if _, err := m.grants.Publish(ctx, time.Time{}, g); err != nil {
+	if err := m.publish(ctx, g); err != nil {
 		return err
 	}
 	return m.writeCustodianConfig(g.NotAfter)
@@ -89,8 +97,7 @@ func (m *Machine) Grant(ctx context.Context, notAfter time.Time) error {
 
 // Withdraw implements api.Machine: a snapshot without the grant.
 func (m *Machine) Withdraw(ctx context.Context) error {
-	_, err := m.grants.Publish(ctx, time.Time{})
-	return err
+	return m.publish(ctx)
 }
 
 // KillCommands implements api.Machine: the guest kills every process of

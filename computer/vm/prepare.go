@@ -23,7 +23,6 @@ const (
 	guestAgentPath    = "/sbin/tether-vmguest"
 	guestReceiverPath = "/usr/bin/tether-receiver"
 	guestEtc          = "/etc/tether"
-	admissionTag      = "tether-admission"
 	wirePortName      = "tether.wire"
 )
 
@@ -39,13 +38,13 @@ func (m *Machine) prepare(ctx context.Context) error {
 		{Name: "layout.Directories", Run: m.makeLayout},
 		{Name: "pki.Certificates", Run: m.makePKI},
 		{Name: "admission.Key", Run: m.makeSigningKey},
-		{Name: "guest.Image", Run: m.buildImage},
+		{Name: "guest.Image", Run: m.chooseImage},
 		{Name: "guest.Disk", Run: m.makeDisk},
 		{Name: "qemu.Cgroups", Run: m.makeCgroups},
 		{Name: "qemu.Boot", Run: m.boot},
-		{Name: "wire.Link", Run: m.startWire},
 		{Name: "guest.Clock", Run: m.syncClock},
-		{Name: "admission.Publish", Run: m.publishEmpty},
+		{Name: "guest.Identity", Run: m.inject},
+		{Name: "wire.Link", Run: m.startWire},
 		{Name: "receiver.Answering", Run: m.waitAnswering},
 	}, m.teardown, 30*time.Second)
 }
@@ -162,29 +161,55 @@ func (m *Machine) makeSigningKey(context.Context) error {
 	return err
 }
 
-// buildImage writes the guest's initramfs, readable by QEMU's uid only.
-func (m *Machine) buildImage(ctx context.Context) error {
+// chooseImage finds the kernel and writes the guest's initramfs for a
+// cold boot, or, with Config.StateDir, makes sure the saved state exists
+// and boots from it.
+func (m *Machine) chooseImage(ctx context.Context) error {
 	k, err := m.p.kernel()
 	if err != nil {
 		return err
 	}
 	m.kernel = k
-	files, err := m.guestFiles()
-	if err != nil {
-		return err
+	if m.p.cfg.StateDir != "" && !m.template {
+		m.saved, err = m.p.savedState(ctx, m.limits)
+		if err != nil {
+			return fmt.Errorf("saved state: %w", err)
+		}
+		m.initramfs = m.saved.initramfs
+		return nil
 	}
-	b := m.p.cfg.Bins
-	files = append(files,
-		guest.File{Path: guestAgentPath, Source: b.Path(GuestAgent), Mode: 0o755},
-		guest.File{Path: guestReceiverPath, Source: b.Path(bins.Receiver), Mode: 0o755})
-	if _, err := guest.Build(ctx, guest.Spec{Kernel: k, Modules: m.guestModules(), Files: files, Init: guestAgentPath}, m.paths.initramfs); err != nil {
+	m.initramfs = m.paths.initramfs
+	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig()); err != nil {
 		return err
 	}
 	return os.Chown(m.paths.initramfs, int(m.qemuUID), int(m.qemuUID))
 }
 
-// guestFiles are the configuration files placed in the image.
-func (m *Machine) guestFiles() ([]guest.File, error) {
+// buildGenericImage writes an initramfs that holds nothing of one
+// computer: the agent, the receiver and the agent's configuration, which
+// makes the agent wait for its identity (inject).
+func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage) error {
+	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm", Shares: []vmguest.Share{},
+		Root: GuestRoot, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
+		CgroupParent: GuestCgroup, Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress},
+		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName, RootImage: root}, "", "  ")
+	if err != nil {
+		return err
+	}
+	files := []guest.File{
+		{Path: vmguest.ConfigPath, Data: agentCfg, Mode: 0o600},
+		{Path: "/etc/hostname", Data: []byte("tether-vm\n"), Mode: 0o644},
+		{Path: guestAgentPath, Source: b.Path(GuestAgent), Mode: 0o755},
+		{Path: guestReceiverPath, Source: b.Path(bins.Receiver), Mode: 0o755},
+	}
+	_, err = guest.Build(ctx, guest.Spec{Kernel: k, Modules: guestModules(root), Files: files, Init: guestAgentPath}, out)
+	return err
+}
+
+// identityFiles are the files that make the guest's receiver this
+// computer's: its configuration, certificate, key and issuer, and the
+// admission key.
+func (m *Machine) identityFiles() ([]guest.File, error) {
 	keyPEM, err := m.creds.Server.KeyPEM()
 	if err != nil {
 		return nil, err
@@ -205,33 +230,17 @@ func (m *Machine) guestFiles() ([]guest.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm",
-		Shares: []vmguest.Share{{Tag: admissionTag, Dir: GuestAdmission}},
-		Root:   GuestRoot, UID: m.alloc.UID, GID: m.alloc.GID, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
-		CgroupParent: GuestCgroup, PidsMax: m.limits.Pids, MemoryMax: m.limits.MemoryBytes, RootBytes: m.tmpfsRootBytes(), RootImage: m.rootImageConfig(), Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress}}, "", "  ")
-	if err != nil {
-		return nil, err
-	}
 	return []guest.File{
-		{Path: vmguest.ConfigPath, Data: agentCfg, Mode: 0o600},
 		{Path: guestEtc + "/receiver.json", Data: recvCfg, Mode: 0o600},
 		{Path: guestRecv.Cert, Data: m.creds.Server.CertPEM(), Mode: 0o644},
 		{Path: guestRecv.Key, Data: keyPEM, Mode: 0o600},
 		{Path: guestRecv.CA, Data: m.creds.CA.CertPEM(), Mode: 0o644},
 		{Path: guestEtc + "/admission.pub", Data: pub, Mode: 0o644},
-		{Path: "/etc/hostname", Data: []byte("tether-vm\n"), Mode: 0o644},
 	}, nil
 }
 
 func (m *Machine) makeCgroups(context.Context) error {
 	return m.cg.make(m.limits.MemoryBytes + OverheadBytes)
-}
-
-// publishEmpty publishes a snapshot holding no grant: the receiver
-// answers, and admits nothing until Grant.
-func (m *Machine) publishEmpty(ctx context.Context) error {
-	_, err := m.grants.Publish(ctx, time.Time{})
-	return err
 }
 
 // kernelAtLeast reports whether the release "6.12.95+deb12-amd64" is at

@@ -24,6 +24,11 @@ type Provisioner struct {
 	accel  *guest.Accel
 	logged bool
 	img    imageOnce
+
+	// stateMu serialises making saved states; fresh holds the slots
+	// found current since this Provisioner began.
+	stateMu sync.Mutex
+	fresh   map[string]bool
 }
 
 var _ api.Provisioner = (*Provisioner)(nil)

@@ -17,6 +17,11 @@ const qmpTimeout = 10 * time.Second
 // reached with qmpinput's pins for owner (QEMU's uid), and returns its
 // "return" member. Events QEMU sends meanwhile are skipped.
 func qmpExecute(ctx context.Context, path string, owner uint32, command string) (json.RawMessage, error) {
+	return qmpExecuteArgs(ctx, path, owner, command, nil)
+}
+
+// qmpExecuteArgs is qmpExecute with arguments (nil: none).
+func qmpExecuteArgs(ctx context.Context, path string, owner uint32, command string, args any) (json.RawMessage, error) {
 	ctx, cancel := context.WithTimeout(ctx, qmpTimeout)
 	defer cancel()
 	c, err := qmpinput.DialPinned(ctx, path, owner)
@@ -32,7 +37,14 @@ func qmpExecute(ctx context.Context, path string, owner uint32, command string) 
 		return nil, fmt.Errorf("qmp greeting: %w", err)
 	}
 	for _, cmd := range []string{"qmp_capabilities", command} {
-		if _, err := fmt.Fprintf(c, "{\"execute\":%q}\n", cmd); err != nil {
+		line, err := json.Marshal(struct {
+			Execute   string `json:"execute"`
+			Arguments any    `json:"arguments,omitempty"`
+		}{cmd, map[bool]any{true: args}[cmd == command]})
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.Write(append(line, '\n')); err != nil {
 			return nil, fmt.Errorf("qmp %s: %w", cmd, err)
 		}
 		ret, err := qmpReply(r)

@@ -79,7 +79,13 @@ func (p *Provisioner) guestImage() (*image.Image, error) {
 
 // chooseRoot decides whether this computer's root is the guest image
 // (with a writable disk of the disk limit) or the initramfs.
+//
+// A provisioner with a saved state (Config.StateDir) does not use the
+// image yet: the saved guest would hold its template's disk mounted.
 func (m *Machine) chooseRoot(context.Context) error {
+	if m.p.cfg.StateDir != "" {
+		return nil
+	}
 	img, err := m.p.guestImage()
 	if err != nil || img == nil {
 		return err
@@ -140,26 +146,28 @@ func (m *Machine) diskArgs() []string {
 }
 
 // rootImageConfig is the guest agent's RootImage: the disks, and the
-// initramfs paths bound into the image's root.
+// initramfs paths bound into the image's root (the agent, the receiver
+// and the agent's configuration; the identity the host injects later is
+// written into the new root).
 func (m *Machine) rootImageConfig() *vmguest.RootImage {
 	if m.rootImg == nil {
 		return nil
 	}
 	return &vmguest.RootImage{BaseSerial: baseSerial, UpperSerial: upperSerial,
-		Binds: []string{guestAgentPath, guestReceiverPath, guestEtc, filepath.Dir(vmguest.ConfigPath), "/etc/hostname"}}
+		Binds: []string{guestAgentPath, guestReceiverPath, filepath.Dir(vmguest.ConfigPath), "/etc/hostname"}}
 }
 
-// guestModules are the modules the guest loads.
-func (m *Machine) guestModules() []string {
-	if m.rootImg != nil {
+// guestModules are the modules a guest loads: the image's too when its
+// root is the guest image.
+func guestModules(root *vmguest.RootImage) []string {
+	if root != nil {
 		return append(append([]string{}, imageModules...), vmModules...)
 	}
 	return vmModules
 }
 
-// vmModules are the modules every guest loads: the admission share
-// (9p) and the virtio-serial ports.
-var vmModules = append(append([]string{}, guest.Modules9P...), guest.ModulesVirtioSerial...)
+// vmModules are the modules every guest loads: the virtio-serial ports.
+var vmModules = guest.ModulesVirtioSerial
 
 // tmpfsRootBytes is the size of the tmpfs mounted on the grant's root:
 // none with a guest image (the root is on the writable disk).

@@ -18,6 +18,11 @@
 // OverheadBytes. The host reaches QEMU's QMP, control and wire sockets
 // only through qmpinput.DialPinned (socket and directory owned by
 // QEMU's uid, the peer process running as it).
+//
+// The guest boots from an image that holds nothing of one computer and
+// is given its identity over the control port (identity.go). With
+// Config.StateDir a computer starts instead from a guest saved once in
+// that state (savedstate.go), and gets its identity after the restore.
 package vm
 
 import (
@@ -35,7 +40,7 @@ const (
 	// GuestReceiverAddress is the receiver's TLS listener on the guest's
 	// loopback; the wire port's streams are joined to it.
 	GuestReceiverAddress = "127.0.0.1:7443"
-	// GuestAdmission is where the read-only admission share is mounted.
+	// GuestAdmission holds the admission file the host pushes (ctl admission).
 	GuestAdmission = "/run/tether/admission"
 	// GuestCgroup is the parent of the guest receiver's command cgroups.
 	GuestCgroup = "/sys/fs/cgroup/tether"
@@ -123,6 +128,11 @@ type Config struct {
 	// /sys/fs/cgroup); QEMU's cgroups are made in its memory, pids and
 	// cpuacct hierarchies.
 	CgroupRoot string
+	// StateDir, if set, is where saved states live: each computer then
+	// starts from a state saved once, after a boot that holds nothing
+	// of any computer, and is given its own identity after the restore
+	// (savedstate.go). "" means every computer boots cold.
+	StateDir string
 	// Log, if set, receives the guest's console and the provisioner's
 	// notes.
 	Log func(format string, args ...any)

@@ -21,6 +21,7 @@ func BenchmarkDispatchRecord(b *testing.B) {
 	}
 	defer s.Close()
 	ctx := context.Background()
+	syncs := countSyncs(b)
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		tk, _, err := s.Begin(ctx, intent(fmt.Sprintf("b%d", i), "r"))
@@ -31,6 +32,7 @@ func BenchmarkDispatchRecord(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(syncs.Load())/float64(b.N), "fdatasyncs/op")
 }
 
 // BenchmarkDispatchRecordParallel shows group commit: concurrent
@@ -43,6 +45,8 @@ func BenchmarkDispatchRecordParallel(b *testing.B) {
 	defer s.Close()
 	ctx := context.Background()
 	var n atomic.Int64
+	syncs := countSyncs(b)
+	b.ResetTimer()
 	b.SetParallelism(8)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -54,6 +58,16 @@ func BenchmarkDispatchRecordParallel(b *testing.B) {
 			tk.Finish(&Receipt{Outcome: Verified, Response: []byte(`{}`)})
 		}
 	})
+	b.ReportMetric(float64(syncs.Load())/float64(b.N), "fdatasyncs/op")
+}
+
+// countSyncs counts the intent log's fdatasyncs until b ends.
+func countSyncs(b *testing.B) *atomic.Int64 {
+	var syncs atomic.Int64
+	orig := fdatasync
+	fdatasync = func(fd int) error { syncs.Add(1); return orig(fd) }
+	b.Cleanup(func() { fdatasync = orig })
+	return &syncs
 }
 
 // BenchmarkBaselineAppendFdatasync is the floor: one 300-byte append and

@@ -59,7 +59,10 @@ var (
 // Refused says why an address may not be reached.
 type Refused struct {
 	Addr netip.Addr
-	What string // the range, in words
+	What string // the range, in words, naming an embedded IPv4 address
+	// Range is the range's name without any address ("private"), for a
+	// reason that must not disclose what a name resolved to.
+	Range string
 }
 
 func (r *Refused) Error() string {
@@ -81,7 +84,7 @@ type Checker struct {
 func (c Checker) Check(addr netip.Addr) *Refused {
 	if addr.Is4In6() {
 		if r := c.Check(addr.Unmap()); r != nil {
-			return &Refused{addr, "the IPv4-mapped form of " + r.Addr.String() + ", " + r.What}
+			return &Refused{addr, "the IPv4-mapped form of " + r.Addr.String() + ", " + r.What, r.Range}
 		}
 		return nil
 	}
@@ -102,7 +105,7 @@ func (c Checker) Check(addr netip.Addr) *Refused {
 	}
 	for _, h := range c.Host {
 		if h.WithZone("") == addr {
-			return &Refused{addr, "one of the proxy host's own addresses"}
+			return &Refused{addr, "one of the proxy host's own addresses", "one of the proxy host's own addresses"}
 		}
 	}
 	return nil
@@ -110,11 +113,11 @@ func (c Checker) Check(addr netip.Addr) *Refused {
 
 func check4(addr netip.Addr) *Refused {
 	if addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
-		return &Refused{addr, "broadcast"}
+		return &Refused{addr, "broadcast", "broadcast"}
 	}
 	for _, s := range v4Special {
 		if s.pfx.Contains(addr) {
-			return &Refused{addr, s.what}
+			return &Refused{addr, s.what, s.what}
 		}
 	}
 	return nil
@@ -123,7 +126,7 @@ func check4(addr netip.Addr) *Refused {
 func (c Checker) check6(addr netip.Addr) *Refused {
 	for _, s := range v6Special {
 		if s.pfx.Contains(addr) {
-			return &Refused{addr, s.what}
+			return &Refused{addr, s.what, s.what}
 		}
 	}
 	b := addr.As16()
@@ -134,12 +137,12 @@ func (c Checker) check6(addr netip.Addr) *Refused {
 	case sixToFour.Contains(addr):
 		embedded = netip.AddrFrom4([4]byte(b[2:6]))
 	case !global6.Contains(addr):
-		return &Refused{addr, "not global unicast (outside 2000::/3)"}
+		return &Refused{addr, "not global unicast (outside 2000::/3)", "not global unicast (outside 2000::/3)"}
 	default:
 		return nil
 	}
 	if r := c.Check(embedded); r != nil {
-		return &Refused{addr, fmt.Sprintf("a NAT64 or 6to4 form of %s, %s", embedded, r.What)}
+		return &Refused{addr, fmt.Sprintf("a NAT64 or 6to4 form of %s, %s", embedded, r.What), "a NAT64 or 6to4 form of an address that is " + r.Range}
 	}
 	return nil
 }

@@ -2,7 +2,8 @@
 // one JSON record per line, one line per connection, each carrying the
 // SHA-256 of the line before it. Verify finds any edit, deletion,
 // insertion or reordering of the lines it reads; a truncation of the
-// tail shows only against a head (record count and hash) kept elsewhere.
+// tail shows only against a head (record count and hash) kept elsewhere,
+// which VerifyHead checks.
 package egresslog
 
 import (
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +65,11 @@ type Head struct {
 // ErrBroken is wrapped by every Verify failure.
 var ErrBroken = errors.New("egress log does not verify")
 
+// ErrTooLong is returned by Append for a record whose line would be
+// longer than MaxLine: it is not written, since Verify (and so Open)
+// would refuse the log from that line on.
+var ErrTooLong = errors.New("egress log: record longer than MaxLine")
+
 // Log appends records to one file. Safe for concurrent use.
 type Log struct {
 	mu   sync.Mutex
@@ -95,15 +102,31 @@ func (l *Log) Append(r Record) (Record, error) {
 		return r, errors.New("egress log closed")
 	}
 	r.Seq, r.Prev = l.head.Records, l.head.Hash
+	r = validUTF8(r)
 	line, err := json.Marshal(r)
 	if err != nil {
 		return r, fmt.Errorf("egress log: %w", err)
+	}
+	if len(line) >= MaxLine {
+		return r, fmt.Errorf("%w: %d bytes", ErrTooLong, len(line))
 	}
 	if _, err := l.f.Write(append(line, '\n')); err != nil {
 		return r, fmt.Errorf("egress log: %w", err)
 	}
 	l.head = Head{Records: r.Seq + 1, Hash: lineHash(line)}
 	return r, nil
+}
+
+// validUTF8 replaces every invalid UTF-8 byte of r's strings with
+// U+FFFD. json.Marshal would write such a byte as the escape \ufffd, which
+// decodes to a rune that marshals unescaped: the line would not be in
+// canonical form and Verify would refuse it. A host is what a client
+// sent (a SOCKS5 name is any bytes), so Append must not trust it.
+func validUTF8(r Record) Record {
+	for _, f := range []*string{&r.Computer, &r.Proto, &r.Host, &r.Addr, &r.Rule, &r.Verdict, &r.Check, &r.Reason} {
+		*f = strings.ToValidUTF8(*f, "\uFFFD")
+	}
+	return r
 }
 
 // Head returns the chain's current end.
@@ -140,9 +163,42 @@ func Verify(path string) (Head, error) {
 	return VerifyReader(f)
 }
 
+// VerifyHead is Verify, and also checks the log against a head kept
+// elsewhere (Proxy.LogHead, or what an earlier Verify printed): the log
+// must hold want's record count, its line at that point must hash to
+// want's hash, and it may have grown since. So a truncation of the tail
+// (down to a whole line) and an edit or replacement of the last lines,
+// which Verify alone cannot see, fail with ErrBroken.
+func VerifyHead(path string, want Head) (Head, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Head{}, err
+	}
+	defer f.Close()
+	seen := want.Records == 0 && want.Hash == Genesis
+	head, err := verify(f, func(h Head) {
+		if h.Records == want.Records {
+			seen = h.Hash == want.Hash
+		}
+	})
+	switch {
+	case err != nil:
+		return head, err
+	case head.Records < want.Records:
+		return head, fmt.Errorf("%w: %d records, the kept head says %d (the tail was cut)", ErrBroken, head.Records, want.Records)
+	case !seen:
+		return head, fmt.Errorf("%w: record %d does not hash to the kept head %.16s… (the log was edited or replaced)",
+			ErrBroken, want.Records-1, want.Hash)
+	}
+	return head, nil
+}
+
 // VerifyReader checks a log: every line a strict, canonical Record whose
 // Seq counts from 0 and whose Prev is the hash of the line before.
-func VerifyReader(r io.Reader) (Head, error) {
+func VerifyReader(r io.Reader) (Head, error) { return verify(r, func(Head) {}) }
+
+// verify is VerifyReader, calling each with the head after every line.
+func verify(r io.Reader, each func(Head)) (Head, error) {
 	br := bufio.NewReaderSize(r, MaxLine+1)
 	head := Head{Hash: Genesis}
 	for {
@@ -157,6 +213,7 @@ func VerifyReader(r io.Reader) (Head, error) {
 			return head, fmt.Errorf("%w: record %d: %w", ErrBroken, head.Records, err)
 		}
 		head = Head{Records: head.Records + 1, Hash: lineHash(line[:len(line)-1])}
+		each(head)
 	}
 }
 

@@ -2,6 +2,7 @@ package egresslog
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -115,4 +116,101 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("verified %+v, then %+v, %v", h, h2, err)
 		}
 	})
+}
+
+// TestAppendRefusesOverlongRecord: a record whose line would pass
+// MaxLine is not written, and the log still verifies and continues. The
+// positive control writes the same record's line by hand: Verify then
+// refuses the log, so Open would keep the proxy from starting.
+func TestAppendRefusesOverlongRecord(t *testing.T) {
+	path, _, head := writeLog(t, 1)
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := Record{Computer: "c1", Proto: "connect", Host: strings.Repeat("\x00", MaxLine/4), Verdict: Refused}
+	if _, err := l.Append(long); !errors.Is(err, ErrTooLong) {
+		t.Errorf("Append of a %d-byte host: %v, want ErrTooLong", len(long.Host), err)
+	}
+	if _, err := l.Append(Record{Computer: "c1", Proto: "http", Verdict: Allowed}); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if got, err := Verify(path); err != nil || got.Records != 2 {
+		t.Fatalf("after the refused append: %+v, %v", got, err)
+	}
+	long.Seq, long.Prev = head.Records, head.Hash
+	line, err := json.Marshal(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := filepath.Join(t.TempDir(), "control.log")
+	first, _ := os.ReadFile(path)
+	firstLine, _, _ := bytes.Cut(first, []byte("\n"))
+	os.WriteFile(control, append(append(append(firstLine, '\n'), line...), '\n'), 0o600)
+	if _, err := Verify(control); !errors.Is(err, ErrBroken) {
+		t.Errorf("positive control: a %d-byte line verified: %v", len(line), err)
+	}
+}
+
+// TestAppendKeepsInvalidUTF8Verifiable: a host that is not UTF-8 (a
+// SOCKS5 name is any bytes) is written with U+FFFD for each run of bad bytes, so the
+// log verifies. Positive control: the record marshalled as it came is not
+// canonical, and Verify refuses it.
+func TestAppendKeepsInvalidUTF8Verifiable(t *testing.T) {
+	path, _, head := writeLog(t, 1)
+	l, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := Record{Computer: "c1", Proto: "socks5", Host: "a\xff\xfeb", Verdict: Refused, Reason: "x\xc3"}
+	got, err := l.Append(bad)
+	if err != nil || got.Host != "a\uFFFDb" {
+		t.Fatalf("Append: %q, %v", got.Host, err)
+	}
+	l.Close()
+	if h, err := Verify(path); err != nil || h.Records != 2 {
+		t.Fatalf("after a non-UTF-8 host: %+v, %v", h, err)
+	}
+	bad.Seq, bad.Prev = head.Records, head.Hash
+	line, _ := json.Marshal(bad)
+	first, _ := os.ReadFile(path)
+	firstLine, _, _ := bytes.Cut(first, []byte("\n"))
+	control := filepath.Join(t.TempDir(), "control.log")
+	os.WriteFile(control, append(append(append(firstLine, '\n'), line...), '\n'), 0o600)
+	if _, err := Verify(control); !errors.Is(err, ErrBroken) {
+		t.Errorf("positive control: the raw record verified: %v", err)
+	}
+}
+
+// TestVerifyHeadFindsTruncation: against the head the writer kept, a log
+// cut by its last record, and one whose last record was edited, fail;
+// the untouched log, and the log grown past the head, pass. Positive
+// control: Verify alone passes both the cut and the edited log.
+func TestVerifyHeadFindsTruncation(t *testing.T) {
+	path, lines, head := writeLog(t, 4)
+	if _, err := VerifyHead(path, head); err != nil {
+		t.Fatalf("the untouched log: %v", err)
+	}
+	if _, err := VerifyHead(path, Head{Hash: Genesis}); err != nil {
+		t.Fatalf("against the empty head: %v", err)
+	}
+	mid, err := verifyBytes(lines[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := VerifyHead(path, mid); err != nil {
+		t.Fatalf("the log grown past an earlier head: %v", err)
+	}
+	edited := append(append([][]byte(nil), lines[:3]...), bytes.Replace(lines[3], []byte(`"bytes_down":100`), []byte(`"bytes_down":7`), 1))
+	for name, ls := range map[string][][]byte{"cut": lines[:3], "edited": edited} {
+		p := filepath.Join(t.TempDir(), name+".log")
+		os.WriteFile(p, bytes.Join(ls, nil), 0o600)
+		if _, err := Verify(p); err != nil {
+			t.Errorf("positive control: Verify refused the %s log: %v", name, err)
+		}
+		if _, err := VerifyHead(p, head); !errors.Is(err, ErrBroken) {
+			t.Errorf("the %s log against the kept head: %v, want ErrBroken", name, err)
+		}
+	}
 }

@@ -5,8 +5,8 @@ import "fmt"
 // RootImage makes the guest's root an overlay of two virtio-blk disks
 // instead of the initramfs: a read-only ext4 base (the Debian userland
 // ci/guestimage builds) and a writable ext4 layer (the computer's disk),
-// found by their virtio serial numbers. Binds are initramfs paths (the
-// per-computer configuration and tether's binaries) bound read-only at
+// found by their virtio serial numbers. Binds are initramfs paths
+// (tether's binaries and the agent's configuration) bound read-only at
 // the same paths in the new root, so the base image holds no tether
 // file and no computer's secret.
 type RootImage struct {
