@@ -9,7 +9,7 @@ CMDS := ./admission/cmd/tether-admission ./receiver/cmd/tether-receiver \
 	./computer/cmd/tether-computer ./computer/cmd/tether-vmguest
 TEST_TIMEOUT ?= 30m
 
-.PHONY: all build demo test lint bench bench-fleet proto setup clean flakes faults
+.PHONY: all build demo test lint bench bench-fleet proto setup clean flakes faults guest-image
 
 all: build
 
@@ -21,6 +21,11 @@ build:
 # setup installs what the tests need when run as root (idempotent).
 setup:
 	@if [ "$$(id -u)" = 0 ]; then ci/setup; else echo "make setup: not root; skipping package installs (tests that need them will say so)"; fi
+
+# guest-image builds the VM computers' guest image from Debian packages
+# into the tether cache (ci/guestimage; ci/setup runs it too), as root.
+guest-image:
+	@ci/guestimage
 
 # demo runs the main job: the computer service's life cycle (a create
 # from the warm pool, a lease, suspend and resume, an expiry, and egress:

@@ -54,6 +54,7 @@ func (m *Machine) qemuArgs() []string {
 		guest.VirtioSerialPort("tether-wire", wirePortName, p.guestWire),
 		[]string{"-chardev", "file,id=tether-log,path=" + p.receiverLog,
 			"-device", "virtserialport,chardev=tether-log,name=" + vmguest.LogPort},
+		m.diskArgs(),
 	)
 }
 

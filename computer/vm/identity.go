@@ -37,7 +37,7 @@ func (m *Machine) inject(ctx context.Context) error {
 		return err
 	}
 	id := &ctl.Identity{Entropy: make([]byte, identityEntropy), UID: m.alloc.UID, GID: m.alloc.GID,
-		PidsMax: m.limits.Pids, MemoryMax: m.limits.MemoryBytes, RootBytes: m.rootBytes()}
+		PidsMax: m.limits.Pids, MemoryMax: m.limits.MemoryBytes, RootBytes: m.tmpfsRootBytes()}
 	var mid [16]byte
 	if _, err := rand.Read(id.Entropy); err != nil {
 		return err

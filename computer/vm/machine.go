@@ -17,6 +17,7 @@ import (
 	"github.com/tetherdev/tether/computer/provision"
 	"github.com/tetherdev/tether/computer/vm/ctl"
 	"github.com/tetherdev/tether/computer/vm/guest"
+	"github.com/tetherdev/tether/computer/vm/image"
 	"github.com/tetherdev/tether/computer/vm/muxlink"
 	"github.com/tetherdev/tether/custodian"
 )
@@ -35,6 +36,7 @@ type Machine struct {
 	accel   guest.Accel
 	creds   *provision.Credentials
 	grants  *provision.Grants
+	rootImg *image.Image // the guest image, or nil: the initramfs alone
 
 	// template: this machine is booted to save the state others start
 	// from (savedState); saved, if set, is the state this one starts

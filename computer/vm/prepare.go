@@ -33,11 +33,13 @@ var guestRecv = provision.ReceiverFilesIn(guestEtc)
 func (m *Machine) prepare(ctx context.Context) error {
 	return provision.RunSteps(ctx, "vm", []provision.Step{
 		{Name: "validate.Limits", Run: m.validate},
+		{Name: "guest.RootImage", Run: m.chooseRoot},
 		{Name: "allocate.IDs", Run: m.allocate},
 		{Name: "layout.Directories", Run: m.makeLayout},
 		{Name: "pki.Certificates", Run: m.makePKI},
 		{Name: "admission.Key", Run: m.makeSigningKey},
 		{Name: "guest.Image", Run: m.chooseImage},
+		{Name: "guest.Disk", Run: m.makeDisk},
 		{Name: "qemu.Cgroups", Run: m.makeCgroups},
 		{Name: "qemu.Boot", Run: m.boot},
 		{Name: "guest.Clock", Run: m.syncClock},
@@ -69,10 +71,14 @@ func (m *Machine) validate(context.Context) error {
 	return nil
 }
 
-// rootBytes is the size of the root's tmpfs in the guest: the disk
-// limit, at most half the guest's RAM (there is no disk image yet, and
-// the root lives in that RAM).
+// rootBytes is what the grant's root may hold: with a guest image, the
+// writable disk's size (the root lives on it); without, the size of the
+// root's tmpfs in the guest: the disk limit, at most half the guest's
+// RAM (the root then lives in that RAM).
 func (m *Machine) rootBytes() int64 {
+	if m.rootImg != nil {
+		return m.limits.DiskBytes
+	}
 	half := m.limits.MemoryBytes / 2
 	if d := m.limits.DiskBytes; d > 0 && d < half {
 		return d
@@ -173,7 +179,7 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 		return nil
 	}
 	m.initramfs = m.paths.initramfs
-	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs); err != nil {
+	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig()); err != nil {
 		return err
 	}
 	return os.Chown(m.paths.initramfs, int(m.qemuUID), int(m.qemuUID))
@@ -182,11 +188,11 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 // buildGenericImage writes an initramfs that holds nothing of one
 // computer: the agent, the receiver and the agent's configuration, which
 // makes the agent wait for its identity (inject).
-func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string) error {
+func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage) error {
 	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm", Shares: []vmguest.Share{},
 		Root: GuestRoot, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
 		CgroupParent: GuestCgroup, Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress},
-		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName}, "", "  ")
+		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName, RootImage: root}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -196,7 +202,7 @@ func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out stri
 		{Path: guestAgentPath, Source: b.Path(GuestAgent), Mode: 0o755},
 		{Path: guestReceiverPath, Source: b.Path(bins.Receiver), Mode: 0o755},
 	}
-	_, err = guest.Build(ctx, guest.Spec{Kernel: k, Modules: guest.ModulesVirtioSerial, Files: files, Init: guestAgentPath}, out)
+	_, err = guest.Build(ctx, guest.Spec{Kernel: k, Modules: guestModules(root), Files: files, Init: guestAgentPath}, out)
 	return err
 }
 

@@ -23,6 +23,7 @@ type Provisioner struct {
 	k      *guest.Kernel
 	accel  *guest.Accel
 	logged bool
+	img    imageOnce
 
 	// stateMu serialises making saved states; fresh holds the slots
 	// found current since this Provisioner began.

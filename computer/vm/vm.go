@@ -103,6 +103,12 @@ type Config struct {
 	// KernelDir is the unpacked guest kernel (computer/vm/guest.KernelAt);
 	// "" means guest.KernelDir(guest.KernelVMSuite).
 	KernelDir string
+	// GuestImage is a ci/guestimage build's directory, booted as the
+	// guest's root over a writable disk of the disk limit; "" means the
+	// tether cache's current build when there is one, GuestImageOff the
+	// initramfs alone. The image's digest is checked against its
+	// manifest once, before the first computer.
+	GuestImage string
 	// QEMU is the binary; "" means qemu-system-x86_64 on PATH.
 	QEMU string
 	// Accel is AccelAuto (default), AccelTCG or AccelKVM.
