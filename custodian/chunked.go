@@ -35,11 +35,19 @@ func chunkSize(conn ReceiverConn) int {
 }
 
 // binaryConn is a connection that sends write_chunk as a binary frame
-// (wireclient.Client; docs/protocol.md "Binary data frames"). On it,
-// chunks move raw, and read_chunk asks for binary answers.
+// (wireclient.Client; docs/protocol.md "Binary data frames"). On one
+// whose BinaryFrames is true, chunks move raw, and read_chunk asks for
+// binary answers (a wrapper says true only when what it wraps does).
 type binaryConn interface {
 	CallChunk(ctx context.Context, tupleSHA256, opKey string, fence uint64, deadline time.Time,
 		args *wire.WriteChunkArgs, data []byte, result *wire.WriteChunkResult) error
+	BinaryFrames() bool
+}
+
+// binaryOf returns conn as a binaryConn when it speaks binary frames.
+func binaryOf(conn ReceiverConn) (binaryConn, bool) {
+	bc, ok := conn.(binaryConn)
+	return bc, ok && bc.BinaryFrames()
 }
 
 var _ binaryConn = (*wireclient.Client)(nil)
@@ -66,7 +74,7 @@ func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.Writ
 		return conn.CallFenced(ctx, op, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, result)
 	}
 	var b wire.WriteBeginResult
-	bc, binary := conn.(binaryConn)
+	bc, binary := binaryOf(conn)
 	begin := wire.WriteBeginArgs{Path: a.Path, Size: int64(len(content)), SHA256: sum, Mode: a.Mode,
 		ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent, Binary: binary}
 	if err := call(wire.OpWriteBegin, &begin, &b); err != nil {
@@ -152,7 +160,7 @@ func (cl *call) fetchChunks(ctx context.Context, conn ReceiverConn, rel string, 
 	buf.Grow(int(min(size, maxPresize))) // the receiver's size: trusted only this far before bytes arrive
 	h := sha256.New()
 	n := int64(chunkSize(conn))
-	_, binary := conn.(binaryConn)
+	_, binary := binaryOf(conn)
 	for off := int64(0); off < size; {
 		var ch wire.ReadChunkResult
 		args := wire.ReadChunkArgs{Path: rel, Offset: off, Length: min(n, size-off), Binary: binary}

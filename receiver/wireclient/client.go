@@ -175,6 +175,10 @@ func asksBinary(args any) bool {
 	return false
 }
 
+// BinaryFrames reports that this client speaks binary data frames
+// (CallChunk, read_chunk answers asked for with Binary).
+func (c *Client) BinaryFrames() bool { return true }
+
 // CallChunk sends one write_chunk as a binary frame (docs/protocol.md
 // "Binary data frames"): args without data, and data raw beside them. Use
 // it only on a transfer whose write_begin carried Binary and was
