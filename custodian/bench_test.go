@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -395,20 +397,28 @@ func BenchmarkIntegrationFileSize(b *testing.B) {
 			path := filepath.Join(rr.tuple.Root, "size.txt")
 			var cp, wr, rd []time.Duration
 			var cpu [2][2]time.Duration // [write, read][this process, receiver]
+			var peak [2]int64           // [write, read]: this process's VmRSS at its highest
+			runtime.GC()
+			idle, err := procRSS()
+			must(b, err)
 			for i := 0; b.Loop(); i++ {
 				start := time.Now()
 				must(b, exec.Command("cp", src, filepath.Join(rr.tuple.Root, "cp.txt")).Run())
 				cp = append(cp, time.Since(start))
+				stop := sampleRSS(&peak[0])
 				start, c0 := time.Now(), cpuNow(rr)
 				_, err := agent.WriteTextFile(context.Background(), acp.WriteTextFileRequest{SessionId: "sess-bench", Path: path,
 					Content: content, Meta: benchMeta(rr, fmt.Sprintf("%s-%d-%d", run, n, i))})
 				must(b, err)
 				wr = append(wr, time.Since(start))
+				stop()
+				stop = sampleRSS(&peak[1])
 				start, c1 := time.Now(), cpuNow(rr)
 				got, err := raw.read(context.Background(), acp.ReadTextFileRequest{SessionId: "sess-bench", Path: path,
 					Meta: benchMeta(rr, newKey("r"))})
 				must(b, err)
 				rd = append(rd, time.Since(start))
+				stop()
 				c2 := cpuNow(rr)
 				for k := range 2 {
 					cpu[0][k] += c1[k] - c0[k]
@@ -423,6 +433,9 @@ func BenchmarkIntegrationFileSize(b *testing.B) {
 				b.ReportMetric(float64(cpu[i][0].Milliseconds())/mib, what+"-agent+custodian-cpu-ms/MiB")
 				b.ReportMetric(float64(cpu[i][1].Milliseconds())/mib, what+"-receiver-cpu-ms/MiB")
 			}
+			b.ReportMetric(float64(idle)/(1<<20), "rss-idle-MiB")
+			b.ReportMetric(float64(peak[0])/(1<<20), "write-rss-peak-MiB")
+			b.ReportMetric(float64(peak[1])/(1<<20), "read-rss-peak-MiB")
 			mibs := func(d time.Duration) float64 { return float64(n) / (1 << 20) / d.Seconds() }
 			c := quantile(cp, 0.5)
 			b.ReportMetric(mibs(c), "cp-MiB/s")
@@ -432,6 +445,46 @@ func BenchmarkIntegrationFileSize(b *testing.B) {
 			b.ReportMetric(mibs(quantile(rd, 0.5))/mibs(c), "read/cp")
 		})
 	}
+}
+
+// procRSS returns this process's resident set (VmRSS in
+// /proc/self/status), in bytes. The custodian runs in the benchmark's
+// process, beside the agent side, whose copies of the content count too.
+func procRSS() (int64, error) {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("/proc/self/status has no VmRSS")
+}
+
+// sampleRSS raises *peak to this process's resident set, sampled every
+// millisecond until the returned stop is called (which waits for the
+// sampler to end).
+func sampleRSS(peak *int64) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			if v, err := procRSS(); err == nil && v > *peak {
+				*peak = v
+			}
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 // cpuNow returns the CPU time used so far by this process (the agent side

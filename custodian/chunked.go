@@ -1,17 +1,18 @@
 package custodian
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
 	"github.com/tetherdev/tether/receiver/wire"
+	"github.com/tetherdev/tether/receiver/wireclient"
 )
 
 // Files larger than one frame move in chunks (docs/protocol.md "Chunked
@@ -32,6 +33,24 @@ func chunkSize(conn ReceiverConn) int {
 	}
 	return max(n, 1)
 }
+
+// binaryConn is a connection that sends write_chunk as a binary frame
+// (wireclient.Client; docs/protocol.md "Binary data frames"). On one
+// whose BinaryFrames is true, chunks move raw, and read_chunk asks for
+// binary answers (a wrapper says true only when what it wraps does).
+type binaryConn interface {
+	CallChunk(ctx context.Context, tupleSHA256, opKey string, fence uint64, deadline time.Time,
+		args *wire.WriteChunkArgs, data []byte, result *wire.WriteChunkResult) error
+	BinaryFrames() bool
+}
+
+// binaryOf returns conn as a binaryConn when it speaks binary frames.
+func binaryOf(conn ReceiverConn) (binaryConn, bool) {
+	bc, ok := conn.(binaryConn)
+	return bc, ok && bc.BinaryFrames()
+}
+
+var _ binaryConn = (*wireclient.Client)(nil)
 
 // errBeforeCommit marks a chunked write that ended before its commit was
 // sent: the file is unchanged for certain.
@@ -55,15 +74,23 @@ func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.Writ
 		return conn.CallFenced(ctx, op, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, result)
 	}
 	var b wire.WriteBeginResult
+	bc, binary := binaryOf(conn)
 	begin := wire.WriteBeginArgs{Path: a.Path, Size: int64(len(content)), SHA256: sum, Mode: a.Mode,
-		ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent}
+		ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent, Binary: binary}
 	if err := call(wire.OpWriteBegin, &begin, &b); err != nil {
 		return err // nothing staged if it ran; the receiver drops it with the connection otherwise
 	}
 	n := chunkSize(conn)
+	var chunk []byte // one chunk's buffer, reused: never the whole content's copy
 	for off := 0; off < len(content); off += n {
-		chunk := []byte(content[off:min(off+n, len(content))]) // one chunk's copy, never the whole content's
-		err := call(wire.OpWriteChunk, &wire.WriteChunkArgs{TransferID: b.TransferID, Offset: int64(off), Data: chunk}, &wire.WriteChunkResult{})
+		chunk = append(chunk[:0], content[off:min(off+n, len(content))]...)
+		var err error
+		if binary {
+			err = bc.CallChunk(ctx, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline,
+				&wire.WriteChunkArgs{TransferID: b.TransferID, Offset: int64(off)}, chunk, &wire.WriteChunkResult{})
+		} else {
+			err = call(wire.OpWriteChunk, &wire.WriteChunkArgs{TransferID: b.TransferID, Offset: int64(off), Data: chunk}, &wire.WriteChunkResult{})
+		}
 		if err != nil {
 			cl.abortTransfer(conn, b.TransferID)
 			return &errBeforeCommit{err: err, sent: int64(off), size: int64(len(content))}
@@ -83,6 +110,10 @@ func (cl *call) abortTransfer(conn ReceiverConn, id string) {
 	_ = conn.CallFenced(ctx, wire.OpWriteAbort, cl.b.Digest, newKey("abort"), cl.b.FenceToken(), dl, &wire.TransferArgs{TransferID: id}, &wire.Empty{})
 }
 
+// maxPresize bounds the room a chunked read reserves before the bytes
+// arrive (the default max_file_bytes); a larger file grows as it comes.
+const maxPresize = 64 << 20
+
 // maxReadAttempts bounds how often a chunked read starts again when the
 // file changed between its pieces.
 const maxReadAttempts = 3
@@ -95,15 +126,15 @@ const maxReadAttempts = 3
 func (cl *call) readChunked(ctx context.Context, conn ReceiverConn, args *wire.ReadArgs, first *wire.ReadResult) (*wire.ReadResult, error) {
 	cur := first
 	for attempt := 1; ; attempt++ {
-		data, err := cl.fetchChunks(ctx, conn, args.Path, cur.Size)
+		data, sum, err := cl.fetchChunks(ctx, conn, args.Path, cur.Size)
 		if err != nil {
 			return nil, err
 		}
-		if got := sha256.Sum256(data); hex.EncodeToString(got[:]) == cur.SHA256 {
-			if !utf8.Valid(data) {
+		if sum == cur.SHA256 {
+			if !utf8.ValidString(data) {
 				return nil, acperr.NewError(errcode.CodeInvalid, "read %q: the file is not valid UTF-8 text", args.Path)
 			}
-			return &wire.ReadResult{Content: string(selectLines(data, args.Line, args.Limit)), Size: cur.Size, SHA256: cur.SHA256}, nil
+			return &wire.ReadResult{Content: selectLines(data, args.Line, args.Limit), Size: cur.Size, SHA256: cur.SHA256}, nil
 		}
 		if attempt == maxReadAttempts {
 			return nil, acperr.NewError(errcode.CodeBusy, "read %q: the file changed while it was read in chunks, %d times; retry", args.Path, attempt)
@@ -119,34 +150,41 @@ func (cl *call) readChunked(ctx context.Context, conn ReceiverConn, args *wire.R
 	}
 }
 
-// fetchChunks reads size bytes of rel with read_chunk; a file that is
-// shorter or longer now reads as changed (the digest check catches it).
-func (cl *call) fetchChunks(ctx context.Context, conn ReceiverConn, rel string, size int64) ([]byte, error) {
-	buf := bytes.NewBuffer(make([]byte, 0, size))
+// fetchChunks reads size bytes of rel with read_chunk and returns them
+// with their hex SHA-256, hashed as they arrive. The bytes are assembled
+// once, in a strings.Builder whose String is not a second copy; a file
+// that is shorter or longer now reads as changed (the digest check
+// catches it).
+func (cl *call) fetchChunks(ctx context.Context, conn ReceiverConn, rel string, size int64) (string, string, error) {
+	var buf strings.Builder
+	buf.Grow(int(min(size, maxPresize))) // the receiver's size: trusted only this far before bytes arrive
+	h := sha256.New()
 	n := int64(chunkSize(conn))
+	_, binary := binaryOf(conn)
 	for off := int64(0); off < size; {
 		var ch wire.ReadChunkResult
-		args := wire.ReadChunkArgs{Path: rel, Offset: off, Length: min(n, size-off)}
+		args := wire.ReadChunkArgs{Path: rel, Offset: off, Length: min(n, size-off), Binary: binary}
 		if err := conn.CallFenced(ctx, wire.OpReadChunk, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, &args, &ch); err != nil {
-			return nil, err
+			return "", "", err
 		}
 		if len(ch.Data) == 0 || ch.Size != size {
 			break // the file changed size: the digest tells
 		}
+		h.Write(ch.Data)
 		buf.Write(ch.Data)
 		off += int64(len(ch.Data))
 	}
-	return buf.Bytes(), nil
+	return buf.String(), hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // selectLines returns limit lines from the 1-based line (0 = 1); limit 0
 // means to the end. Lines keep their newline (receiver/fsops does the same).
-func selectLines(data []byte, line, limit int) []byte {
+func selectLines(data string, line, limit int) string {
 	start := 0
 	for i := 1; i < line; i++ {
-		nl := bytes.IndexByte(data[start:], '\n')
+		nl := strings.IndexByte(data[start:], '\n')
 		if nl < 0 {
-			return nil
+			return ""
 		}
 		start += nl + 1
 	}
@@ -155,7 +193,7 @@ func selectLines(data []byte, line, limit int) []byte {
 	}
 	end := start
 	for i := 0; i < limit && end < len(data); i++ {
-		nl := bytes.IndexByte(data[end:], '\n')
+		nl := strings.IndexByte(data[end:], '\n')
 		if nl < 0 {
 			return data[start:]
 		}

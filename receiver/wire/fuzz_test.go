@@ -189,3 +189,78 @@ func FuzzArgsReadChunk(f *testing.F)   { fuzzArgs(f, OpReadChunk) }
 func FuzzArgsWriteBegin(f *testing.F)  { fuzzArgs(f, OpWriteBegin) }
 func FuzzArgsWriteChunk(f *testing.F)  { fuzzArgs(f, OpWriteChunk) }
 func FuzzArgsWriteCommit(f *testing.F) { fuzzArgs(f, OpWriteCommit) }
+
+// FuzzDecodeBinaryRequest: a binary request frame either is refused
+// (ErrMalformed or ErrProtocol with no request, or a CodeInvalid refusal
+// with one) or decodes to a write_chunk whose data is the frame's, whose
+// digest matched, and which encodes back to a frame that decodes alike.
+func FuzzDecodeBinaryRequest(f *testing.F) {
+	f.Fuzz(func(t *testing.T, in []byte) {
+		req, err := DecodeRequestFrame(append([]byte{BinaryV1}, in...))
+		var werr *errcode.Error
+		switch {
+		case errors.As(err, &werr):
+			if werr.Code != errcode.CodeInvalid || req == nil || req.ID == 0 {
+				t.Fatalf("refusal %v with request %+v", werr, req)
+			}
+			return
+		case err != nil:
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
+				t.Fatalf("undocumented error %v", err)
+			}
+			if req != nil {
+				t.Fatal("a fatal fault returned a request")
+			}
+			return
+		}
+		args, err := req.DecodeArgs()
+		a, ok := args.(*WriteChunkArgs)
+		if err != nil || !ok || req.Op != OpWriteChunk || req.ID == 0 || len(a.Data) == 0 || len(a.Data) > MaxChunkBytes {
+			t.Fatalf("accepted %+v args %T (%v)", req, args, err)
+		}
+		head := *req
+		head.Args, _ = json.Marshal(&WriteChunkArgs{TransferID: a.TransferID, Offset: a.Offset})
+		head.Args = bytes.Replace(head.Args, []byte(`,"data":null`), nil, 1)
+		again, err := EncodeBinaryRequest(&head, a.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req2, err := DecodeRequestFrame(again)
+		if err != nil {
+			t.Fatalf("re-encoded frame refused: %v", err)
+		}
+		a2, _ := req2.DecodeArgs()
+		if !reflect.DeepEqual(a2, a) || req2.ID != req.ID || !req2.Deadline.Equal(req.Deadline) {
+			t.Fatalf("re-encoded %+v, want %+v", a2, a)
+		}
+	})
+}
+
+// FuzzDecodeBinaryResponse: a binary answer either is refused with
+// ErrMalformed or ErrProtocol, or has an id other than 0, a result and no
+// error, and data whose digest matched; its read_chunk result, when it
+// decodes, carries that data.
+func FuzzDecodeBinaryResponse(f *testing.F) {
+	f.Fuzz(func(t *testing.T, in []byte) {
+		resp, err := DecodeResponseFrame(append([]byte{BinaryV1}, in...))
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrProtocol) {
+				t.Fatalf("undocumented error %v", err)
+			}
+			return
+		}
+		if resp.ID == 0 || resp.Error != nil || !resp.Binary || resp.Data == nil {
+			t.Fatalf("accepted %+v", resp)
+		}
+		var res ReadChunkResult
+		if err := BinaryReadChunkResult(resp, &res); err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("undocumented error %v", err)
+			}
+			return
+		}
+		if !bytes.Equal(res.Data, resp.Data) {
+			t.Fatal("result data differs from the frame's")
+		}
+	})
+}

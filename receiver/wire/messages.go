@@ -80,6 +80,11 @@ type Response struct {
 	ID     uint64          `json:"id"`
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  *errcode.Error  `json:"error,omitempty"`
+
+	// Data and Binary are set by DecodeBinaryResponse: the answer came in a
+	// binary frame, Data its bytes (see BinaryReadChunkResult).
+	Data   []byte `json:"-"`
+	Binary bool   `json:"-"`
 }
 
 // Empty is the args or result of ops that carry none.
@@ -115,10 +120,13 @@ type ReadResult struct {
 }
 
 // ReadChunkArgs reads at most Length bytes of a regular file from Offset.
+// Binary asks for the answer in a binary frame (docs/protocol.md "Binary
+// data frames"); a receiver that predates them refuses the field.
 type ReadChunkArgs struct {
 	Path   string `json:"path"`
 	Offset int64  `json:"offset"`
 	Length int64  `json:"length"`
+	Binary bool   `json:"binary,omitempty"`
 }
 
 // ReadChunkResult carries the bytes read (base64 in JSON; fewer than
@@ -140,6 +148,10 @@ type WriteBeginArgs struct {
 	Mode         uint32 `json:"mode,omitempty"`
 	ExpectSHA256 string `json:"expect_sha256,omitempty"`
 	ExpectAbsent bool   `json:"expect_absent,omitempty"`
+	// Binary announces that the chunks will come as binary frames
+	// (docs/protocol.md "Binary data frames"): a receiver that predates
+	// them refuses the field by name before any such frame is sent.
+	Binary bool `json:"binary,omitempty"`
 }
 
 // WriteBeginResult names the transfer.

@@ -160,13 +160,61 @@ func (c *Client) CallFenced(ctx context.Context, op wire.Op, tupleSHA256, opKey 
 	if err := c.send(ctx, id, frame, deadline); err != nil {
 		return err
 	}
-	return c.await(ctx, op, id, ch, deadline.Add(c.grace), result)
+	return c.await(ctx, op, id, ch, deadline.Add(c.grace), result, asksBinary(args))
+}
+
+// asksBinary reports whether args ask for a binary answer (a read_chunk
+// with Binary set): only such a call accepts one.
+func asksBinary(args any) bool {
+	switch a := args.(type) {
+	case *wire.ReadChunkArgs:
+		return a != nil && a.Binary
+	case wire.ReadChunkArgs:
+		return a.Binary
+	}
+	return false
+}
+
+// BinaryFrames reports that this client speaks binary data frames
+// (CallChunk, read_chunk answers asked for with Binary).
+func (c *Client) BinaryFrames() bool { return true }
+
+// CallChunk sends one write_chunk as a binary frame (docs/protocol.md
+// "Binary data frames"): args without data, and data raw beside them. Use
+// it only on a transfer whose write_begin carried Binary and was
+// accepted. Errors are CallFenced's.
+func (c *Client) CallChunk(ctx context.Context, tupleSHA256, opKey string, fence uint64,
+	deadline time.Time, args *wire.WriteChunkArgs, data []byte, result *wire.WriteChunkResult) error {
+	if err := ctx.Err(); err != nil {
+		return notSent("call write_chunk", err)
+	}
+	if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
+		deadline = dl
+	}
+	if args == nil || args.Data != nil {
+		return errcode.Errorf(errcode.CodeInvalid, "call write_chunk: binary args must carry no data of their own")
+	}
+	env := wire.Request{TupleSHA256: tupleSHA256, OpKey: opKey, Fence: fence}
+	frame, id, ch, err := c.prepareFrame(wire.OpWriteChunk, env, deadline, args, data)
+	if err != nil {
+		return err
+	}
+	if err := c.send(ctx, id, frame, deadline); err != nil {
+		return err
+	}
+	return c.await(ctx, wire.OpWriteChunk, id, ch, deadline.Add(c.grace), result, false)
 }
 
 // prepare validates the call, registers a new id, then encodes the
 // request (outside the lock: a frame can be a megabyte). env carries the
 // request's tuple digest, op key and fencing token.
 func (c *Client) prepare(op wire.Op, env wire.Request, deadline time.Time, args any) ([]byte, uint64, chan *wire.Response, error) {
+	return c.prepareFrame(op, env, deadline, args, nil)
+}
+
+// prepareFrame is prepare; a non-nil data makes the request a binary
+// frame carrying it (write_chunk alone).
+func (c *Client) prepareFrame(op wire.Op, env wire.Request, deadline time.Time, args any, data []byte) ([]byte, uint64, chan *wire.Response, error) {
 	if deadline.IsZero() {
 		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: no deadline (set one or give ctx one)", op)
 	}
@@ -188,7 +236,12 @@ func (c *Client) prepare(op wire.Op, env wire.Request, deadline time.Time, args 
 	c.pending[id] = ch
 	c.mu.Unlock()
 	req := wire.Request{ID: id, Op: op, TupleSHA256: env.TupleSHA256, OpKey: env.OpKey, Fence: env.Fence, Deadline: deadline.UTC(), Args: raw}
-	payload, err := wire.EncodeRequest(&req)
+	var payload []byte
+	if data != nil {
+		payload, err = wire.EncodeBinaryRequest(&req, data)
+	} else {
+		payload, err = wire.EncodeRequest(&req)
+	}
 	if err != nil {
 		c.forget(id)
 		return nil, 0, nil, errcode.Errorf(errcode.CodeInvalid, "call %s: encode request: %v", op, err)
@@ -265,7 +318,7 @@ func (c *Client) send(ctx context.Context, id uint64, frame []byte, deadline tim
 
 // await waits for the answer to id until ctx ends or giveUp passes.
 func (c *Client) await(ctx context.Context, op wire.Op, id uint64, ch chan *wire.Response,
-	giveUp time.Time, result any) error {
+	giveUp time.Time, result any, binaryOK bool) error {
 	timer := time.NewTimer(time.Until(giveUp))
 	defer timer.Stop()
 	var resp *wire.Response
@@ -292,6 +345,9 @@ func (c *Client) await(ctx context.Context, op wire.Op, id uint64, ch chan *wire
 	if resp.Error != nil {
 		return resp.Error
 	}
+	if resp.Binary {
+		return c.binaryResult(op, id, resp, result, binaryOK)
+	}
 	var err error
 	if result != nil {
 		if err = wire.DecodeResult(resp.Result, result); err == nil {
@@ -306,6 +362,25 @@ func (c *Client) await(ctx context.Context, op wire.Op, id uint64, ch chan *wire
 	}
 	if err != nil {
 		return fmt.Errorf("wire: %s result of request %d: %w", op, id, err)
+	}
+	return nil
+}
+
+// binaryResult decodes a binary answer into result, a *ReadChunkResult
+// (or nil). A binary answer the call did not ask for ends the connection
+// as a protocol violation.
+func (c *Client) binaryResult(op wire.Op, id uint64, resp *wire.Response, result any, binaryOK bool) error {
+	res, ok := result.(*wire.ReadChunkResult)
+	if !binaryOK || (!ok && result != nil) {
+		c.fail(fmt.Errorf("%w: binary answer to %s request %d, which did not ask for one", wire.ErrProtocol, op, id))
+		return fateUnknown(id, c.Err())
+	}
+	if res == nil {
+		res = new(wire.ReadChunkResult)
+	}
+	if err := wire.BinaryReadChunkResult(resp, res); err != nil {
+		c.fail(fmt.Errorf("%s binary result of request %d: %w", op, id, err))
+		return fateUnknown(id, c.Err())
 	}
 	return nil
 }
@@ -381,7 +456,7 @@ func (c *Client) readLoop(fr *wire.FrameReader) {
 			c.fail(err)
 			return
 		}
-		resp, err := wire.DecodeResponse(payload)
+		resp, err := wire.DecodeResponseFrame(payload)
 		if err == nil {
 			err = c.route(resp)
 		}

@@ -92,7 +92,7 @@ func (sc *serverConn) readLoop(fr *wire.FrameReader) error {
 		default:
 			return err
 		}
-		req, err := wire.DecodeRequest(payload)
+		req, err := wire.DecodeRequestFrame(payload)
 		var refusal *errcode.Error
 		if errors.As(err, &refusal) {
 			err = nil
@@ -166,7 +166,25 @@ func (sc *serverConn) run(req *wire.Request) {
 	sc.mu.Lock()
 	delete(sc.inflight, req.ID)
 	sc.mu.Unlock()
+	if rc, ok := result.(*wire.ReadChunkResult); ok && err == nil && req.WantsBinary() {
+		sc.write(req.ID, encodeBinaryAnswer(sc.s, req.ID, rc))
+		return
+	}
 	sc.write(req.ID, encodeAnswer(sc.s, req.ID, result, err))
+}
+
+// encodeBinaryAnswer builds the binary answer frame payload to a
+// read_chunk that asked for one; one over the frame limit becomes a JSON
+// CodeTooLarge, as encodeAnswer's would.
+func encodeBinaryAnswer(s *Server, id uint64, res *wire.ReadChunkResult) []byte {
+	payload, err := wire.EncodeBinaryReadChunk(id, res)
+	if err != nil {
+		return encodeAnswer(s, id, nil, err)
+	}
+	if len(payload) > s.limit {
+		return encodeAnswer(s, id, nil, wire.BinaryAnswerTooLarge(len(payload), s.limit))
+	}
+	return payload
 }
 
 func isWireError(err error) bool {

@@ -124,6 +124,35 @@ type wakingConn struct {
 	w *waker
 }
 
+// CallChunk wakes the computer, then sends a binary write_chunk on the
+// connection below, or the same chunk in JSON when it speaks no binary
+// frames (then BinaryFrames is false and the custodian does not call it).
+func (c *wakingConn) CallChunk(ctx context.Context, tupleSHA256, opKey string, fence uint64, deadline time.Time,
+	args *wire.WriteChunkArgs, data []byte, result *wire.WriteChunkResult) error {
+	c.w.wake(ctx)
+	if bc, ok := c.ReceiverConn.(binaryChunker); ok && bc.BinaryFrames() {
+		return bc.CallChunk(ctx, tupleSHA256, opKey, fence, deadline, args, data, result)
+	}
+	a := *args
+	a.Data = data
+	return c.ReceiverConn.CallFenced(ctx, wire.OpWriteChunk, tupleSHA256, opKey, fence, deadline, &a, result)
+}
+
+// BinaryFrames is the wrapped connection's: binary frames only when it
+// speaks them.
+func (c *wakingConn) BinaryFrames() bool {
+	bc, ok := c.ReceiverConn.(binaryChunker)
+	return ok && bc.BinaryFrames()
+}
+
+// binaryChunker is a connection that speaks binary data frames
+// (wireclient.Client).
+type binaryChunker interface {
+	CallChunk(ctx context.Context, tupleSHA256, opKey string, fence uint64, deadline time.Time,
+		args *wire.WriteChunkArgs, data []byte, result *wire.WriteChunkResult) error
+	BinaryFrames() bool
+}
+
 func (c *wakingConn) CallFenced(ctx context.Context, op wire.Op, tupleSHA256, opKey string, fence uint64, deadline time.Time, args, result any) error {
 	c.w.wake(ctx)
 	return c.ReceiverConn.CallFenced(ctx, op, tupleSHA256, opKey, fence, deadline, args, result)
