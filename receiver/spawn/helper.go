@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"slices"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -190,32 +192,58 @@ func readHelperSpec() (helperSpec, error) {
 	return spec, nil
 }
 
-// becomeUser sets groups, gid and uid (Go applies each to every thread),
-// then verifies all real, effective and saved ids and the groups.
+// becomeUser sets groups, gid and uid on the calling thread alone, then
+// verifies all its real, effective and saved ids and its groups.
+//
+// WARNING: per thread on purpose. The helper's main goroutine is locked to
+// the main thread (spawn's init), which restricted itself alone
+// (restrictSelf: the bounding, ambient and inheritable sets, no_new_privs
+// and Landlock are per thread) and is the thread that executes the
+// command; execve ends every other thread of the helper (runtime threads
+// that run none of its code) before the command's first instruction. Go's
+// syscall.Setresuid instead stops every thread to change it too, spinning
+// in sched_yield until each has: three such rounds per command were 44% of
+// the helper's CPU (docs/performance.md, run G). Tested as root by
+//
+//	go test -race -run 'TestChildMasks/helper|TestHelper|TestSeccomp' ./receiver/spawn/
 func becomeUser(spec helperSpec) error {
-	groups := make([]int, len(spec.Groups))
-	for i, g := range spec.Groups {
-		groups[i] = int(g)
+	groups := slices.Clone(spec.Groups)
+	var gp unsafe.Pointer
+	if len(groups) > 0 {
+		gp = unsafe.Pointer(&groups[0])
 	}
-	if err := syscall.Setgroups(groups); err != nil {
-		return fmt.Errorf("setgroups: %w", err)
+	_, _, e := unix.RawSyscall(unix.SYS_SETGROUPS, uintptr(len(groups)), uintptr(gp), 0)
+	runtime.KeepAlive(groups)
+	if e != 0 {
+		return fmt.Errorf("setgroups: %w", e)
 	}
-	if err := syscall.Setresgid(int(spec.GID), int(spec.GID), int(spec.GID)); err != nil {
-		return fmt.Errorf("setresgid %d: %w", spec.GID, err)
+	g, u := uintptr(spec.GID), uintptr(spec.UID)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, g, g, g); e != 0 {
+		return fmt.Errorf("setresgid %d: %w", spec.GID, e)
 	}
-	if err := syscall.Setresuid(int(spec.UID), int(spec.UID), int(spec.UID)); err != nil {
-		return fmt.Errorf("setresuid %d: %w", spec.UID, err)
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, u, u, u); e != 0 {
+		return fmt.Errorf("setresuid %d: %w", spec.UID, e)
 	}
+	return checkUser(spec)
+}
+
+// checkUser verifies the calling thread's real, effective and saved ids
+// and its groups against spec.
+func checkUser(spec helperSpec) error {
 	ru, eu, su := unix.Getresuid()
 	rg, eg, sg := unix.Getresgid()
 	got, err := unix.Getgroups()
 	if err != nil {
 		return fmt.Errorf("getgroups: %w", err)
 	}
-	want, wantG := int(spec.UID), int(spec.GID)
+	want := make([]int, len(spec.Groups))
+	for i, g := range spec.Groups {
+		want[i] = int(g)
+	}
+	wantU, wantG := int(spec.UID), int(spec.GID)
 	slices.Sort(got)
-	slices.Sort(groups)
-	if ru != want || eu != want || su != want || rg != wantG || eg != wantG || sg != wantG || !slices.Equal(got, slices.Compact(groups)) {
+	slices.Sort(want)
+	if ru != wantU || eu != wantU || su != wantU || rg != wantG || eg != wantG || sg != wantG || !slices.Equal(got, slices.Compact(want)) {
 		return errors.New("credentials did not change as requested")
 	}
 	return nil
