@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tetherdev/tether/admission/strictjson"
+	"github.com/tetherdev/tether/egress/nsthread"
 )
 
 // The stage is the first process of a local computer's namespaces. Local
@@ -358,22 +359,7 @@ func stagePivot(s stageSpec) error {
 
 // stageLoopback brings up lo, the only interface of the new network
 // namespace.
-func stageLoopback(stageSpec) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
-}
+func stageLoopback(stageSpec) error { return nsthread.LoopbackUp() }
 
 func stageRlimits(s stageSpec) error {
 	for _, r := range s.Rlimits {

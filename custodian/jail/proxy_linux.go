@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tetherdev/tether/egress/nsthread"
 	"github.com/tetherdev/tether/egress/policy"
 )
 
@@ -51,7 +52,7 @@ func (p *Process) enterNetwork() error {
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		return fmt.Errorf("unshare the network namespace: %w", err)
 	}
-	if err := loopbackUp(); err != nil {
+	if err := nsthread.LoopbackUp(); err != nil {
 		return fmt.Errorf("bring up the jail's loopback: %w", err)
 	}
 	ln, err := net.Listen("tcp4", "127.0.0.1:"+strconv.Itoa(p.spec.EgressPort))
@@ -60,24 +61,6 @@ func (p *Process) enterNetwork() error {
 	}
 	p.egressLn = ln
 	return nil
-}
-
-// loopbackUp sets IFF_UP on lo in the calling thread's network namespace.
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return err
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
 
 // egressID names the jail at the proxy: unique among live jails, since

@@ -66,3 +66,26 @@ func onThread(fd int, f func() error) (err error, back bool) {
 	}
 	return ferr, true
 }
+
+// LoopbackUp sets IFF_UP on lo in the calling thread's network
+// namespace: the one interface a fresh namespace has, down at first.
+// Call it from f (or a thread that unshared its namespace itself).
+func LoopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("nsthread: lo up: socket: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return fmt.Errorf("nsthread: lo up: %w", err)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("nsthread: lo up: SIOCGIFFLAGS: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("nsthread: lo up: SIOCSIFFLAGS: %w", err)
+	}
+	return nil
+}

@@ -90,3 +90,32 @@ func TestInJoinsFd(t *testing.T) {
 		t.Fatalf("In with a bad fd = %v, want a join failure", err)
 	}
 }
+
+// TestLoopbackUp: in a fresh namespace lo is down and a connect to
+// 127.0.0.1 fails (the positive control); after LoopbackUp it reaches a
+// listener there.
+func TestLoopbackUp(t *testing.T) {
+	testenv.Require(t, "root")
+	err := In(-1, func() error {
+		if c, err := net.Dial("tcp4", "127.0.0.1:9"); err == nil {
+			c.Close()
+			t.Error("a connect on a down lo succeeded")
+		}
+		if err := LoopbackUp(); err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		c, err := net.Dial("tcp4", ln.Addr().String())
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	if err != nil {
+		t.Fatalf("In: %v", err)
+	}
+}
