@@ -620,41 +620,7 @@ func BenchmarkExecPhases(b *testing.B) {
 	testenv.Require(b, "root")
 	e := newEnv(b, "off", "thread")
 	e.start()
-	c := e.client()
-	var dStart, dWait, rStart, rWait time.Duration
-	for b.Loop() {
-		t0 := time.Now()
-		cmd := exec.Command("/bin/true")
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if err := cmd.Wait(); err != nil {
-			b.Fatal(err)
-		}
-		t2 := time.Now()
-		var st wire.ExecStartResult
-		if err := c.call(wire.OpExecStart, wire.ExecStartArgs{Argv: []string{"/bin/true"}}, &st); err != nil {
-			b.Fatal(err)
-		}
-		t3 := time.Now()
-		var w wire.ExecWaitResult
-		if err := c.call(wire.OpExecWait, wire.TerminalArgs{TerminalID: st.TerminalID}, &w); err != nil {
-			b.Fatal(err)
-		}
-		t4 := time.Now()
-		dStart, dWait, rStart, rWait = dStart+t1.Sub(t0), dWait+t2.Sub(t1), rStart+t3.Sub(t2), rWait+t4.Sub(t3)
-		b.StopTimer()
-		if err := c.call(wire.OpExecRelease, wire.TerminalArgs{TerminalID: st.TerminalID}, nil); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
-	n := float64(b.N)
-	b.ReportMetric(float64(dStart.Nanoseconds())/n, "direct-start-ns/op")
-	b.ReportMetric(float64(dWait.Nanoseconds())/n, "direct-wait-ns/op")
-	b.ReportMetric(float64(rStart.Nanoseconds())/n, "exec_start-ns/op")
-	b.ReportMetric(float64(rWait.Nanoseconds())/n, "exec_wait-ns/op")
+	benchPhases(b, e.client())
 }
 
 // TestIntegrationTLSListener serves the daemon on TCP with mutual TLS from
