@@ -42,6 +42,8 @@ type arbiter struct {
 	now     func() time.Time
 	changed func() // broadcast the state; called without mu
 	logf    func(format string, args ...any)
+	// pauseOwner, if set, alone pauses and resumes (Config.PauseOwner).
+	pauseOwner string
 
 	mu        sync.RWMutex
 	holder    *viewer        // whose input passes; nil once its hold is released
@@ -167,6 +169,9 @@ func (ar *arbiter) pause(ctx context.Context, v *viewer) error {
 	if v.role != token.RoleControl {
 		return fmt.Errorf("%w: pause needs a control token", ErrForbidden)
 	}
+	if ar.pauseOwner != "" {
+		return fmt.Errorf("%w: only %s pauses this VM", ErrForbidden, ar.pauseOwner)
+	}
 	ar.aud.bind(v.actor, string(v.role), v.tokenID)
 	ar.staleAuditErr()
 	err := ar.adapter.Pause(ctx, v.actor)
@@ -185,6 +190,9 @@ func (ar *arbiter) pause(ctx context.Context, v *viewer) error {
 func (ar *arbiter) resume(ctx context.Context, v *viewer) error {
 	if v.role != token.RoleControl {
 		return fmt.Errorf("%w: resume needs a control token", ErrForbidden)
+	}
+	if ar.pauseOwner != "" {
+		return fmt.Errorf("%w: only %s resumes this VM", ErrForbidden, ar.pauseOwner)
 	}
 	ar.aud.bind(v.actor, string(v.role), v.tokenID)
 	err := ar.adapter.Resume(ctx, v.actor)
