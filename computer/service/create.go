@@ -44,7 +44,7 @@ func (s *Service) enqueue(caller api.Caller, sp spec) (*computer, *waiter, error
 	now := time.Now()
 	c := &computer{rec: record{ID: newID("c-"), Owner: caller.Owner, Limits: sp.limits,
 		LeaseTTLSeconds: int64(sp.ttl / time.Second), IdleTimeoutSecs: int64(sp.idle / time.Second),
-		Labels: sp.labels, Created: now.UTC().Round(0), Tier: sp.tier, Egress: sp.egress}, lastActive: now}
+		Labels: sp.labels, Created: now.UTC().Round(0), Tier: sp.tier, Egress: sp.egress, Screen: sp.screen}, lastActive: now}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -130,7 +130,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 	}
 	s.armLease(c, deadline)
 	s.cfg.step(StepCreateRecorded)
-	m, err := s.machine(pooled, c.rec.Tier, dir, sp.limits)
+	m, err := s.machine(pooled, c.rec.Tier, dir, sp.limits, sp.screen)
 	if err != nil {
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
@@ -166,7 +166,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 // machine is the claimed pool machine, its pool record dropped (on
 // error it is still returned, for the caller to tear down), or a new one
 // from Prepare.
-func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits) (api.Machine, error) {
+func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits, screen bool) (api.Machine, error) {
 	if pooled != nil {
 		if err := s.st.delPool(dir); err != nil {
 			return pooled, fmt.Errorf("claim pool machine: %w", err)
@@ -174,7 +174,7 @@ func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits) (a
 		s.kickRefill()
 		return pooled, nil
 	}
-	m, err := s.provFor(tier).Prepare(s.ctx, dir, l)
+	m, err := s.prepare(tier, dir, l, screen)
 	if err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}
