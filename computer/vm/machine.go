@@ -46,6 +46,11 @@ type Machine struct {
 	initramfs string
 	machineID string // the guest's /etc/machine-id, injected
 
+	// screen: the machine has a display and a live view (screen.go);
+	// scr is its view once started.
+	screen bool
+	scr    *screen
+
 	vm       *guest.VM
 	ctl      *ctl.Client
 	wireConn net.Conn
@@ -66,6 +71,7 @@ var (
 	_ api.RecordKeeper = (*Machine)(nil)
 	_ api.Described    = (*Machine)(nil)
 	_ provision.Dialer = (*Machine)(nil)
+	_ api.Screen       = (*Machine)(nil)
 )
 
 // Dir implements api.Machine.
@@ -153,7 +159,11 @@ func (m *Machine) setFrozen(f bool) {
 
 // Freeze implements api.Machine as QMP stop: the whole guest stops,
 // receiver included (a frozen VM computer answers nothing until Thaw).
+// With a screen the stop goes through the live view (screen.go).
 func (m *Machine) Freeze(ctx context.Context) error {
+	if handled, err := m.pauseScreen(ctx); handled {
+		return err
+	}
 	if _, err := qmpExecute(ctx, m.paths.qmp, m.qemuUID, "stop"); err != nil {
 		return err
 	}
@@ -164,6 +174,12 @@ func (m *Machine) Freeze(ctx context.Context) error {
 // Thaw implements api.Machine as QMP cont, then sets the guest's clock,
 // which stood still while it was stopped.
 func (m *Machine) Thaw(ctx context.Context) error {
+	if handled, err := m.resumeScreen(ctx); handled {
+		if err != nil {
+			return err
+		}
+		return m.syncClock(ctx)
+	}
 	if _, err := qmpExecute(ctx, m.paths.qmp, m.qemuUID, "cont"); err != nil {
 		return err
 	}
@@ -259,10 +275,14 @@ func (m *Machine) writeCustodianConfig(notAfter time.Time) error {
 }
 
 // KeepRecords implements api.RecordKeeper: the custodian's state and
-// the audit log's public key move into dst.
+// the audit log's public key move into dst; with a screen the view
+// stops and its state (audit log) moves to dst/screen.
 func (m *Machine) KeepRecords(_ context.Context, dst string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("keep records: %w", err)
+	}
+	if err := m.keepScreenRecords(dst); err != nil {
+		return err
 	}
 	for _, mv := range []struct{ from, to string }{
 		{m.paths.custState, filepath.Join(dst, "state")},

@@ -170,7 +170,7 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 		return err
 	}
 	m.kernel = k
-	if m.p.cfg.StateDir != "" && !m.template {
+	if m.p.cfg.StateDir != "" && !m.template && !m.screen {
 		m.saved, err = m.p.savedState(ctx, m.limits)
 		if err != nil {
 			return fmt.Errorf("saved state: %w", err)
@@ -179,7 +179,7 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 		return nil
 	}
 	m.initramfs = m.paths.initramfs
-	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig()); err != nil {
+	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig(), m.screen); err != nil {
 		return err
 	}
 	return os.Chown(m.paths.initramfs, int(m.qemuUID), int(m.qemuUID))
@@ -187,12 +187,14 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 
 // buildGenericImage writes an initramfs that holds nothing of one
 // computer: the agent, the receiver and the agent's configuration, which
-// makes the agent wait for its identity (inject).
-func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage) error {
+// makes the agent wait for its identity (inject). With screen it also
+// loads the display's and the tablet's modules, and the agent draws its
+// console on the display (vmguest.Config.Screen).
+func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage, screen bool) error {
 	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm", Shares: []vmguest.Share{},
 		Root: GuestRoot, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
 		CgroupParent: GuestCgroup, Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress},
-		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName, RootImage: root}, "", "  ")
+		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName, RootImage: root, Screen: screen}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -202,7 +204,11 @@ func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out stri
 		{Path: guestAgentPath, Source: b.Path(GuestAgent), Mode: 0o755},
 		{Path: guestReceiverPath, Source: b.Path(bins.Receiver), Mode: 0o755},
 	}
-	_, err = guest.Build(ctx, guest.Spec{Kernel: k, Modules: guestModules(root), Files: files, Init: guestAgentPath}, out)
+	mods := guestModules(root)
+	if screen {
+		mods = append(append([]string{}, mods...), screenModules...)
+	}
+	_, err = guest.Build(ctx, guest.Spec{Kernel: k, Modules: mods, Files: files, Init: guestAgentPath}, out)
 	return err
 }
 

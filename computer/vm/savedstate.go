@@ -71,7 +71,7 @@ func (p *Provisioner) savedState(ctx context.Context, limits api.Limits) (*saved
 	if err != nil {
 		return nil, err
 	}
-	if err := buildGenericImage(ctx, p.cfg.Bins, k, tmp, nil); err != nil {
+	if err := buildGenericImage(ctx, p.cfg.Bins, k, tmp, nil, false); err != nil {
 		return nil, err
 	}
 	key, err := p.stateKey(ctx, k, k.Vmlinux, tmp, mib)
