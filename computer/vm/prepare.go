@@ -31,7 +31,7 @@ var guestRecv = provision.ReceiverFilesIn(guestEtc)
 
 // prepare runs the named steps of one Prepare; teardown runs on failure.
 func (m *Machine) prepare(ctx context.Context) error {
-	return provision.RunSteps(ctx, "vm", []provision.Step{
+	steps := []provision.Step{
 		{Name: "validate.Limits", Run: m.validate},
 		{Name: "guest.RootImage", Run: m.chooseRoot},
 		{Name: "allocate.IDs", Run: m.allocate},
@@ -46,7 +46,11 @@ func (m *Machine) prepare(ctx context.Context) error {
 		{Name: "guest.Identity", Run: m.inject},
 		{Name: "wire.Link", Run: m.startWire},
 		{Name: "receiver.Answering", Run: m.waitAnswering},
-	}, m.teardown, 30*time.Second)
+	}
+	if m.screen {
+		steps = append(steps, provision.Step{Name: "screen.View", Run: m.startScreen})
+	}
+	return provision.RunSteps(ctx, "vm", steps, m.teardown, 30*time.Second)
 }
 
 // validate resolves the limits: memory becomes the guest's RAM, pids the

@@ -63,11 +63,14 @@ type State struct {
 	Paused      bool      `json:"paused"`
 	PausedBy    string    `json:"paused_by,omitempty"`
 	PausedSince time.Time `json:"paused_since,omitzero"`
+	// PauseOwner is Config.PauseOwner: set, the page offers no pause
+	// or resume (only the owner pauses and resumes).
+	PauseOwner string `json:"pause_owner,omitempty"`
 }
 
 func (ar *arbiter) state(v *viewer) State {
 	ar.mu.RLock()
-	s := State{Since: ar.since, Expires: ar.expires, HolderIsYou: ar.shown != nil && ar.shown == v}
+	s := State{Since: ar.since, Expires: ar.expires, HolderIsYou: ar.shown != nil && ar.shown == v, PauseOwner: ar.pauseOwner}
 	if ar.shown != nil {
 		s.Holder = ar.shown.actor
 	}
