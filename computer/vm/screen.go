@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/vm/guest"
@@ -196,14 +199,14 @@ func (m *Machine) stopScreen() {
 }
 
 // MintLink implements api.Screen: a one-time link of role, live for
-// ttl, whose label (who it is for) shows on the page and in the audit
-// log, with the mint itself recorded there.
+// ttl, whose label (who it is for; cut to token.MaxLabel bytes) shows
+// on the page and in the audit log, with the mint itself recorded there.
 func (m *Machine) MintLink(_ context.Context, role string, ttl time.Duration, label string) (api.Link, error) {
 	s := m.liveScreen()
 	if s == nil {
 		return api.Link{}, ErrNoScreen
 	}
-	tok, secret, err := s.tokens.Mint(token.Role(role), ttl, label)
+	tok, secret, err := s.tokens.Mint(token.Role(role), ttl, clipLabel(label))
 	if err != nil {
 		return api.Link{}, fmt.Errorf("mint a %s link: %w", role, err)
 	}
@@ -255,4 +258,20 @@ func (m *Machine) keepScreenRecords(dst string) error {
 		return fmt.Errorf("keep the screen's records: %w", err)
 	}
 	return nil
+}
+
+// clipLabel cuts label to at most token.MaxLabel bytes, at a rune's
+// start, and drops what is not printable, so any caller's name mints.
+func clipLabel(label string) string {
+	label = strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return -1
+	}, label)
+	for len(label) > token.MaxLabel {
+		_, n := utf8.DecodeLastRuneInString(label)
+		label = label[:len(label)-n]
+	}
+	return label
 }
