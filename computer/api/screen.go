@@ -62,8 +62,9 @@ type ScreenProvisioner interface {
 }
 
 // Screen is implemented by machines that serve a live view of their
-// display. The service calls MintLink for the computer's owner only;
-// who is in the link's label and the view's audit log. The machine
+// display. The service calls MintLink for the computer's owner or an
+// admin only; label names who asked, on the page and in the view's
+// audit log. The machine
 // stops its view in KeepRecords (whose dst then keeps the view's audit
 // log) or Close, whichever comes first.
 type Screen interface {

@@ -172,7 +172,7 @@ func (s *screen) close() {
 	})
 }
 
-// live returns the machine's view while it serves, else nil.
+// liveScreen returns the machine's view while it serves, else nil.
 func (m *Machine) liveScreen() *screen {
 	m.mu.Lock()
 	s := m.scr
