@@ -30,11 +30,9 @@ const svcMemory = 192 << 20
 
 // svcHarness is the real computer service (computer/service) with this
 // package's TCG provisioner as its vm tier and the namespaced one as its
-// default, as tether-computer serve runs them. The vm tier starts its
-// guests from a saved state (made by the first create) and boots the
-// guest image, so a create costs a restore, not a boot. It records the
-// machines the vm tier makes, so that a test can reach a computer's
-// control port as the service itself does.
+// default, as tether-computer serve runs them, in one of serve's two VM
+// modes (svcMode). It records the machines the vm tier makes, so that a
+// test can reach a computer's control port as the service itself does.
 type svcHarness struct {
 	s      *service.Service
 	p      *Provisioner
@@ -69,9 +67,23 @@ func (r *recordingProvisioner) machine(id string) *Machine {
 	return r.made[id]
 }
 
+// svcMode is how the vm tier starts a guest: the two ways serve runs it.
+type svcMode int
+
+const (
+	// svcGuestImage: every computer boots cold with the guest image
+	// (Debian's bash, perl, python3, curl, git) as its root, on a
+	// writable disk of its disk_bytes; serve's default.
+	svcGuestImage svcMode = iota
+	// svcSavedState: every computer starts from a saved state (the
+	// first create makes it), the initramfs alone as its root; serve
+	// --vm-state. A create costs a restore (about 1.5 s), not a boot.
+	svcSavedState
+)
+
 // newSvcHarness opens the service beneath a fresh directory; it is
 // closed at t's cleanup. It requires root, QEMU and the guest image.
-func newSvcHarness(t testing.TB) *svcHarness {
+func newSvcHarness(t testing.TB, mode svcMode) *svcHarness {
 	t.Helper()
 	testenv.Require(t, "root", "qemu", "guestimage")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -89,7 +101,11 @@ func newSvcHarness(t testing.TB) *svcHarness {
 			t.Fatal(err)
 		}
 	}
-	p := NewProvisioner(Config{Bins: set, Accel: AccelTCG, StateDir: filepath.Join(base, "state")})
+	cfg := Config{Bins: set, Accel: AccelTCG}
+	if mode == svcSavedState {
+		cfg.StateDir = filepath.Join(base, "state")
+	}
+	p := NewProvisioner(cfg)
 	rec := &recordingProvisioner{Provisioner: p, made: map[string]*Machine{}}
 	s, err := service.Open(ctx, service.Config{Dir: filepath.Join(base, "svc"),
 		Provisioner:  provision.NewProvisioner(provision.Config{Bins: set}),

@@ -16,11 +16,13 @@ import (
 // (fixtures/e2e.RunPipeline: host agent, plugin, custodian, receiver; the
 // suite TestIntegrationRootNativePipeline runs against a namespaced
 // computer) against VM computers the service makes: each subtest has its
-// own computer, created with tier vm (from the saved state, with the
-// guest image as its root), reached through the custodian configuration
-// the service handed out, and deleted through the service after.
+// own computer, created with tier vm, reached through the custodian
+// configuration the service handed out, and deleted through the service
+// after. The computers start from a saved state (serve --vm-state), so
+// fifteen creates cost fifteen restores; TestIntegrationVMSvcAttacks
+// covers the other mode, a cold boot of the guest image.
 func TestIntegrationVMSvcPipeline(t *testing.T) {
-	h := newSvcHarness(t)
+	h := newSvcHarness(t, svcSavedState)
 	e2e.RunPipeline(t, h.factory)
 }
 
