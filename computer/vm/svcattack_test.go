@@ -472,7 +472,7 @@ func attackMemoryBounded(t *testing.T, ctx context.Context, a *svcComputer) {
 	t.Logf("QEMU's cgroup: peak %d MiB of a %d MiB limit", peak>>20, limit>>20)
 }
 
-func hostCgroupValue(t *testing.T, dir, file string) int64 {
+func hostCgroupValue(t testing.TB, dir, file string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, file))
 	if err != nil {
