@@ -64,7 +64,7 @@ func BenchmarkVMSvcExec(b *testing.B) {
 
 // vmIdle is how long BenchmarkVMSvcExec leaves the VM computer idle
 // before it reads its memory again.
-const vmIdle = 10 * time.Second
+const vmIdle = 5 * time.Second
 
 // timedExec runs /bin/true in one computer over one wire connection,
 // made from the custodian configuration the service handed out.
