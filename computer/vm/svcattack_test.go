@@ -298,20 +298,26 @@ func hostCmdline(t *testing.T, pid int, secret string) bool {
 	return strings.Contains(string(b), secret)
 }
 
-// commandPID is the guest pid of c's process whose argv[0] is argv0.
+// commandPID is the guest pid of c's process whose argv[0] is argv0,
+// once there is one (the command's exec may not have happened yet).
 func commandPID(t *testing.T, ctx context.Context, c *svcComputer, argv0 string) int {
 	t.Helper()
-	ps, err := c.Processes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range ps {
-		if len(p.Cmdline) > 0 && p.Cmdline[0] == argv0 {
-			return p.PID
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ps, err := c.Processes(ctx)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for _, p := range ps {
+			if len(p.Cmdline) > 0 && p.Cmdline[0] == argv0 {
+				return p.PID
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no process %q in %s: %+v", argv0, c.c.ID, ps)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("no process %q in %s: %+v", argv0, c.c.ID, ps)
-	return 0
 }
 
 // waitNoCommand waits until c has no process whose argv[0] is argv0.
@@ -469,7 +475,8 @@ func attackMemoryBounded(t *testing.T, ctx context.Context, a *svcComputer) {
 	if r := a.runFull(t, ctx, "echo alive"); r.out != "alive\n" {
 		t.Fatalf("after the hog: %v", r)
 	}
-	t.Logf("QEMU's cgroup: peak %d MiB of a %d MiB limit", peak>>20, limit>>20)
+	t.Logf("QEMU's cgroup: peak %d MiB of a %d MiB limit, failcnt %d (reclaim at the limit, page cache included)",
+		peak>>20, limit>>20, hostCgroupValue(t, cg, "memory.failcnt"))
 }
 
 func hostCgroupValue(t testing.TB, dir, file string) int64 {
