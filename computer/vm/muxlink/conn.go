@@ -95,9 +95,7 @@ func (c *Conn) breakWrites(err error) error {
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.closed)
-		if c.s.shut() {
-			go func() { _ = c.s.tellClosed() }()
-		}
+		c.s.closeNoWait()
 	})
 	return nil
 }

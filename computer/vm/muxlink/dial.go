@@ -77,7 +77,7 @@ func (l *Link) SetDialable(on bool) {
 	}
 	l.mu.Unlock()
 	for _, s := range waiting {
-		s.Close()
+		s.closeNoWait()
 	}
 }
 

@@ -192,8 +192,9 @@ func TestDialFramesAreStrict(t *testing.T) {
 }
 
 // TestConnCloseNeverWaitsForTheLink: a Write to a guest that reads
-// nothing (a stopped VM) returns once the Conn is closed, and a read
-// deadline ends a blocked Read.
+// nothing (a stopped VM) returns once the Conn is closed, a read
+// deadline ends a blocked Read, and the listener's Close returns with a
+// dial still waiting for Accept.
 func TestConnCloseNeverWaitsForTheLink(t *testing.T) {
 	host, g := rawGuest(t)
 	ln, err := host.Listen()
@@ -237,5 +238,19 @@ func TestConnCloseNeverWaitsForTheLink(t *testing.T) {
 	if _, err := c.Write([]byte("x")); err == nil {
 		t.Fatal("a write after Close")
 	}
-	c.SetWriteDeadline(time.Now().Add(-time.Second))
+	// A dial that waits for Accept when the listener closes: the close
+	// does not wait for the guest either.
+	if _, err := g.Write(appendFrame(nil, frame{typ: typeDial, stream: GuestStreamBit | 2})); err != nil {
+		t.Fatal(err)
+	}
+	for len(host.accept) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	lnClosed := make(chan struct{})
+	go func() { ln.Close(); close(lnClosed) }()
+	select {
+	case <-lnClosed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the listener's Close waited for the link")
+	}
 }

@@ -48,7 +48,7 @@ func (ln *Listener) Accept() (net.Conn, error) {
 		return nil, errors.Join(net.ErrClosed, err)
 	}
 	if ln.ctx.Err() != nil { // closed while the stream waited
-		s.Close()
+		s.closeNoWait()
 		return nil, net.ErrClosed
 	}
 	return NewConn(s), nil

@@ -115,6 +115,14 @@ func (s *Stream) shut() bool {
 	return !reset
 }
 
+// closeNoWait is Close for a caller that must not wait for the link (a
+// stopped guest reads nothing): the peer is told by a goroutine.
+func (s *Stream) closeNoWait() {
+	if s.shut() {
+		go func() { _ = s.tellClosed() }()
+	}
+}
+
 // tellClosed sends the peer the close frame; it waits for the link's
 // writer like any frame.
 func (s *Stream) tellClosed() error {
