@@ -71,11 +71,12 @@ func requireRefused(t *testing.T, guest *Link) {
 }
 
 // rawGuest plays a hostile guest on the host's link: it echoes the
-// hello and then writes whatever frames the test gives it.
+// hello and then writes whatever frames the test gives it. The two ends
+// are a unix socket pair, buffered as QEMU's chardev socket is: the
+// host's hellos and frames wait there until the test reads them.
 func rawGuest(t *testing.T) (*Link, net.Conn) {
 	t.Helper()
-	h, g := net.Pipe()
-	t.Cleanup(func() { h.Close(); g.Close() })
+	h, g := socketPair(t)
 	type res struct {
 		l   *Link
 		err error
@@ -192,7 +193,8 @@ func TestDialFramesAreStrict(t *testing.T) {
 }
 
 // TestConnCloseNeverWaitsForTheLink: a Write to a guest that reads
-// nothing (a stopped VM) returns once the Conn is closed, a read
+// nothing (a stopped VM; the socket's buffer fills) returns once the
+// Conn is closed, a read
 // deadline ends a blocked Read, and the listener's Close returns with a
 // dial still waiting for Accept.
 func TestConnCloseNeverWaitsForTheLink(t *testing.T) {
@@ -214,7 +216,8 @@ func TestConnCloseNeverWaitsForTheLink(t *testing.T) {
 		t.Fatalf("read past the deadline: %v", err)
 	}
 	wrote := make(chan error, 1)
-	go func() { _, err := c.Write([]byte("nobody reads this")); wrote <- err }()
+	big := make([]byte, 4*MaxBuffered) // more than the socket pair buffers
+	go func() { _, err := c.Write(big); wrote <- err }()
 	select {
 	case err := <-wrote:
 		t.Fatalf("a write to a guest that reads nothing returned %v", err)
@@ -253,4 +256,55 @@ func TestConnCloseNeverWaitsForTheLink(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the listener's Close waited for the link")
 	}
+}
+
+// FuzzHostLinkFromGuest: whatever bytes a hostile guest sends after the
+// hello, the host's count of the guest's streams matches the streams it
+// holds and never passes MaxGuestStreams, and a host's stream is never
+// registered from the guest's side.
+func FuzzHostLinkFromGuest(f *testing.F) {
+	var seed []byte
+	for i := uint32(1); i <= MaxGuestStreams+2; i++ {
+		seed = appendFrame(seed, frame{typ: typeDial, stream: GuestStreamBit | i})
+		seed = appendFrame(seed, frame{typ: typeData, stream: GuestStreamBit | i, payload: []byte("x")})
+	}
+	seed = appendFrame(seed, frame{typ: typeClose, stream: GuestStreamBit | 1})
+	seed = appendFrame(seed, frame{typ: typeOpen, stream: 9})
+	f.Add(seed)
+	f.Add([]byte{typeDial, 0x80, 0, 0, 1, 0, 0, 0, 0, typeDial, 0x80, 0, 0, 1, 0, 0, 0, 0, typeClose})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		host, g := rawGuest(t)
+		ln, err := host.Listen()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			for i := 0; ; i++ {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				if i%2 == 0 {
+					c.Close()
+				}
+			}
+		}()
+		go func() { _, _ = io.Copy(io.Discard, g) }()
+		if _, err := g.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		host.mu.Lock()
+		defer host.mu.Unlock()
+		n := 0
+		for id := range host.streams {
+			if id&GuestStreamBit == 0 {
+				t.Fatalf("a host's stream %#x registered from the guest's bytes", id)
+			}
+			n++
+		}
+		if n != host.guestOpen || n > MaxGuestStreams {
+			t.Fatalf("%d guest streams held, counted %d (max %d)", n, host.guestOpen, MaxGuestStreams)
+		}
+	})
 }
