@@ -57,9 +57,10 @@ type Machine struct {
 	link     *muxlink.Link
 	relay    *relay
 
-	mu         sync.Mutex
-	serviceRef *custodian.ComputerRef
-	frozen     bool // QMP stop was the last of Freeze and Thaw
+	mu          sync.Mutex
+	serviceRef  *custodian.ComputerRef
+	frozen      bool // QMP stop was the last of Freeze and Thaw
+	egressProxy bool // grants point at the egress proxy (egress.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -94,7 +95,7 @@ func (m *Machine) Grant(ctx context.Context, notAfter time.Time) error {
 			return err
 		}
 	}
-	g := m.options().GrantFor(m.alloc.Tuple, m.alloc.UID, m.alloc.GID, notAfter)
+	g := m.withProxyEnv(m.options().GrantFor(m.alloc.Tuple, m.alloc.UID, m.alloc.GID, notAfter))
 	if err := m.publish(ctx, g); err != nil {
 		return err
 	}

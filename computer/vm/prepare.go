@@ -235,7 +235,7 @@ func (m *Machine) identityFiles() ([]guest.File, error) {
 	recvCfg, err := provision.ReceiverConfig(provision.ReceiverSettings{
 		Listen:        m.creds.ListenTLS(GuestReceiverAddress, guestRecv),
 		AdmissionFile: GuestAdmission + "/" + admission.FileName, PublicKey: guestEtc + "/admission.pub",
-		Landlock: receiver.LandlockConfig{Mode: landlock},
+		Landlock: guestLandlock(landlock), // egress.go
 		Cgroup:   receiver.CgroupConfig{Mode: receiver.CgroupRequired, Parent: GuestCgroup}, FenceState: guestEtc + "/fence.json"})
 	if err != nil {
 		return nil, err
