@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherdev/tether/admission/acperr"
 	"github.com/tetherdev/tether/admission/errcode"
+	"github.com/tetherdev/tether/custodian/longline"
 	"github.com/tetherdev/tether/receiver/wire"
 	"github.com/tetherdev/tether/receiver/wireclient"
 )
@@ -65,39 +66,45 @@ func (e *errBeforeCommit) Error() string {
 
 func (e *errBeforeCommit) Unwrap() error { return e.err }
 
-// sendChunked writes content through a transfer on conn and decodes the
-// commit's answer into res. A failure before the commit drops the
-// transfer (write_abort, best effort; the receiver also drops it when
-// the connection ends or it idles) and is an *errBeforeCommit.
-func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.WriteArgs, content string, sum string, res *wire.WriteResult) error {
+// sendChunked writes content wc (of SHA-256 sum) through a transfer on
+// conn and decodes the commit's answer into res. A failure before the
+// commit drops the transfer (write_abort, best effort; the receiver also
+// drops it when the connection ends or it idles) and is an
+// *errBeforeCommit.
+func (cl *call) sendChunked(ctx context.Context, conn ReceiverConn, a *wire.WriteArgs, wc writeContent, sum string, res *wire.WriteResult) error {
 	call := func(op wire.Op, args, result any) error {
 		return conn.CallFenced(ctx, op, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, result)
 	}
 	var b wire.WriteBeginResult
 	bc, binary := binaryOf(conn)
-	begin := wire.WriteBeginArgs{Path: a.Path, Size: int64(len(content)), SHA256: sum, Mode: a.Mode,
+	size := wc.size()
+	begin := wire.WriteBeginArgs{Path: a.Path, Size: size, SHA256: sum, Mode: a.Mode,
 		ExpectSHA256: a.ExpectSHA256, ExpectAbsent: a.ExpectAbsent, Binary: binary}
 	if err := call(wire.OpWriteBegin, &begin, &b); err != nil {
 		return err // nothing staged if it ran; the receiver drops it with the connection otherwise
 	}
-	n := chunkSize(conn)
-	var chunk []byte // one chunk's buffer, reused: never the whole content's copy
-	for off := 0; off < len(content); off += n {
-		chunk = append(chunk[:0], content[off:min(off+n, len(content))]...)
+	off := int64(0)
+	// One chunk's buffer, reused: never the whole content's copy.
+	err := wc.chunks(make([]byte, 0, chunkSize(conn)), func(chunk []byte) error {
 		var err error
 		if binary {
 			err = bc.CallChunk(ctx, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline,
-				&wire.WriteChunkArgs{TransferID: b.TransferID, Offset: int64(off)}, chunk, &wire.WriteChunkResult{})
+				&wire.WriteChunkArgs{TransferID: b.TransferID, Offset: off}, chunk, &wire.WriteChunkResult{})
 		} else {
-			err = call(wire.OpWriteChunk, &wire.WriteChunkArgs{TransferID: b.TransferID, Offset: int64(off), Data: chunk}, &wire.WriteChunkResult{})
+			err = call(wire.OpWriteChunk, &wire.WriteChunkArgs{TransferID: b.TransferID, Offset: off, Data: chunk}, &wire.WriteChunkResult{})
 		}
 		if err != nil {
-			cl.abortTransfer(conn, b.TransferID)
-			return &errBeforeCommit{err: err, sent: int64(off), size: int64(len(content))}
+			return err
 		}
 		if off == 0 {
 			cl.step(ctx, "after-first-chunk")
 		}
+		off += int64(len(chunk))
+		return nil
+	})
+	if err != nil {
+		cl.abortTransfer(conn, b.TransferID)
+		return &errBeforeCommit{err: err, sent: off, size: size}
 	}
 	return call(wire.OpWriteCommit, &wire.TransferArgs{TransferID: b.TransferID}, res)
 }
@@ -122,32 +129,45 @@ const maxReadAttempts = 3
 // chunked (first), checks the bytes against the digest that read gave,
 // checks the text and selects lines [line, line+limit) as the receiver
 // would. A file that changed in between is read again from a fresh
-// `read`, at most maxReadAttempts times in all; then it is busy.
-func (cl *call) readChunked(ctx context.Context, conn ReceiverConn, args *wire.ReadArgs, first *wire.ReadResult) (*wire.ReadResult, error) {
+// `read`, at most maxReadAttempts times in all; then it is busy. A file
+// longer than spoolMin is read into a spool file (readSpooled), and a
+// long selection comes back in fc (res.Content empty), which the caller
+// closes.
+func (cl *call) readChunked(ctx context.Context, conn ReceiverConn, args *wire.ReadArgs, first *wire.ReadResult) (res *wire.ReadResult, fc *longline.FileContent, err error) {
 	cur := first
 	for attempt := 1; ; attempt++ {
-		data, sum, err := cl.fetchChunks(ctx, conn, args.Path, cur.Size)
-		if err != nil {
-			return nil, err
-		}
-		if sum == cur.SHA256 {
-			if !utf8.ValidString(data) {
-				return nil, acperr.NewError(errcode.CodeInvalid, "read %q: the file is not valid UTF-8 text", args.Path)
-			}
-			return &wire.ReadResult{Content: selectLines(data, args.Line, args.Limit), Size: cur.Size, SHA256: cur.SHA256}, nil
+		res, fc, same, err := cl.readWhole(ctx, conn, args, cur)
+		if err != nil || same {
+			return res, fc, err
 		}
 		if attempt == maxReadAttempts {
-			return nil, acperr.NewError(errcode.CodeBusy, "read %q: the file changed while it was read in chunks, %d times; retry", args.Path, attempt)
+			return nil, nil, acperr.NewError(errcode.CodeBusy, "read %q: the file changed while it was read in chunks, %d times; retry", args.Path, attempt)
 		}
 		var again wire.ReadResult
 		if err := conn.CallFenced(ctx, wire.OpRead, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, args, &again); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !again.Chunked {
-			return &again, nil
+			return &again, nil, nil
 		}
 		cur = &again
 	}
+}
+
+// readWhole reads the cur.Size bytes of args.Path in chunks and selects
+// from them; same is false when they are not those of cur.SHA256.
+func (cl *call) readWhole(ctx context.Context, conn ReceiverConn, args *wire.ReadArgs, cur *wire.ReadResult) (*wire.ReadResult, *longline.FileContent, bool, error) {
+	if cur.Size > spoolMin {
+		return cl.readSpooled(ctx, conn, args, cur)
+	}
+	data, sum, err := cl.fetchChunks(ctx, conn, args.Path, cur.Size)
+	if err != nil || sum != cur.SHA256 {
+		return nil, nil, false, err
+	}
+	if !utf8.ValidString(data) {
+		return nil, nil, false, acperr.NewError(errcode.CodeInvalid, "read %q: the file is not valid UTF-8 text", args.Path)
+	}
+	return &wire.ReadResult{Content: selectLines(data, args.Line, args.Limit), Size: cur.Size, SHA256: cur.SHA256}, nil, true, nil
 }
 
 // fetchChunks reads size bytes of rel with read_chunk and returns them
@@ -158,6 +178,20 @@ func (cl *call) readChunked(ctx context.Context, conn ReceiverConn, args *wire.R
 func (cl *call) fetchChunks(ctx context.Context, conn ReceiverConn, rel string, size int64) (string, string, error) {
 	var buf strings.Builder
 	buf.Grow(int(min(size, maxPresize))) // the receiver's size: trusted only this far before bytes arrive
+	sum, err := cl.fetchChunksTo(ctx, conn, rel, size, func(p []byte) error {
+		buf.Write(p)
+		return nil
+	})
+	if err != nil {
+		return "", "", err
+	}
+	return buf.String(), sum, nil
+}
+
+// fetchChunksTo reads size bytes of rel with read_chunk, gives them to
+// sink in order (sink must not keep them) and returns their hex SHA-256.
+// A file that changed size ends the reading early (the digest tells).
+func (cl *call) fetchChunksTo(ctx context.Context, conn ReceiverConn, rel string, size int64, sink func(p []byte) error) (string, error) {
 	h := sha256.New()
 	n := int64(chunkSize(conn))
 	_, binary := binaryOf(conn)
@@ -165,16 +199,18 @@ func (cl *call) fetchChunks(ctx context.Context, conn ReceiverConn, rel string, 
 		var ch wire.ReadChunkResult
 		args := wire.ReadChunkArgs{Path: rel, Offset: off, Length: min(n, size-off), Binary: binary}
 		if err := conn.CallFenced(ctx, wire.OpReadChunk, cl.b.Digest, cl.Op.OpKey, cl.b.FenceToken(), cl.Deadline, &args, &ch); err != nil {
-			return "", "", err
+			return "", err
 		}
 		if len(ch.Data) == 0 || ch.Size != size {
 			break // the file changed size: the digest tells
 		}
 		h.Write(ch.Data)
-		buf.Write(ch.Data)
+		if err := sink(ch.Data); err != nil {
+			return "", err
+		}
 		off += int64(len(ch.Data))
 	}
-	return buf.String(), hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // selectLines returns limit lines from the 1-based line (0 = 1); limit 0

@@ -3,6 +3,7 @@ package custodian
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -151,4 +152,32 @@ func TestIntegrationLongAgentLine(t *testing.T) {
 	if head.Content != strings.SplitAfter(string(content), "\n")[0] {
 		t.Fatalf("first line after a long message: %q", head.Content)
 	}
+}
+
+// TestIntegrationLongReadReceiptCountsItsAnswer: a read whose answer no
+// receipt can keep (a 3 MiB file, read in chunks) is not encoded for its
+// receipt, yet the receipt names the answer's exact length as json.Marshal
+// of the answer measures it (escapes included), and a retry is refused
+// too_large with that note.
+func TestIntegrationLongReadReceiptCountsItsAnswer(t *testing.T) {
+	la := newLiveAgent(t)
+	content := strings.Repeat("<a & b>\n\u2028é\"", 200<<10) // 3.2 MiB, longer still in JSON
+	_, err := la.writeFile("long.txt", []byte(content), nil)
+	must(t, err)
+	tag := la.op()
+	req := acp.ReadTextFileRequest{SessionId: la.sid(), Path: filepath.Join(la.rr.tuple.Root, "long.txt"), Meta: tag}
+	first, err := la.agent.conn.ReadTextFile(context.Background(), req)
+	must(t, err)
+	if first.Content != content {
+		t.Fatalf("read %d bytes, want %d", len(first.Content), len(content))
+	}
+	a, err := json.Marshal(first)
+	must(t, err)
+	r := la.receiptOf(tag["tether/op"].(acpmeta.Op).OpKey)
+	want := fmt.Sprintf(noteAnswerNotKept, len(a))
+	if r.Response != nil || r.Note != want || r.Error == nil || r.Error.Code != string(errcode.CodeTooLarge) {
+		t.Fatalf("receipt %+v: want no response, note %q", r, want)
+	}
+	_, err = la.agent.conn.ReadTextFile(context.Background(), req)
+	wantCode(t, err, errcode.CodeTooLarge)
 }

@@ -70,6 +70,18 @@ func (s lineServer) WriteTextFile(ctx context.Context, p acp.WriteTextFileReques
 	return s.cl.WriteTextFile(ctx, p)
 }
 
+// WriteTextFileContent serves a long write whose content is decoded from
+// its line as it is sent.
+func (s lineServer) WriteTextFileContent(ctx context.Context, p acp.WriteTextFileRequest, c *longline.Content) (acp.WriteTextFileResponse, error) {
+	return s.cl.writeTextFile(ctx, p, writeContent{long: c})
+}
+
+// ReadTextFile serves a read whose answer the long-line reader writes
+// itself, as the SDK serves one; a long content comes in a spool file.
+func (s lineServer) ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (acp.ReadTextFileResponse, *longline.FileContent, error) {
+	return s.cl.readTextFile(ctx, p)
+}
+
 // Refused counts a refused long message in the connection's refusals
 // (no session id: the session of a message not decoded is not known).
 func (s lineServer) Refused(code errcode.Code, method string) {

@@ -41,6 +41,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(memHelperEnv) == "1" {
 		os.Exit(memHelper())
 	}
+	if os.Getenv(benchCustodianEnv) == "1" {
+		os.Exit(benchProcCustodian())
+	}
 	slog.SetDefault(slog.New(slog.DiscardHandler)) // acp-go-sdk's connection diagnostics
 	grantUID, grantGID = realrecv.GrantIDs()
 	code := m.Run()

@@ -165,6 +165,12 @@ type keyed struct {
 	// annotateResult, if set, adds the answer's digests and sizes to the
 	// audit result record.
 	annotateResult func(*audit.Record)
+	// tooLong, if set, reports whether the settled answer is surely too
+	// long for any receipt to keep (a read's, which can hold a whole
+	// file), and then the length of its JSON, counted without encoding
+	// it: such an answer is not encoded at all, and settle returns no
+	// JSON for it (the caller answers from its own value).
+	tooLong func(resp any) (n int64, ok bool)
 }
 
 // annotation is the digests and sizes a keyed request's dispatch record
@@ -294,6 +300,13 @@ const noteTransferBroken = "the transfer broke before its commit was sent; the r
 // too_large refusal for a retry.
 func (cl *call) settle(t *opstore.Ticket, k keyed) (json.RawMessage, error) {
 	resp, r := k.settle()
+	if k.tooLong != nil {
+		if n, ok := k.tooLong(resp); ok {
+			notKept(r, n)
+			cl.finishAnnotated(t, r, k.annotateResult)
+			return nil, nil
+		}
+	}
 	raw, err := json.Marshal(resp)
 	if err != nil {
 		cl.finish(t, &opstore.Receipt{Outcome: opstore.Failed, Error: resultError(err)})
@@ -301,12 +314,18 @@ func (cl *call) settle(t *opstore.Ticket, k keyed) (json.RawMessage, error) {
 	}
 	r.Response = raw
 	if !r.Fits() {
-		r.Response = nil
-		r.Note = fmt.Sprintf(noteAnswerNotKept, len(raw))
-		r.Error = &opstore.ResultError{Code: string(errcode.CodeTooLarge), Message: r.Note + "; nothing was run again"}
+		notKept(r, int64(len(raw)))
 	}
 	cl.finishAnnotated(t, r, k.annotateResult)
 	return raw, nil
+}
+
+// notKept makes r the receipt of an answer of n bytes too large to keep:
+// no response, and a too_large refusal for a retry.
+func notKept(r *opstore.Receipt, n int64) {
+	r.Response = nil
+	r.Note = fmt.Sprintf(noteAnswerNotKept, n)
+	r.Error = &opstore.ResultError{Code: string(errcode.CodeTooLarge), Message: r.Note + "; nothing was run again"}
 }
 
 // noteAnswerNotKept explains the receipt of a request whose answer was too

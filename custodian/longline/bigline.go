@@ -48,6 +48,15 @@ type Server interface {
 	// WriteTextFile serves a long fs/write_text_file request, as the
 	// SDK would serve a short one.
 	WriteTextFile(ctx context.Context, p acp.WriteTextFileRequest) (acp.WriteTextFileResponse, error)
+	// WriteTextFileContent serves a long fs/write_text_file request whose
+	// content (p.Content is empty) is c, decoded as it is read; c is valid
+	// until it returns.
+	WriteTextFileContent(ctx context.Context, p acp.WriteTextFileRequest, c *Content) (acp.WriteTextFileResponse, error)
+	// ReadTextFile serves an fs/read_text_file request, as the SDK would
+	// (reads.go: its answer is streamed here, not by the SDK). A long
+	// content comes in fc (resp.Content is then empty), which the caller
+	// closes, even with an error.
+	ReadTextFile(ctx context.Context, p acp.ReadTextFileRequest) (resp acp.ReadTextFileResponse, fc *FileContent, err error)
 	// Refused counts a refused long message in the connection's
 	// refusals; method is its method when that is a string ("" else).
 	Refused(code errcode.Code, method string)
@@ -73,6 +82,20 @@ func (l *LockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Stream writes one message through fn, whole: no other Write or Stream
+// runs until fn returns. fn writes to a buffer of 64 KiB over the
+// underlying writer, flushed after it, so a long message is never held
+// whole; its error, or the flush's, is returned.
+func (l *LockedWriter) Stream(fn func(w *bufio.Writer) error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := bufio.NewWriterSize(l.w, 64<<10)
+	if err := fn(w); err != nil {
+		return err
+	}
+	return w.Flush()
 }
 
 // Reader reads the agent's output for the SDK: it returns short lines
@@ -109,8 +132,11 @@ func (ll *Reader) Read(p []byte) (int, error) {
 			return 0, ll.err
 		}
 		line, long, err := readShort(ll.br)
-		if long {
+		switch {
+		case long:
 			err = ll.takeLong(line)
+			line = nil
+		case ll.takeRead(line):
 			line = nil
 		}
 		ll.err = err
@@ -182,22 +208,31 @@ type longRequest struct {
 	ID     json.RawMessage          `json:"id"`
 	Method string                   `json:"method"`
 	Params acp.WriteTextFileRequest `json:"params"`
+	// content, if set, is the write's content left in the line
+	// (decodeRawLong); Params.Content is then empty.
+	content *Content
 }
 
 // serveLong answers a long request on its own goroutine (the path
 // without caps).
 func (ll *Reader) serveLong(line []byte) {
-	msg, derr, ok := ll.decodeLong(line)
+	msg, derr, ok := ll.decodeLong(line, nil)
 	if !ok {
 		return
 	}
-	n := len(line) // the closure must not keep line alive
+	n := len(line) // the closure keeps line alive only through msg.content
 	ll.calls.Go(func() { ll.runLong(msg, derr, n) })
 }
 
 // decodeLong decodes a long message; ok is false (and the message logged
 // and dropped) when it is no request. derr is a params type error.
-func (ll *Reader) decodeLong(line []byte) (msg *longRequest, derr error, ok bool) {
+//
+// A write's content is left in line (decodeRawLong); done, if set, is
+// told what of it each pass has read for good (the Content's done).
+func (ll *Reader) decodeLong(line []byte, done func(rest []byte)) (msg *longRequest, derr error, ok bool) {
+	if msg, ok := decodeRawLong(line, done); ok {
+		return msg, nil, true
+	}
 	msg = new(longRequest)
 	err := json.Unmarshal(line, msg)
 	var te *json.UnmarshalTypeError
@@ -209,7 +244,8 @@ func (ll *Reader) decodeLong(line []byte) (msg *longRequest, derr error, ok bool
 }
 
 // runLong serves a decoded long request of n bytes and answers it. The
-// line it was decoded from is not kept alive meanwhile.
+// line it was decoded from is kept alive meanwhile only when the
+// request's content is still in it (msg.content).
 func (ll *Reader) runLong(msg *longRequest, derr error, n int) {
 	if ll.srv != nil {
 		ll.srv.Decoded(msg.Method)
@@ -226,6 +262,9 @@ func (ll *Reader) serve(msg *longRequest, decodeErr error, n int) (any, error) {
 	}
 	if decodeErr != nil {
 		return nil, acp.NewInvalidParams(map[string]any{"error": decodeErr.Error()})
+	}
+	if msg.content != nil {
+		return ll.srv.WriteTextFileContent(context.Background(), msg.Params, msg.content)
 	}
 	return ll.srv.WriteTextFile(context.Background(), msg.Params)
 }

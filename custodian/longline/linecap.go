@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -159,8 +161,10 @@ func (ll *Reader) spoolLong(head [][]byte) error {
 }
 
 // serveSpooled decodes the n-byte line in f from a read-only mapping of
-// f (unmapped as soon as it is decoded, so only the content decoded stays
-// resident, whenever the collector runs) and serves it. It closes f.
+// f and serves it. It closes f. A write's content stays in the mapping
+// and is decoded from it as it is sent (Content), so the mapping lives
+// until the write is answered; any other request is unmapped as soon as
+// it is decoded.
 func (ll *Reader) serveSpooled(f *os.File, n int64, sc *idScanner) {
 	line, err := unix.Mmap(int(f.Fd()), 0, int(n), unix.PROT_READ, unix.MAP_SHARED)
 	f.Close()
@@ -169,12 +173,64 @@ func (ll *Reader) serveSpooled(f *os.File, n int64, sc *idScanner) {
 		ll.answerRefusal(sc, lineRefusal{errcode.CodeBusy, "the custodian could not read a long message back; retry"})
 		return
 	}
-	msg, derr, ok := ll.decodeLong(line) // copies what it keeps: nothing points into line after
-	if uerr := unix.Munmap(line); uerr != nil {
-		ll.log.Error("custodian: unmap a long agent message", "err", uerr)
+	// decodeLong copies what it keeps, but a write's content, left in
+	// line; once decoded, line's pages leave memory until the content's
+	// passes read them again, and leave again as they are read.
+	// While encoding/json reads all of line (twice: its syntax, then the
+	// values), its pages are dropped every millisecond, so that no more
+	// than the last read stay resident.
+	stop := dropEvery(line, time.Millisecond)
+	msg, derr, ok := ll.decodeLong(line, func(rest []byte) { dropRead(line, rest) })
+	stop()
+	dropRead(line, line[len(line):])
+	if ok && msg.content == nil {
+		unmap(ll.log, line) // nothing points into line
+		line = nil
 	}
 	if ok {
 		ll.runLong(msg, derr, int(n))
+	}
+	if line != nil {
+		unmap(ll.log, line) // served: msg.content is no longer read
+	}
+}
+
+// dropRead lets the pages of line before rest (a subslice of line: what
+// is still to be read in this pass) leave the process's memory
+// (MADV_DONTNEED): line maps a file no one writes, so a later read of
+// them reads them back from it unchanged. The mapping starts on a page;
+// rest's offset is how much of line's capacity is gone before it.
+func dropRead(line, rest []byte) {
+	off := cap(line) - cap(rest)
+	if end := off &^ (os.Getpagesize() - 1); end > 0 {
+		_ = unix.Madvise(line[:end], unix.MADV_DONTNEED) // only memory is at stake: a failure keeps the pages
+	}
+}
+
+// dropEvery drops all of line's pages (dropRead) every period until the
+// returned stop is called, which waits for the last drop.
+func dropEvery(line []byte, period time.Duration) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				dropRead(line, line[len(line):])
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
+
+// unmap unmaps a long line's mapping, logging a failure.
+func unmap(log *slog.Logger, line []byte) {
+	if err := unix.Munmap(line); err != nil {
+		log.Error("custodian: unmap a long agent message", "err", err)
 	}
 }
 

@@ -172,6 +172,11 @@ func (r *Receipt) Fits() bool {
 	return err == nil && len(b)+stampRoom <= maxRecordBytes
 }
 
+// ResponseNeverFits reports whether an ACP result of n bytes (compact
+// JSON) is too long for any receipt to keep, whatever else it holds: the
+// caller need not encode it to ask Fits.
+func ResponseNeverFits(n int64) bool { return n > maxRecordBytes }
+
 // stampRoom is what Fits leaves for the fields Finish copies from the
 // intent (op key, digests, session id, principal, times; each bounded).
 const stampRoom = 8 << 10
