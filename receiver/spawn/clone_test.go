@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/receiver/internal/cgrouptest"
 )
@@ -159,5 +161,32 @@ func TestCloneSeccompCgroupFromFirstInstruction(t *testing.T) {
 		if st != (Status{}) || !strings.Contains(out, want) {
 			t.Fatalf("status %+v, output %q lacks %q", st, out, want)
 		}
+	}
+}
+
+// TestCloneSharedMemoryNotDumpable: a ModeClone child shares the
+// receiver's memory from its setresuid to its execve. The kernel marks
+// that memory non-dumpable at the setresuid (fs.suid_dumpable 0 or 2),
+// so no process of the grant's uid may ptrace the child, and through it
+// the receiver, in that window. The test process makes itself dumpable
+// (the positive control: it reads back 1), starts a clone child, and
+// finds its own memory non-dumpable.
+func TestCloneSharedMemoryNotDumpable(t *testing.T) {
+	testenv.Require(t, "root")
+	if CloneSupported() != nil {
+		t.Skip("ModeClone is not supported here (TestCloneSupported says why)")
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); d != 1 {
+		t.Fatalf("positive control: dumpable %d after PR_SET_DUMPABLE 1", d)
+	}
+	if _, st := run(t, ModeClone, nil, "/bin/true"); st != (Status{}) {
+		t.Fatalf("status %+v", st)
+	}
+	if d, _ := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0); d == 1 {
+		b, _ := os.ReadFile("/proc/sys/fs/suid_dumpable")
+		t.Fatalf("the receiver's memory stayed dumpable through a clone child's setresuid (fs.suid_dumpable %q)", b)
 	}
 }
