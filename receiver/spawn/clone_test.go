@@ -190,3 +190,36 @@ func TestCloneSharedMemoryNotDumpable(t *testing.T) {
 		t.Fatalf("the receiver's memory stayed dumpable through a clone child's setresuid (fs.suid_dumpable %q)", b)
 	}
 }
+
+// TestCloneLowDescriptors: a source descriptor below 3 is duplicated to 3
+// or above before the fork, so the child's dup3 onto 0, 1 and 2 never
+// overwrites a source it still needs: a ModeClone child whose output is
+// the test's stderr (descriptor 2) finds it on its 1 and 2 and /dev/null
+// on its 0.
+func TestCloneLowDescriptors(t *testing.T) {
+	fd, dup, err := lowFD(os.Stdin)
+	if err != nil || !dup || fd < 3 {
+		t.Fatalf("lowFD(stdin) = %d, %v, %v; want a duplicate at 3 or above", fd, dup, err)
+	}
+	unix.Close(fd)
+	r, w, _ := os.Pipe()
+	defer r.Close()
+	defer w.Close()
+	if fd, dup, err := lowFD(w); err != nil || dup || fd != int(w.Fd()) {
+		t.Fatalf("lowFD(pipe) = %d, %v, %v; want the pipe's own %d", fd, dup, err, w.Fd())
+	}
+	testenv.Require(t, "root")
+	if CloneSupported() != nil {
+		t.Skip("ModeClone is not supported here (TestCloneSupported says why)")
+	}
+	dir, _ := workDir(t)
+	c, err := Start(Spec{Mode: ModeClone, Path: "/bin/sh", Argv: []string{"sh", "-c", "[ /proc/self/fd/1 -ef /proc/self/fd/2 ] && [ /proc/self/fd/0 -ef /dev/null ]"},
+		Env: []string{}, Dir: dir, Output: os.Stderr, UID: uid, GID: gid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-c.Done()
+	if st := c.Status(); st != (Status{}) {
+		t.Fatalf("status %+v", st)
+	}
+}
