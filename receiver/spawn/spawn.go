@@ -156,8 +156,9 @@ var (
 	ErrNotFound = errors.New("command not found")
 	// ErrSeccompThreadCgroup is wrapped when a Spec asks ModeThread for
 	// both a seccomp filter and a cgroup v2: the filtered spawning thread
-	// could not fork with clone3 into the cgroup. ModeHelper does both.
-	ErrSeccompThreadCgroup = errors.New("a seccomp filter and a cgroup v2 need ModeHelper")
+	// could not fork with clone3 into the cgroup. ModeClone and ModeHelper
+	// do both.
+	ErrSeccompThreadCgroup = errors.New("a seccomp filter and a cgroup v2 need ModeClone or ModeHelper")
 )
 
 // validate checks the spec before any thread is touched.
