@@ -30,9 +30,10 @@ type Config struct {
 	// Seccomp runs every command under the seccomp filter ("off" when
 	// absent; docs/protocol.md recommends "required").
 	Seccomp SeccompConfig `json:"seccomp,omitempty"`
-	// Spawn is "thread" or "helper". Absent: "helper" when seccomp and
+	// Spawn is "thread", "helper" or "clone". Absent: when seccomp and
 	// cgroup are both required (a filtered spawning thread cannot fork
-	// into a cgroup v2), else "thread".
+	// into a cgroup v2), "clone" where spawn.CloneSupported, else
+	// "helper"; otherwise "thread".
 	Spawn string `json:"spawn,omitempty"`
 	// ChildEnv is the default environment of every command (absent:
 	// DefaultChildEnv; {} none). A grant's env and a request's env are
@@ -144,7 +145,7 @@ func (c Config) spawnMode() (spawn.Mode, error) {
 	switch c.Spawn {
 	case "":
 		if filteredCgroup {
-			return spawn.ModeHelper, nil
+			return filteredCgroupMode(), nil
 		}
 		return spawn.ModeThread, nil
 	case "thread":
@@ -154,8 +155,23 @@ func (c Config) spawnMode() (spawn.Mode, error) {
 		return spawn.ModeThread, nil
 	case "helper":
 		return spawn.ModeHelper, nil
+	case "clone":
+		if err := spawn.CloneSupported(); err != nil {
+			return 0, fmt.Errorf("%w: spawn \"clone\": %w", ErrConfig, err)
+		}
+		return spawn.ModeClone, nil
 	}
-	return 0, fmt.Errorf("%w: spawn must be \"thread\" or \"helper\", not %q", ErrConfig, c.Spawn)
+	return 0, fmt.Errorf("%w: spawn must be \"thread\", \"helper\" or \"clone\", not %q", ErrConfig, c.Spawn)
+}
+
+// filteredCgroupMode is the default spawn mode with seccomp and cgroup
+// both required: one fork and one exec per command (spawn.ModeClone)
+// where the kernel and build allow, else the re-exec helper.
+func filteredCgroupMode() spawn.Mode {
+	if spawn.CloneSupported() == nil {
+		return spawn.ModeClone
+	}
+	return spawn.ModeHelper
 }
 
 func (a AdmissionConfig) validate() error {

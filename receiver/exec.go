@@ -208,9 +208,10 @@ func (h *Handler) startTerminal(id string, req *wire.Request, plan execPlan, a *
 // nil, and returns it with the read end of its output pipe.
 //
 // WARNING: with onThisThread the calling goroutine's thread is locked and,
-// in thread mode, restricted (Landlock included) from spawn.Start on: the
-// code that runs after it on this goroutine (here, in execStart and in the
-// wire server's answer) must not open files or need privileges. Tested as
+// in thread and clone mode, restricted (Landlock included) from
+// spawn.Start on: the code that runs after it on this goroutine (here, in
+// execStart and in the wire server's answer) must not open files or need
+// privileges. Tested as
 // root by go test -race -run 'TestOnCallingThread|TestIntegrationDaemon' ./receiver/...
 func (h *Handler) spawnIn(root *fsops.Root, plan execPlan, cwd string, g admission.Grant, tc *termCgroup,
 	onThisThread bool) (*spawn.Child, *os.File, error) {

@@ -61,7 +61,7 @@ func exitCode(e wire.ExitStatus) int {
 
 func TestExecRoundTrip(t *testing.T) {
 	testenv.Require(t, "root")
-	for name, mode := range map[string]spawn.Mode{"thread": spawn.ModeThread, "helper": spawn.ModeHelper} {
+	for name, mode := range map[string]spawn.Mode{"thread": spawn.ModeThread, "helper": spawn.ModeHelper, "clone": spawn.ModeClone} {
 		t.Run(name, func(t *testing.T) {
 			f := newFixture(t, Options{SpawnMode: mode})
 			id := f.start(f.grant, wire.ExecStartArgs{Argv: []string{"sh", "-c", `echo "hi $A"; pwd; env | sort; printf new > made; exit 3`},

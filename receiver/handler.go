@@ -38,10 +38,11 @@ type Options struct {
 	Cgroup CgroupConfig
 	// Seccomp runs every child under spawn's seccomp filter; the zero
 	// value (SeccompOff) does not. Required with a required cgroup needs
-	// SpawnMode spawn.ModeHelper.
+	// SpawnMode spawn.ModeClone or spawn.ModeHelper.
 	Seccomp SeccompConfig
 	// SpawnMode selects how children are restricted (spawn.ModeThread by
-	// default). HelperPath is the binary ModeHelper re-executes.
+	// default; spawn.ModeClone needs spawn.CloneSupported). HelperPath is
+	// the binary ModeHelper re-executes.
 	SpawnMode  spawn.Mode
 	HelperPath string
 	// RecheckEvery is how often the grants of running commands are looked
@@ -114,8 +115,13 @@ func NewHandler(opts Options) (*Handler, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	if h.mode != spawn.ModeThread && h.mode != spawn.ModeHelper {
+	if h.mode != spawn.ModeThread && h.mode != spawn.ModeHelper && h.mode != spawn.ModeClone {
 		return nil, fmt.Errorf("%w: unknown spawn mode %d", ErrOptions, h.mode)
+	}
+	if h.mode == spawn.ModeClone {
+		if err := spawn.CloneSupported(); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrOptions, err)
+		}
 	}
 	if h.childEnv = maps.Clone(opts.ChildEnv); h.childEnv == nil {
 		h.childEnv = maps.Clone(DefaultChildEnv)

@@ -31,8 +31,9 @@ func (c SeccompConfig) validate() error {
 }
 
 // newSeccompFilter compiles the filter when c requires one (nil when
-// off). With a cgroup v2 the filter needs spawn.ModeHelper: a filtered
-// spawning thread could not fork into the cgroup (clone3).
+// off). With a cgroup v2 the filter needs spawn.ModeClone or
+// spawn.ModeHelper: a filtered spawning thread could not fork into the
+// cgroup (clone3).
 func newSeccompFilter(c SeccompConfig, mode spawn.Mode, cg CgroupConfig) (*spawn.Filter, error) {
 	if err := c.validate(); err != nil {
 		return nil, fmt.Errorf("%w: seccomp: %w", ErrOptions, err)

@@ -39,6 +39,12 @@ func TestSeccompRequired(t *testing.T) {
 		{"helper-cgroup", func(t *testing.T) Options {
 			return Options{SpawnMode: spawn.ModeHelper, Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: cgroupParent(t)}}
 		}, SeccompRequired, "Seccomp: 2; Seccomp_filters: 1"},
+		{"clone-cgroup", func(t *testing.T) Options {
+			return Options{SpawnMode: spawn.ModeClone, Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: cgroupParent(t)}}
+		}, SeccompRequired, "Seccomp: 2; Seccomp_filters: 1"},
+		{"clone-cgroup-off", func(t *testing.T) Options {
+			return Options{SpawnMode: spawn.ModeClone, Cgroup: CgroupConfig{Mode: CgroupRequired, Parent: cgroupParent(t)}}
+		}, SeccompOff, "Seccomp: 0; Seccomp_filters: 0"},
 		{"off", func(*testing.T) Options { return Options{} }, SeccompOff, "Seccomp: 0; Seccomp_filters: 0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -73,8 +79,8 @@ func TestSeccompOptionsRefused(t *testing.T) {
 }
 
 // TestSeccompConfigSpawnMode: with seccomp and cgroup required an absent
-// spawn means helper and an explicit thread is refused; seccomp alone
-// keeps thread.
+// spawn means clone where spawn.CloneSupported, else helper, and an
+// explicit thread is refused; seccomp alone keeps thread.
 func TestSeccompConfigSpawnMode(t *testing.T) {
 	both := strings.Replace(goodConfig, `"spawn": "thread",`,
 		`"seccomp": {"mode": "required"}, "cgroup": {"mode": "required", "parent": "/sys/fs/cgroup/tether"},`, 1)
@@ -82,8 +88,12 @@ func TestSeccompConfigSpawnMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m, _ := c.spawnMode(); m != spawn.ModeHelper {
-		t.Fatalf("spawn mode %v, want helper", m)
+	want := spawn.ModeHelper
+	if spawn.CloneSupported() == nil {
+		want = spawn.ModeClone
+	}
+	if m, _ := c.spawnMode(); m != want {
+		t.Fatalf("spawn mode %v, want %v", m, want)
 	}
 	explicit := strings.Replace(both, `"seccomp"`, `"spawn": "thread", "seccomp"`, 1)
 	if _, err := DecodeConfig([]byte(explicit)); !errors.Is(err, ErrConfig) || !errors.Is(err, spawn.ErrSeccompThreadCgroup) {

@@ -165,11 +165,18 @@ func parseProbe(t *testing.T, out string) map[string]string {
 var cgSeq int
 
 // seccompModes are the ways a filtered child starts: ModeThread without
-// a cgroup, ModeHelper with and without one.
+// a cgroup, ModeHelper and ModeClone with and without one.
 func seccompModes(t *testing.T) map[string]func(*testing.T) Spec {
-	return map[string]func(*testing.T) Spec{
+	m := map[string]func(*testing.T) Spec{
 		"thread": func(*testing.T) Spec { return Spec{Mode: ModeThread} },
 		"helper": func(*testing.T) Spec { return Spec{Mode: ModeHelper} },
+		"clone":  func(*testing.T) Spec { return Spec{Mode: ModeClone} },
+		"clone-cgroup": func(t *testing.T) Spec {
+			testenv.Require(t, "cgroup2")
+			cgSeq++
+			cg, _ := childCgroup(t, fmt.Sprintf("t-seccomp-%d", cgSeq))
+			return Spec{Mode: ModeClone, Cgroup: cg}
+		},
 		"helper-cgroup": func(t *testing.T) Spec {
 			testenv.Require(t, "cgroup2")
 			cgSeq++
@@ -177,6 +184,11 @@ func seccompModes(t *testing.T) map[string]func(*testing.T) Spec {
 			return Spec{Mode: ModeHelper, Cgroup: cg}
 		},
 	}
+	if CloneSupported() != nil { // TestCloneSupported fails where it should be
+		delete(m, "clone")
+		delete(m, "clone-cgroup")
+	}
+	return m
 }
 
 // TestSeccompDeniesAttacks makes every attack of SECURITY.md's seccomp

@@ -4,8 +4,8 @@
 // sets no_new_privs, optionally enforces a Landlock ruleset and then a
 // seccomp filter on that thread alone, and forks the child with the
 // grant's credentials in a new session with SIGKILL as its parent-death
-// signal (with a filter and a cgroup v2 the helper does the restricting:
-// see Spec.Seccomp). The thread stays locked until
+// signal (with a filter and a cgroup v2, ModeClone's child or the helper
+// installs the filter: see Spec.Seccomp). The thread stays locked until
 // the child is reaped and is then destroyed, never reused.
 //
 // spawn owns every child of the process: one reaper goroutine waits for
@@ -43,6 +43,15 @@ const (
 	// pattern): one extra Go start per child, for kernels or builds where
 	// a per-thread attribute cannot be set.
 	ModeHelper
+	// ModeClone restricts the spawning thread as ModeThread does, but
+	// forks the child with spawn's own clone3 (CLONE_VM, CLONE_VFORK,
+	// CLONE_CLEAR_SIGHAND and, with a Cgroup, CLONE_INTO_CGROUP), and the
+	// child, before its execve, sets its own session, groups, gid, uid,
+	// parent-death signal and the seccomp filter, with raw system calls
+	// only (clone_amd64.s). So a filter and a cgroup v2 together cost one
+	// fork and one exec, as ModeThread without a filter does, instead of
+	// ModeHelper's second process. Needs CloneSupported.
+	ModeClone
 )
 
 // Spec describes one child. Start does not modify it or take ownership of
@@ -80,10 +89,12 @@ type Spec struct {
 	// ModeThread it is installed on the spawning thread alone, last, right
 	// before the fork; the filter answers ENOSYS to clone3, so ModeThread
 	// refuses a Seccomp with a Cgroup (the fork itself is a clone3 with
-	// CLONE_INTO_CGROUP): use ModeHelper, whose helper is forked into the
-	// cgroup unfiltered and installs the filter on itself, with TSYNC, after
-	// dropping to the grant's user and right before it executes the
-	// command (docs/decisions.md).
+	// CLONE_INTO_CGROUP): use ModeClone, whose child is cloned into the
+	// cgroup from the unfiltered spawning thread and installs the filter on
+	// itself after dropping to the grant's user, right before its execve;
+	// or ModeHelper, whose helper is forked into the cgroup unfiltered and
+	// installs the filter on itself, with TSYNC, at the same point
+	// (docs/decisions.md).
 	Seccomp *Filter
 	// Cgroup, when non-nil, is an open cgroup v2 directory (O_PATH is
 	// enough) the child is forked straight into (clone3 with
@@ -145,8 +156,9 @@ var (
 	ErrNotFound = errors.New("command not found")
 	// ErrSeccompThreadCgroup is wrapped when a Spec asks ModeThread for
 	// both a seccomp filter and a cgroup v2: the filtered spawning thread
-	// could not fork with clone3 into the cgroup. ModeHelper does both.
-	ErrSeccompThreadCgroup = errors.New("a seccomp filter and a cgroup v2 need ModeHelper")
+	// could not fork with clone3 into the cgroup. ModeClone and ModeHelper
+	// do both.
+	ErrSeccompThreadCgroup = errors.New("a seccomp filter and a cgroup v2 need ModeClone or ModeHelper")
 )
 
 // validate checks the spec before any thread is touched.
@@ -160,10 +172,15 @@ func (s *Spec) validate() error {
 		return fmt.Errorf("%w: Dir and Output are required", ErrSpec)
 	case s.UID == 0 || s.GID == 0:
 		return fmt.Errorf("%w: uid %d gid %d: a child never runs with id 0", ErrSpec, s.UID, s.GID)
-	case s.Mode != ModeThread && s.Mode != ModeHelper:
+	case s.Mode != ModeThread && s.Mode != ModeHelper && s.Mode != ModeClone:
 		return fmt.Errorf("%w: unknown mode %d", ErrSpec, s.Mode)
 	case s.Mode == ModeThread && s.Seccomp != nil && s.Cgroup != nil:
 		return fmt.Errorf("%w: %w", ErrSpec, ErrSeccompThreadCgroup)
+	}
+	if s.Mode == ModeClone {
+		if err := cloneSupported(); err != nil {
+			return fmt.Errorf("%w: %w", ErrSpec, err)
+		}
 	}
 	for _, g := range s.Groups {
 		if g == 0 {

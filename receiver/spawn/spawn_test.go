@@ -44,7 +44,15 @@ var (
 	groups   []uint32
 )
 
-var modes = map[string]Mode{"thread": ModeThread, "helper": ModeHelper}
+// modes are the spawn modes every mode test runs: ModeClone where it is
+// supported (TestCloneSupported fails where it should be and is not).
+var modes = func() map[string]Mode {
+	m := map[string]Mode{"thread": ModeThread, "helper": ModeHelper}
+	if CloneSupported() == nil {
+		m["clone"] = ModeClone
+	}
+	return m
+}()
 
 // workDir returns a directory the test uid can use, opened O_PATH.
 func workDir(t testing.TB) (*os.File, string) {
@@ -548,7 +556,7 @@ func BenchmarkSpawn(b *testing.B) {
 		})
 	})
 	dir, _ := workDir(b)
-	for _, name := range []string{"thread", "helper"} {
+	for _, name := range []string{"thread", "helper", "clone"} {
 		b.Run(name, func(b *testing.B) {
 			_, w, _ := os.Pipe()
 			defer w.Close()
@@ -571,7 +579,7 @@ func BenchmarkSpawn(b *testing.B) {
 func BenchmarkSpawnRatio(b *testing.B) {
 	testenv.Require(b, "root")
 	dir, _ := workDir(b)
-	for _, name := range []string{"thread", "helper"} {
+	for _, name := range []string{"thread", "helper", "clone"} {
 		b.Run(name, func(b *testing.B) {
 			_, w, _ := os.Pipe()
 			defer w.Close()

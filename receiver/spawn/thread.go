@@ -109,12 +109,15 @@ func (c *Child) launch(spec *Spec, devNull *os.File) error {
 		s.Path = resolved
 		spec = &s
 	}
+	if spec.Mode == ModeClone {
+		return c.launchClone(spec, devNull)
+	}
 	attr, err := procAttr(spec, devNull)
 	if err != nil {
 		return err
 	}
 	if spec.Mode == ModeThread {
-		if err := prepareThread(spec); err != nil {
+		if err := prepareThread(spec, true); err != nil {
 			return fmt.Errorf("%w: prepare spawning thread: %w", ErrStart, err)
 		}
 	}
@@ -148,6 +151,21 @@ func (c *Child) launch(spec *Spec, devNull *os.File) error {
 		return helper.finish(c)
 	}
 	return nil
+}
+
+// launchClone prepares the spawning thread as ModeThread does, except
+// for the seccomp filter, which the child installs on itself, and forks
+// the child with cloneChild.
+func (c *Child) launchClone(spec *Spec, devNull *os.File) error {
+	if err := prepareThread(spec, false); err != nil {
+		return fmt.Errorf("%w: prepare spawning thread: %w", ErrStart, err)
+	}
+	if err := joinV1(spec.CgroupsV1); err != nil {
+		return err
+	}
+	err := c.cloneChild(spec, devNull)
+	backV1(spec.CgroupsV1)
+	return err
 }
 
 // joinV1 moves the calling (locked, spawning) thread alone into every
@@ -195,10 +213,10 @@ func procAttr(spec *Spec, devNull *os.File) (*os.ProcAttr, error) {
 // forked from it inherits exactly: its own working directory and umask
 // 022, an empty bounding set, empty inheritable and ambient sets,
 // no_new_privs, the Landlock ruleset if any, and the seccomp filter if
-// any. The effective and
-// permitted sets stay, because the fork still needs SETUID and SETGID;
-// the child's setuid and execve clear them.
-func prepareThread(spec *Spec) error {
+// any (only when filter is set: ModeClone's child installs it itself).
+// The effective and permitted sets stay, because the fork still needs
+// SETUID and SETGID; the child's setuid and execve clear them.
+func prepareThread(spec *Spec, filter bool) error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare CLONE_FS: %w", err)
 	}
@@ -209,7 +227,7 @@ func prepareThread(spec *Spec) error {
 	if err := restrictSelf(spec.Landlock); err != nil {
 		return err
 	}
-	if spec.Seccomp != nil { // last: the fork and the child's exec run under it
+	if filter && spec.Seccomp != nil { // last: the fork and the child's exec run under it
 		return spec.Seccomp.installThread()
 	}
 	return nil

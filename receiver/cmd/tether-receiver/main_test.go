@@ -337,7 +337,8 @@ func TestIntegrationRefusesWithoutEachCap(t *testing.T) {
 // receiver and of its children, before and after 100 commands.
 func TestIntegrationDaemon(t *testing.T) {
 	testenv.Require(t, "root")
-	for _, mode := range []struct{ landlock, spawn, seccomp string }{{"required", "thread", "required"}, {"off", "helper", "off"}} {
+	for _, mode := range []struct{ landlock, spawn, seccomp string }{{"required", "thread", "required"}, {"off", "helper", "off"},
+		{"required", "clone", "required"}} {
 		t.Run(mode.landlock+"-"+mode.spawn, func(t *testing.T) {
 			e := newEnv(t, mode.landlock, mode.spawn)
 			e.cfg["seccomp"] = map[string]any{"mode": mode.seccomp}
@@ -568,7 +569,7 @@ func BenchmarkStatRoundTrip(b *testing.B) {
 // and their ratio (the target is ≤ 1.3).
 func BenchmarkExecRatio(b *testing.B) {
 	testenv.Require(b, "root")
-	for _, mode := range []string{"thread", "helper", "thread-cgroup"} {
+	for _, mode := range []string{"thread", "helper", "thread-cgroup", "clone-cgroup"} {
 		b.Run(mode, func(b *testing.B) {
 			spawnMode, withCgroup := strings.CutSuffix(mode, "-cgroup")
 			e := newEnv(b, "off", spawnMode)
@@ -766,7 +767,7 @@ func TestIntegrationCgroupRequired(t *testing.T) {
 // itself opens to list it.
 func TestIntegrationInheritedFdsNotPassedOn(t *testing.T) {
 	testenv.Require(t, "root")
-	for _, mode := range []struct{ landlock, spawn string }{{"required", "thread"}, {"off", "helper"}} {
+	for _, mode := range []struct{ landlock, spawn string }{{"required", "thread"}, {"off", "helper"}, {"required", "clone"}} {
 		t.Run(mode.landlock+"-"+mode.spawn, func(t *testing.T) {
 			e := newEnv(t, mode.landlock, mode.spawn)
 			rd, wr, err := os.Pipe()

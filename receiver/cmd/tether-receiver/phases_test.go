@@ -20,7 +20,7 @@ import (
 // within one sub-benchmark (docs/performance.md, run G).
 func BenchmarkExecPhasesByMode(b *testing.B) {
 	testenv.Require(b, "root")
-	for _, mode := range []string{"thread", "thread-seccomp", "helper-seccomp-cgroup"} {
+	for _, mode := range []string{"thread", "thread-seccomp", "helper-seccomp-cgroup", "clone-seccomp-cgroup"} {
 		b.Run(mode, func(b *testing.B) {
 			spawnMode, _, _ := strings.Cut(mode, "-")
 			e := newEnv(b, "off", spawnMode)
