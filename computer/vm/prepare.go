@@ -171,7 +171,7 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 	}
 	m.kernel = k
 	if m.p.cfg.StateDir != "" && !m.template {
-		m.saved, err = m.p.savedState(ctx, m.limits)
+		m.saved, err = m.p.savedState(ctx, m.limits, m.rootImg)
 		if err != nil {
 			return fmt.Errorf("saved state: %w", err)
 		}
