@@ -46,6 +46,11 @@ type Machine struct {
 	initramfs string
 	machineID string // the guest's /etc/machine-id, injected
 
+	// importFrom, if set, is the disk export the writable disk is read
+	// from (PrepareDisk); imported is what was read.
+	importFrom io.Reader
+	imported   api.Transfer
+
 	vm       *guest.VM
 	ctl      *ctl.Client
 	wireConn net.Conn
@@ -153,7 +158,13 @@ func (m *Machine) setFrozen(f bool) {
 
 // Freeze implements api.Machine as QMP stop: the whole guest stops,
 // receiver included (a frozen VM computer answers nothing until Thaw).
+// The guest first writes what it holds in memory to its disk (ctl sync;
+// QMP stop then flushes QEMU's own caches), so a frozen computer's disk
+// is whole for an export (ExportDisk).
 func (m *Machine) Freeze(ctx context.Context) error {
+	if err := m.syncGuest(ctx); err != nil {
+		return err
+	}
 	if _, err := qmpExecute(ctx, m.paths.qmp, m.qemuUID, "stop"); err != nil {
 		return err
 	}

@@ -44,7 +44,17 @@ func (p *Provisioner) Prepare(ctx context.Context, dir string, limits api.Limits
 	if err != nil {
 		return nil, err
 	}
-	m := &Machine{p: p, paths: layout(d), limits: limits}
+	m, err := p.prepareMachine(ctx, d, limits, nil)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// prepareMachine runs Prepare's steps in the checked directory d; with
+// disk set, the writable disk is read from that disk export (disk.go).
+func (p *Provisioner) prepareMachine(ctx context.Context, d string, limits api.Limits, disk io.Reader) (*Machine, error) {
+	m := &Machine{p: p, paths: layout(d), limits: limits, importFrom: disk}
 	if err := m.prepare(ctx); err != nil {
 		return nil, err
 	}

@@ -114,10 +114,12 @@ func (m *Machine) overlaid() bool { return m.rootImg != nil && m.saved != nil &&
 // else a sparse file of the disk limit holding an empty ext4 (no
 // journal: the layer lives as long as the computer).
 func (m *Machine) makeDisk(ctx context.Context) error {
-	if m.rootImg == nil {
+	switch {
+	case m.importFrom != nil:
+		return m.importDisk(ctx)
+	case m.rootImg == nil:
 		return nil
-	}
-	if m.overlaid() {
+	case m.overlaid():
 		return m.makeOverlay(ctx)
 	}
 	p := m.diskPath()
@@ -171,7 +173,8 @@ func rootImageFor(img *image.Image) *vmguest.RootImage {
 		return nil
 	}
 	return &vmguest.RootImage{BaseSerial: baseSerial, UpperSerial: upperSerial,
-		Binds: []string{guestAgentPath, guestReceiverPath, filepath.Dir(vmguest.ConfigPath), "/etc/hostname"}}
+		Binds: []string{guestAgentPath, guestReceiverPath, filepath.Dir(vmguest.ConfigPath), "/etc/hostname"},
+		Tmpfs: []string{guestEtc}}
 }
 
 // guestModules are the modules a guest loads: the image's too when its
