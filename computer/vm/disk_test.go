@@ -128,6 +128,12 @@ func TestIntegrationVMExport(t *testing.T) {
 	if idD := runVia(t, ctx, dd, d.Tuple, "cat /etc/machine-id"); idD == idA {
 		t.Fatalf("the imported computer kept the exported one's machine id %q", idD)
 	}
+	if _, _, err := s.CopyOut(ctx, alice, d.ID, "f.txt"); api.CodeOf(err) != api.CodeConflict {
+		t.Errorf("copy out of a VM computer: %v, want conflict", err)
+	}
+	if _, err := s.CopyIn(ctx, alice, d.ID, ".", bytes.NewReader(nil)); api.CodeOf(err) != api.CodeConflict {
+		t.Errorf("copy in to a VM computer: %v, want conflict", err)
+	}
 	dirD := filepath.Join(base, "svc", "computers", d.ID)
 	stD := vmState(t, dirD)
 	for _, c := range []struct {
@@ -262,4 +268,50 @@ func diskExport(t *testing.T, base string, size int64) []byte {
 func digestOf(b []byte) string {
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:])
+}
+
+// TestOpenQEMUFileRefuses: the host reads a disk from QEMU's directory
+// only if it is a regular file of QEMU's uid, with one link, of the
+// disk limit's size, not through a symlink: a QEMU that put a link to a
+// host file there cannot have it exported. The right file is the
+// positive control.
+func TestOpenQEMUFileRefuses(t *testing.T) {
+	testenv.Require(t, "root")
+	dir := t.TempDir()
+	m := &Machine{qemuUID: 60123, limits: api.Limits{DiskBytes: 1 << 20}}
+	mk := func(name string, size int64, uid int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(os.Truncate(p, size), os.Chown(p, uid, uid)); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := mk("disk", 1<<20, 60123)
+	host := mk("host-secret", 1<<20, 0)
+	link := filepath.Join(dir, "symlink")
+	hard := filepath.Join(dir, "hardlink")
+	if err := errors.Join(os.Symlink(host, link), os.Link(mk("twice", 1<<20, 60123), hard)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, path string
+	}{
+		{"a file of another uid", host},
+		{"a symlink to a host file", link},
+		{"a file with two links", hard},
+		{"a disk grown past its limit", mk("grown", 2<<20, 60123)},
+	} {
+		if f, _, err := m.openQEMUFile(c.path); err == nil {
+			f.Close()
+			t.Errorf("%s: opened", c.name)
+		}
+	}
+	f, size, err := m.openQEMUFile(good)
+	if err != nil || size != 1<<20 {
+		t.Fatalf("control: QEMU's own disk: %d, %v", size, err)
+	}
+	f.Close()
 }
