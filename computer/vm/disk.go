@@ -52,10 +52,10 @@ func (m *Machine) syncGuest(ctx context.Context) error {
 // disk export.
 func (m *Machine) ExportDisk(ctx context.Context, w io.Writer) (api.Transfer, error) {
 	if m.rootImg == nil {
-		return api.Transfer{}, fmt.Errorf("%w: this computer's root is a tmpfs in its guest's memory (no guest image): it has no disk to export", ErrConfig)
+		return api.Transfer{}, api.Errorf(api.CodeConflict, "this computer's root is a tmpfs in its guest's memory (no guest image): it has no disk to export")
 	}
 	if !m.isFrozen() {
-		return api.Transfer{}, fmt.Errorf("%w: export the disk of a stopped guest only (suspend it first)", ErrGuest)
+		return api.Transfer{}, api.Errorf(api.CodeConflict, "export the disk of a stopped guest only (suspend it first)")
 	}
 	path := m.diskPath()
 	if m.overlaid() {
