@@ -80,8 +80,9 @@ proto:
 clean:
 	rm -rf $(BIN) .cache
 
-# demo-view boots a VM computer with a screen and prints live view links
-# (tether-qmp view): watch it, take over, hand back, pause. Ctrl-C ends it.
+# demo-view starts the computer service, creates a VM computer with a
+# screen (create --tier vm --screen) and prints its live view links:
+# watch it, take over, hand back. Ctrl-C deletes it.
 .PHONY: demo-view
 demo-view: build
-	@$(BIN)/tether-demo view
+	@$(BIN)/tether-computer demo-view

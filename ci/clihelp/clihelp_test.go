@@ -23,11 +23,11 @@ import (
 var subcommands = map[string][]string{
 	"tether-admission":   {"keygen", "publish", "inspect", "coordinate"},
 	"tether-custodian":   {"run", "receipts", "receipts show", "audit", "audit verify", "audit witness", "audit keygen", "routine", "routine save", "routine show", "routine run"},
-	"tether-demo":        {"run", "up", "down", "admission", "view"},
+	"tether-demo":        {"run", "up", "down", "admission"},
 	"tether-qmp":         {"capture", "run", "verify-bundle", "view", "token", "token mint", "token revoke", "token list", "audit", "audit verify"},
 	"tether-modelserver": {"anthropic", "gemini"},
 	"tether-receiver":    {"check-caps"},
-	"tether-computer":    {"create", "ls", "show", "rm", "renew", "suspend", "resume", "touch", "receipts", "cp", "export", "import", "token", "token add", "egress", "egress show", "egress set", "egress verify"},
+	"tether-computer":    {"create", "ls", "show", "rm", "renew", "suspend", "resume", "touch", "link", "demo-view", "receipts", "cp", "export", "import", "token", "token add", "egress", "egress show", "egress set", "egress verify"},
 }
 
 var (

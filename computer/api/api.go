@@ -65,6 +65,11 @@ type CreateRequest struct {
 	// gives egress (no_egress otherwise); a preset name the operator has
 	// not configured is refused (unknown_preset).
 	Egress policy.Policy `json:"egress,omitzero"`
+	// Screen gives the computer a display and a live view whose links
+	// its owner mints (POST /v1/computers/{id}/links). Only a TierVM
+	// computer has one; asked of another tier it is refused
+	// (bad_request) and nothing is made.
+	Screen bool `json:"screen,omitempty"`
 }
 
 // EgressInfo is the body of GET and the answer of PUT
@@ -116,6 +121,8 @@ type Computer struct {
 	Records string `json:"records,omitempty"`
 	// Accelerator is "kvm" or "tcg" on a VM computer.
 	Accelerator string `json:"accelerator,omitempty"`
+	// Screen says the computer has a display and a live view.
+	Screen bool `json:"screen,omitempty"`
 }
 
 // ComputerList is the body of GET /v1/computers.
@@ -276,4 +283,8 @@ type Backend interface {
 	// computer and returns what is stored: new connections see it at
 	// once, open tunnels it no longer allows close within a second.
 	SetEgress(ctx context.Context, c Caller, id string, pol policy.Policy) (EgressInfo, error)
+	// Link mints a one-time link to the live view of a running computer
+	// with a screen, for its owner (or an admin): not_found for anyone
+	// else, conflict when it has no screen or is not running.
+	Link(ctx context.Context, c Caller, id string, req LinkRequest) (Link, error)
 }

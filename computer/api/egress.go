@@ -31,7 +31,9 @@ type Egress interface {
 // service can reach: EgressListener opens a TCP listener on
 // 127.0.0.1:port inside the machine's own network namespace (the caller
 // closes it, or hands it to Egress.Attach). The namespaced provisioner's
-// machines are Networked.
+// machines are Networked; so are VM machines, whose guest listens on
+// 127.0.0.1:port and whose listener yields the streams the guest dials
+// over the computer's own wire link.
 type Networked interface {
 	EgressListener(ctx context.Context, port int) (net.Listener, error)
 }

@@ -121,6 +121,16 @@ func (c *Client) SetEgress(ctx context.Context, id string, pol policy.Policy) (a
 	return out, c.call(ctx, http.MethodPut, idPath(id, "/egress"), pol, http.StatusOK, &out)
 }
 
+// Link mints a one-time link to the live view of a running computer
+// with a screen (role api.LinkRoleView or api.LinkRoleControl; ttl 0
+// is the service's default). The link is a secret: whoever opens it
+// first is the viewer.
+func (c *Client) Link(ctx context.Context, id, role string, ttl time.Duration) (api.Link, error) {
+	var out api.Link
+	req := api.LinkRequest{Role: role, TTLSeconds: int64(ttl / time.Second)}
+	return out, c.call(ctx, http.MethodPost, idPath(id, "/links"), req, http.StatusCreated, &out)
+}
+
 // Suspend freezes a computer.
 func (c *Client) Suspend(ctx context.Context, id string) (api.Computer, error) {
 	var out api.Computer

@@ -106,6 +106,7 @@ func (s *Server) routeTable() []route {
 		{"POST /v1/computers/import", s.authed(s.importComputer)},
 		{"PUT /v1/computers/{id}/files", s.authed(s.withID(s.copyIn))},
 		{"GET /v1/computers/{id}/files", s.authed(s.withID(s.copyOut))},
+		{"POST /v1/computers/{id}/links", s.authed(s.withID(s.link))},
 		{"GET /v1/events", s.authed(s.events)},
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tetherdev/tether/computer/api"
 )
@@ -31,13 +32,14 @@ func TestOpenAPIDocument(t *testing.T) {
 		{"Limits", "memory_bytes", MaxMemoryBytes}, {"Limits", "pids", MaxPids}, {"Limits", "disk_bytes", MaxDiskBytes},
 		{"CreateRequest", "lease_ttl_s", MaxLeaseTTLSeconds}, {"CreateRequest", "idle_timeout_s", MaxIdleTimeoutSeconds},
 		{"CreateRequest", "queue_timeout_s", MaxQueueTimeoutSeconds}, {"RenewRequest", "lease_ttl_s", MaxLeaseTTLSeconds},
+		{"LinkRequest", "ttl_s", int64(api.MaxLinkTTL / time.Second)},
 	}
 	for _, b := range bounds {
 		if got := max(b.schema, b.prop); got != float64(b.want) {
 			t.Errorf("%s.%s maximum %v, the server checks %d", b.schema, b.prop, got, b.want)
 		}
 	}
-	for _, name := range []string{"Limits", "CreateRequest", "RenewRequest", "Computer", "ComputerList", "Event", "Error", "Tuple", "Receipt", "ImportResult"} {
+	for _, name := range []string{"Limits", "CreateRequest", "RenewRequest", "Computer", "ComputerList", "Event", "Error", "Tuple", "Receipt", "ImportResult", "LinkRequest", "Link"} {
 		ap := doc.Components.Schemas[name].Value.AdditionalProperties
 		if ap.Has == nil || *ap.Has {
 			t.Errorf("schema %s admits additional properties", name)

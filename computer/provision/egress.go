@@ -150,10 +150,11 @@ const (
 	NoProxy  = "localhost,127.0.0.1,::1"
 )
 
-// proxyEnv is the grant environment of a computer that uses the egress
+// ProxyEnv is the grant environment of a computer that uses the egress
 // proxy: both spellings of each variable, since curl reads only the
-// lower-case http_proxy and other tools only the upper-case forms.
-func proxyEnv() []admission.EnvVar {
+// lower-case http_proxy and other tools only the upper-case forms. The
+// VM tier's guest listens on the same address.
+func ProxyEnv() []admission.EnvVar {
 	var env []admission.EnvVar
 	for _, kv := range [][2]string{{"HTTP_PROXY", ProxyURL}, {"HTTPS_PROXY", ProxyURL}, {"ALL_PROXY", SocksURL},
 		{"NO_PROXY", NoProxy}} {
@@ -170,7 +171,7 @@ func (c *Local) withProxyEnv(g admission.Grant) admission.Grant {
 	on := c.egressProxy
 	c.mu.Unlock()
 	if on {
-		g.Env = append(g.Env, proxyEnv()...)
+		g.Env = append(g.Env, ProxyEnv()...)
 	}
 	return g
 }

@@ -52,7 +52,7 @@ func (s *Service) enqueue(caller api.Caller, sp spec) (*computer, *waiter, error
 	now := time.Now()
 	c := &computer{rec: record{ID: newID("c-"), Owner: caller.Owner, Limits: sp.limits,
 		LeaseTTLSeconds: int64(sp.ttl / time.Second), IdleTimeoutSecs: int64(sp.idle / time.Second),
-		Labels: sp.labels, Created: now.UTC().Round(0), Tier: sp.tier, Egress: sp.egress}, lastActive: now}
+		Labels: sp.labels, Created: now.UTC().Round(0), Tier: sp.tier, Egress: sp.egress, Screen: sp.screen}, lastActive: now}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -138,7 +138,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, how
 	}
 	s.armLease(c, deadline)
 	s.cfg.step(StepCreateRecorded)
-	m, err := s.machine(pooled, c.rec.Tier, dir, sp.limits, how.prepare)
+	m, err := s.machine(pooled, c.rec.Tier, dir, sp.limits, sp.screen, how.prepare)
 	if err != nil {
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
@@ -173,8 +173,8 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, how
 
 // machine is the claimed pool machine, its pool record dropped (on
 // error it is still returned, for the caller to tear down), or a new one
-// from prepare when set, else from Prepare.
-func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits,
+// from prepare when set (an import's), else from Prepare.
+func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits, screen bool,
 	prepare func(context.Context, string, api.Limits) (api.Machine, error)) (api.Machine, error) {
 	if pooled != nil {
 		if err := s.st.delPool(dir); err != nil {
@@ -183,10 +183,13 @@ func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits,
 		s.kickRefill()
 		return pooled, nil
 	}
-	if prepare == nil {
-		prepare = s.provFor(tier).Prepare
+	var m api.Machine
+	var err error
+	if prepare != nil {
+		m, err = prepare(s.ctx, dir, l)
+	} else {
+		m, err = s.prepare(tier, dir, l, screen)
 	}
-	m, err := prepare(s.ctx, dir, l)
 	if err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 // denies all). With Config.Egress set, the service attaches a computer
 // to the host's egress proxy when it becomes running (create, a claimed
 // pool machine, a re-adopted one) through a listener in the computer's
-// own network namespace, points its grant's environment at it, and
+// own network namespace (a VM computer's: its own wire link), points its grant's environment at it, and
 // detaches it before the teardown. Without Config.Egress a computer has
 // its loopback only, as before, and a policy that allows anything is
 // refused (no_egress).

@@ -274,7 +274,7 @@ func (c *computer) view() api.Computer {
 	return api.Computer{ID: r.ID, Owner: r.Owner, State: r.State, Tier: tierName(r.Tier), Accelerator: r.Accelerator, Limits: r.Limits,
 		Tuple: r.Tuple, Labels: r.Labels, CreatedAt: r.Created, LeaseExpiresAt: r.LeaseEnd,
 		IdleTimeoutSeconds: r.IdleTimeoutSecs, CustodianConfig: r.CustodianConfig, FromPool: r.FromPool,
-		Reason: r.Reason}
+		Reason: r.Reason, Screen: r.Screen}
 }
 
 // viewWithRecords is view, naming where an ended computer's records are.

@@ -17,6 +17,7 @@ type spec struct {
 	labels       map[string]string
 	tier         string
 	egress       policy.Policy
+	screen       bool
 }
 
 // check validates req; every refusal is bad_request and nothing is made.
@@ -50,7 +51,11 @@ func (s *Service) check(req api.CreateRequest) (spec, error) {
 	if err := tierEgress(tier, req.Egress); err != nil {
 		return spec{}, err
 	}
-	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels, tier: tier, egress: req.Egress}, nil
+	if err := s.tierScreen(tier, req.Screen); err != nil {
+		return spec{}, err
+	}
+	return spec{limits: l, ttl: ttl, idle: idle, queueTimeout: qt, labels: req.Labels, tier: tier, egress: req.Egress,
+		screen: req.Screen}, nil
 }
 
 // leaseTTL is the lease a create or renew asks for: zero means the

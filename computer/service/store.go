@@ -47,6 +47,8 @@ type record struct {
 	// Egress is the computer's egress policy (egress.go); absent denies
 	// all.
 	Egress policy.Policy `json:"egress,omitzero"`
+	// Screen: the computer has a display and a live view (screen.go).
+	Screen bool `json:"screen,omitempty"`
 }
 
 // store is the bbolt file: one bucket of computer records by id, one of

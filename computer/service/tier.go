@@ -76,21 +76,27 @@ func rootedTier(t string) error {
 	return nil
 }
 
+// egressTiers are the tiers whose machines reach the egress proxy: a
+// namespaced computer through a listener in its own network namespace,
+// a VM computer through the streams its guest dials over its wire link
+// (its guest has no network device).
+var egressTiers = map[string]bool{api.TierNamespaced: true, api.TierVM: true}
+
 // tierEgress refuses a policy that allows anything for a computer of a
-// tier without a network device (every tier but the default: a VM
-// computer's guest has none).
+// tier that cannot reach the egress proxy (none today but a tier the
+// service does not know, which create refuses anyway).
 func tierEgress(tier string, pol policy.Policy) error {
-	if tierName(tier) != api.TierNamespaced && !denyAll(pol) {
-		return api.Errorf(api.CodeBadRequest, "egress: a %s computer has no network device; its policy must deny all", tier)
+	if !egressTiers[tierName(tier)] && !denyAll(pol) {
+		return api.Errorf(api.CodeBadRequest, "egress: a %s computer cannot reach the egress proxy; its policy must deny all", tier)
 	}
 	return nil
 }
 
-// attachEgressByTier attaches a default-tier computer to the egress
-// proxy; a computer of another tier has no network to attach (its
+// attachEgressByTier attaches a computer of a tier that reaches the
+// egress proxy; one of another tier has no network to attach (its
 // policy denies all, tierEgress).
 func (s *Service) attachEgressByTier(ctx context.Context, c *computer) error {
-	if tierName(c.rec.Tier) != api.TierNamespaced {
+	if !egressTiers[tierName(c.rec.Tier)] {
 		return nil
 	}
 	return s.attachEgress(ctx, c)

@@ -59,18 +59,18 @@ func TestTierNotOfferedIsRefused(t *testing.T) {
 	}
 }
 
-// TestTierEgress: a VM computer has no network device, so a policy that
-// allows anything is refused for it; the same policy passes for the
-// default tier, and a deny-all policy for both.
+// TestTierEgress: both tiers reach the egress proxy (a VM computer over
+// its wire link), so a policy that allows something passes for either;
+// for a tier that cannot reach it only a deny-all policy passes.
 func TestTierEgress(t *testing.T) {
 	allow := policy.Policy{Allow: []policy.Rule{{Host: "example.com", Ports: []uint16{443}}}}
-	if err := tierEgress(api.TierVM, allow); api.CodeOf(err) != api.CodeBadRequest {
-		t.Fatalf("vm with an allow rule = %v, want bad_request", err)
+	if err := tierEgress("bhyve", allow); api.CodeOf(err) != api.CodeBadRequest {
+		t.Fatalf("a tier that cannot reach the proxy with an allow rule = %v, want bad_request", err)
 	}
 	for _, tc := range []struct {
 		tier string
 		pol  policy.Policy
-	}{{"", allow}, {api.TierNamespaced, allow}, {api.TierVM, policy.Policy{}}} {
+	}{{"", allow}, {api.TierNamespaced, allow}, {api.TierVM, allow}, {api.TierVM, policy.Policy{}}, {"bhyve", policy.Policy{}}} {
 		if err := tierEgress(tc.tier, tc.pol); err != nil {
 			t.Fatalf("tier %q, policy %+v: %v", tc.tier, tc.pol, err)
 		}

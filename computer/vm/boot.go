@@ -55,6 +55,7 @@ func (m *Machine) qemuArgs() []string {
 		[]string{"-chardev", "file,id=tether-log,path=" + p.receiverLog,
 			"-device", "virtserialport,chardev=tether-log,name=" + vmguest.LogPort},
 		m.diskArgs(),
+		m.screenArgs(),
 	)
 }
 
@@ -75,7 +76,7 @@ func (m *Machine) boot(ctx context.Context) error {
 		args = append(args, m.saved.incoming()...)
 	}
 	m.vm, err = guest.Start(ctx, guest.Config{Kernel: m.kernel, Initramfs: m.initramfs, QEMU: m.p.cfg.QEMU,
-		Accel: accelArg, CPUs: 1, MemoryMiB: int(m.limits.MemoryBytes >> 20), Args: args,
+		Accel: accelArg, CPUs: 1, MemoryMiB: int(m.limits.MemoryBytes >> 20), Args: args, Append: m.screenAppend(),
 		ConsoleLog: m.p.consoleWriter(), SysProcAttr: m.confinement()})
 	if err != nil {
 		return err

@@ -162,7 +162,7 @@ func (p *Provisioner) PrepareDisk(ctx context.Context, dir string, limits api.Li
 	if err != nil {
 		return nil, api.Transfer{}, err
 	}
-	m, err := p.prepareMachine(ctx, d, limits, r)
+	m, err := p.prepareMachine(ctx, d, limits, false, r)
 	if err != nil {
 		return nil, api.Transfer{}, err
 	}

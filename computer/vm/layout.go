@@ -19,6 +19,8 @@ import (
 //	  coordinator/     0700 root   the admission signing key
 //	  admission/       0755 root   the snapshot, pushed to the guest over the control port
 //	  qemu/            0700 qemu   initramfs, QMP, control and wire sockets, logs
+//	                               (with a screen also view-qmp.sock and vnc.sock)
+//	  screen/          0700 root   with a screen: the live view's tokens and audit log
 type paths struct {
 	dir, wire, state, custConfig             string
 	custodian, auditKey, auditPub, custState string
@@ -28,6 +30,7 @@ type paths struct {
 	admission                                string
 	qemu, initramfs, qmp, control, guestWire string
 	receiverLog                              string
+	screen, viewQMP, vnc                     string
 }
 
 func layout(dir string) paths {
@@ -42,6 +45,7 @@ func layout(dir string) paths {
 		qemu:      j("qemu"), initramfs: j("qemu", "initramfs.cpio"), qmp: j("qemu", "qmp.sock"),
 		control: j("qemu", "control.sock"), guestWire: j("qemu", "wire.sock"),
 		receiverLog: j("qemu", "receiver.log"),
+		screen:      j("screen"), viewQMP: j("qemu", "view-qmp.sock"), vnc: j("qemu", "vnc.sock"),
 	}
 }
 

@@ -51,15 +51,21 @@ type Machine struct {
 	importFrom io.Reader
 	imported   api.Transfer
 
+	// screen: the machine has a display and a live view (screen.go);
+	// scr is its view once started.
+	screen bool
+	scr    *screen
+
 	vm       *guest.VM
 	ctl      *ctl.Client
 	wireConn net.Conn
 	link     *muxlink.Link
 	relay    *relay
 
-	mu         sync.Mutex
-	serviceRef *custodian.ComputerRef
-	frozen     bool // QMP stop was the last of Freeze and Thaw
+	mu          sync.Mutex
+	serviceRef  *custodian.ComputerRef
+	frozen      bool // QMP stop was the last of Freeze and Thaw
+	egressProxy bool // grants point at the egress proxy (egress.go)
 
 	closeOnce sync.Once
 	closeErr  error
@@ -71,6 +77,7 @@ var (
 	_ api.RecordKeeper = (*Machine)(nil)
 	_ api.Described    = (*Machine)(nil)
 	_ provision.Dialer = (*Machine)(nil)
+	_ api.Screen       = (*Machine)(nil)
 )
 
 // Dir implements api.Machine.
@@ -93,7 +100,7 @@ func (m *Machine) Grant(ctx context.Context, notAfter time.Time) error {
 			return err
 		}
 	}
-	g := m.options().GrantFor(m.alloc.Tuple, m.alloc.UID, m.alloc.GID, notAfter)
+	g := m.withProxyEnv(m.options().GrantFor(m.alloc.Tuple, m.alloc.UID, m.alloc.GID, notAfter))
 	if err := m.publish(ctx, g); err != nil {
 		return err
 	}
@@ -160,9 +167,13 @@ func (m *Machine) setFrozen(f bool) {
 // receiver included (a frozen VM computer answers nothing until Thaw).
 // The guest first writes what it holds in memory to its disk (ctl sync;
 // QMP stop then flushes QEMU's own caches), so a frozen computer's disk
-// is whole for an export (ExportDisk).
+// is whole for an export (ExportDisk). With a screen the stop goes
+// through the live view (screen.go).
 func (m *Machine) Freeze(ctx context.Context) error {
 	if err := m.syncGuest(ctx); err != nil {
+		return err
+	}
+	if handled, err := m.pauseScreen(ctx); handled {
 		return err
 	}
 	if _, err := qmpExecute(ctx, m.paths.qmp, m.qemuUID, "stop"); err != nil {
@@ -175,6 +186,12 @@ func (m *Machine) Freeze(ctx context.Context) error {
 // Thaw implements api.Machine as QMP cont, then sets the guest's clock,
 // which stood still while it was stopped.
 func (m *Machine) Thaw(ctx context.Context) error {
+	if handled, err := m.resumeScreen(ctx); handled {
+		if err != nil {
+			return err
+		}
+		return m.syncClock(ctx)
+	}
 	if _, err := qmpExecute(ctx, m.paths.qmp, m.qemuUID, "cont"); err != nil {
 		return err
 	}
@@ -270,10 +287,14 @@ func (m *Machine) writeCustodianConfig(notAfter time.Time) error {
 }
 
 // KeepRecords implements api.RecordKeeper: the custodian's state and
-// the audit log's public key move into dst.
+// the audit log's public key move into dst; with a screen the view
+// stops and its state (audit log) moves to dst/screen.
 func (m *Machine) KeepRecords(_ context.Context, dst string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("keep records: %w", err)
+	}
+	if err := m.keepScreenRecords(dst); err != nil {
+		return err
 	}
 	for _, mv := range []struct{ from, to string }{
 		{m.paths.custState, filepath.Join(dst, "state")},

@@ -31,7 +31,7 @@ var guestRecv = provision.ReceiverFilesIn(guestEtc)
 
 // prepare runs the named steps of one Prepare; teardown runs on failure.
 func (m *Machine) prepare(ctx context.Context) error {
-	return provision.RunSteps(ctx, "vm", []provision.Step{
+	steps := []provision.Step{
 		{Name: "validate.Limits", Run: m.validate},
 		{Name: "guest.RootImage", Run: m.chooseRoot},
 		{Name: "allocate.IDs", Run: m.allocate},
@@ -46,7 +46,11 @@ func (m *Machine) prepare(ctx context.Context) error {
 		{Name: "guest.Identity", Run: m.inject},
 		{Name: "wire.Link", Run: m.startWire},
 		{Name: "receiver.Answering", Run: m.waitAnswering},
-	}, m.teardown, 30*time.Second)
+	}
+	if m.screen {
+		steps = append(steps, provision.Step{Name: "screen.View", Run: m.startScreen})
+	}
+	return provision.RunSteps(ctx, "vm", steps, m.teardown, 30*time.Second)
 }
 
 // validate resolves the limits: memory becomes the guest's RAM, pids the
@@ -170,7 +174,7 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 		return err
 	}
 	m.kernel = k
-	if m.p.cfg.StateDir != "" && !m.template && m.importFrom == nil {
+	if m.p.cfg.StateDir != "" && !m.template && !m.screen && m.importFrom == nil {
 		m.saved, err = m.p.savedState(ctx, m.limits, m.rootImg)
 		if err != nil {
 			return fmt.Errorf("saved state: %w", err)
@@ -179,7 +183,7 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 		return nil
 	}
 	m.initramfs = m.paths.initramfs
-	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig()); err != nil {
+	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig(), m.screen); err != nil {
 		return err
 	}
 	return os.Chown(m.paths.initramfs, int(m.qemuUID), int(m.qemuUID))
@@ -187,12 +191,14 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 
 // buildGenericImage writes an initramfs that holds nothing of one
 // computer: the agent, the receiver and the agent's configuration, which
-// makes the agent wait for its identity (inject).
-func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage) error {
+// makes the agent wait for its identity (inject). With screen it also
+// loads the display's and the tablet's modules, and the agent draws its
+// console on the display (vmguest.Config.Screen).
+func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage, screen bool) error {
 	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm", Shares: []vmguest.Share{},
 		Root: GuestRoot, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
 		CgroupParent: GuestCgroup, Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress},
-		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName, RootImage: root}, "", "  ")
+		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName, RootImage: root, Screen: screen}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -202,7 +208,11 @@ func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out stri
 		{Path: guestAgentPath, Source: b.Path(GuestAgent), Mode: 0o755},
 		{Path: guestReceiverPath, Source: b.Path(bins.Receiver), Mode: 0o755},
 	}
-	_, err = guest.Build(ctx, guest.Spec{Kernel: k, Modules: guestModules(root), Files: files, Init: guestAgentPath}, out)
+	mods := guestModules(root)
+	if screen {
+		mods = append(append([]string{}, mods...), screenModules...)
+	}
+	_, err = guest.Build(ctx, guest.Spec{Kernel: k, Modules: mods, Files: files, Init: guestAgentPath}, out)
 	return err
 }
 
@@ -225,7 +235,7 @@ func (m *Machine) identityFiles() ([]guest.File, error) {
 	recvCfg, err := provision.ReceiverConfig(provision.ReceiverSettings{
 		Listen:        m.creds.ListenTLS(GuestReceiverAddress, guestRecv),
 		AdmissionFile: GuestAdmission + "/" + admission.FileName, PublicKey: guestEtc + "/admission.pub",
-		Landlock: receiver.LandlockConfig{Mode: landlock},
+		Landlock: guestLandlock(landlock), // egress.go
 		Cgroup:   receiver.CgroupConfig{Mode: receiver.CgroupRequired, Parent: GuestCgroup}, FenceState: guestEtc + "/fence.json"})
 	if err != nil {
 		return nil, err

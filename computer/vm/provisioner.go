@@ -31,7 +31,10 @@ type Provisioner struct {
 	fresh   map[string]bool
 }
 
-var _ api.Provisioner = (*Provisioner)(nil)
+var (
+	_ api.Provisioner       = (*Provisioner)(nil)
+	_ api.ScreenProvisioner = (*Provisioner)(nil)
+)
 
 // NewProvisioner returns a Provisioner making VM computers as cfg says.
 func NewProvisioner(cfg Config) *Provisioner { return &Provisioner{cfg: cfg} }
@@ -40,11 +43,16 @@ func NewProvisioner(cfg Config) *Provisioner { return &Provisioner{cfg: cfg} }
 // serves a snapshot holding no grant. On failure everything made is
 // removed and the error names the failed step.
 func (p *Provisioner) Prepare(ctx context.Context, dir string, limits api.Limits) (api.Machine, error) {
+	return p.prepare(ctx, dir, limits, false)
+}
+
+// prepare is Prepare, with a screen or without.
+func (p *Provisioner) prepare(ctx context.Context, dir string, limits api.Limits, screen bool) (api.Machine, error) {
 	d, err := provision.CheckDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	m, err := p.prepareMachine(ctx, d, limits, nil)
+	m, err := p.prepareMachine(ctx, d, limits, screen, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -53,8 +61,8 @@ func (p *Provisioner) Prepare(ctx context.Context, dir string, limits api.Limits
 
 // prepareMachine runs Prepare's steps in the checked directory d; with
 // disk set, the writable disk is read from that disk export (disk.go).
-func (p *Provisioner) prepareMachine(ctx context.Context, d string, limits api.Limits, disk io.Reader) (*Machine, error) {
-	m := &Machine{p: p, paths: layout(d), limits: limits, importFrom: disk}
+func (p *Provisioner) prepareMachine(ctx context.Context, d string, limits api.Limits, screen bool, disk io.Reader) (*Machine, error) {
+	m := &Machine{p: p, paths: layout(d), limits: limits, screen: screen, importFrom: disk}
 	if err := m.prepare(ctx); err != nil {
 		return nil, err
 	}

@@ -32,6 +32,10 @@ func (m *Machine) teardown(ctx context.Context) error {
 		m.relay.Close()
 	}
 	if m.ctl != nil && m.isFrozen() && m.alive() {
+		_ = m.Thaw(ctx) // through the view while it serves: it records the resume
+	}
+	m.stopScreen()
+	if m.ctl != nil && m.isFrozen() && m.alive() { // the view's resume failed: QMP cont
 		_ = m.Thaw(ctx) // a stopped guest cannot shut down
 	}
 	if m.ctl != nil {

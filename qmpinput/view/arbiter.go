@@ -42,6 +42,8 @@ type arbiter struct {
 	now     func() time.Time
 	changed func() // broadcast the state; called without mu
 	logf    func(format string, args ...any)
+	// pauseOwner, if set, alone pauses and resumes (Config.PauseOwner).
+	pauseOwner string
 
 	mu        sync.RWMutex
 	holder    *viewer        // whose input passes; nil once its hold is released
@@ -61,11 +63,14 @@ type State struct {
 	Paused      bool      `json:"paused"`
 	PausedBy    string    `json:"paused_by,omitempty"`
 	PausedSince time.Time `json:"paused_since,omitzero"`
+	// PauseOwner is Config.PauseOwner: set, the page offers no pause
+	// or resume (only the owner pauses and resumes).
+	PauseOwner string `json:"pause_owner,omitempty"`
 }
 
 func (ar *arbiter) state(v *viewer) State {
 	ar.mu.RLock()
-	s := State{Since: ar.since, Expires: ar.expires, HolderIsYou: ar.shown != nil && ar.shown == v}
+	s := State{Since: ar.since, Expires: ar.expires, HolderIsYou: ar.shown != nil && ar.shown == v, PauseOwner: ar.pauseOwner}
 	if ar.shown != nil {
 		s.Holder = ar.shown.actor
 	}
@@ -167,6 +172,9 @@ func (ar *arbiter) pause(ctx context.Context, v *viewer) error {
 	if v.role != token.RoleControl {
 		return fmt.Errorf("%w: pause needs a control token", ErrForbidden)
 	}
+	if ar.pauseOwner != "" {
+		return fmt.Errorf("%w: only %s pauses this VM", ErrForbidden, ar.pauseOwner)
+	}
 	ar.aud.bind(v.actor, string(v.role), v.tokenID)
 	ar.staleAuditErr()
 	err := ar.adapter.Pause(ctx, v.actor)
@@ -185,6 +193,9 @@ func (ar *arbiter) pause(ctx context.Context, v *viewer) error {
 func (ar *arbiter) resume(ctx context.Context, v *viewer) error {
 	if v.role != token.RoleControl {
 		return fmt.Errorf("%w: resume needs a control token", ErrForbidden)
+	}
+	if ar.pauseOwner != "" {
+		return fmt.Errorf("%w: only %s resumes this VM", ErrForbidden, ar.pauseOwner)
 	}
 	ar.aud.bind(v.actor, string(v.role), v.tokenID)
 	err := ar.adapter.Resume(ctx, v.actor)

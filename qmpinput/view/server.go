@@ -51,8 +51,14 @@ type Config struct {
 	// rfb.Session.RefreshEvery); zero means rfb.DefaultRefreshEvery,
 	// negative turns it off (for measurements only).
 	RefreshEvery time.Duration
-	Now          func() time.Time
-	Logf         func(format string, args ...any)
+	// PauseOwner, if set, names who alone pauses and resumes the VM
+	// (e.g. "tether-computer"): a viewer's pause or resume is refused
+	// (ErrForbidden) and Server.Pause and Server.Resume are the only
+	// way, so the view never contradicts the VM's owner about whether
+	// the VM runs.
+	PauseOwner string
+	Now        func() time.Time
+	Logf       func(format string, args ...any)
 }
 
 // Server serves one VM's live view. Close must be called: it closes
@@ -97,7 +103,8 @@ func New(cfg Config) (*Server, error) {
 		u, _ := url.Parse(n)
 		s.origins[n], s.hosts[u.Host] = true, true
 	}
-	s.ar = &arbiter{adapter: cfg.Adapter, aud: cfg.Auditor, maxHold: cfg.MaxHold, now: cfg.Now, changed: s.broadcast, logf: cfg.Logf}
+	s.ar = &arbiter{adapter: cfg.Adapter, aud: cfg.Auditor, maxHold: cfg.MaxHold, now: cfg.Now, changed: s.broadcast, logf: cfg.Logf,
+		pauseOwner: cfg.PauseOwner}
 	s.wg.Add(1)
 	go s.sweep()
 	return s, nil

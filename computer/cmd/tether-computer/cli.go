@@ -52,7 +52,7 @@ const prog = "tether-computer"
 const usage = `usage: tether-computer <command> [flags]
 
 commands:
-  create   [--tier vm] [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
+  create   [--tier vm [--screen]] [--memory BYTES] [--pids N] [--disk BYTES] [--ttl DUR] [--idle DUR] [--label K=V]...
            [--seed DIR | --seed-bundle FILE]
            [--egress-allow HOST[:PORTS]]... [--egress-deny ...]... [--egress-preset NAME]... | [--egress FILE]
                                  make a computer and print it (JSON) once it runs
@@ -63,6 +63,8 @@ commands:
   suspend  ID                    freeze its commands (memory kept; a VM stops whole: QMP stop)
   resume   ID                    thaw it
   touch    ID                    record activity (resumes a suspended computer)
+  link     [--role view|control] [--ttl 1h] ID
+                                 mint a one-time link to a screen computer's live view (its owner only)
   receipts ID                    the receipts (SHA-256) of its exports, imports and copies
   egress   show ID | set ID ... | verify LOG
                                  its egress policy (what it may reach through the host's proxy); the proxy's log
@@ -75,6 +77,7 @@ commands:
                                  run the daemon (root): state, API, leases, idle suspend, pool
   verify   [--dir DIR]           check the daemon's hash-chained transition log
   demo     [--bin DIR]           the service at work (pool, lease, suspend, expiry), embedded
+  demo-view [--for DUR]          a VM computer with a screen: prints a control and a view-only link
 
 Every command but token, serve and verify takes --socket PATH (default ` + DefaultSocket + `,
 or $` + envSocket + `), or
@@ -85,23 +88,25 @@ and the server's CA in --ca. Run "tether-computer <command> --help" for its flag
 type command func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 var commands = map[string]command{
-	"create":   runCreate,
-	"ls":       runList,
-	"show":     runShow,
-	"rm":       idCommand("rm", "end a computer: withdraw its grant, kill what runs, tear down", removeOne),
-	"renew":    runRenew,
-	"suspend":  idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
-	"resume":   idCommand("resume", "thaw a suspended computer", resumeOne),
-	"touch":    idCommand("touch", "record activity on a computer, resuming it when suspended", touchOne),
-	"receipts": idCommand("receipts", "list the receipts (SHA-256) of a computer's exports, imports and copies", receiptsOf),
-	"cp":       runCopy,
-	"egress":   runEgress,
-	"export":   runExport,
-	"import":   runImport,
-	"token":    runToken,
-	"serve":    runServe,
-	"verify":   runVerify,
-	"demo":     runDemo,
+	"create":    runCreate,
+	"ls":        runList,
+	"show":      runShow,
+	"rm":        idCommand("rm", "end a computer: withdraw its grant, kill what runs, tear down", removeOne),
+	"renew":     runRenew,
+	"suspend":   idCommand("suspend", "freeze a computer's commands; its receiver keeps answering", suspendOne),
+	"resume":    idCommand("resume", "thaw a suspended computer", resumeOne),
+	"touch":     idCommand("touch", "record activity on a computer, resuming it when suspended", touchOne),
+	"link":      runLink,
+	"demo-view": runDemoView,
+	"receipts":  idCommand("receipts", "list the receipts (SHA-256) of a computer's exports, imports and copies", receiptsOf),
+	"cp":        runCopy,
+	"egress":    runEgress,
+	"export":    runExport,
+	"import":    runImport,
+	"token":     runToken,
+	"serve":     runServe,
+	"verify":    runVerify,
+	"demo":      runDemo,
 }
 
 // run dispatches to a subcommand and returns the process exit code.
@@ -254,8 +259,10 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		"--seed DIR copies the folder's contents into the new root, --seed-bundle FILE a git clone of the\n"+
 		"bundle (the seed's receipt goes to stderr); a computer whose seed fails is deleted.\n"+
 		"Without --egress flags it reaches nothing beyond its loopback; with them, what they allow through\n"+
-		"the host's egress proxy (the service needs serve --egress-config).", stderr)
+		"the host's egress proxy (the service needs serve --egress-config).\n"+
+		"--screen (with --tier vm) gives the computer a display and a live view; mint its links with 'link'.", stderr)
 	opts := createFlags(fs)
+	screen := fs.Bool("screen", false, "give the VM computer a display and a live view (with --tier vm)")
 	lbl := labels{}
 	fs.Var(lbl, "label", "KEY=VALUE label; repeatable")
 	seed := fs.String("seed", "", "local folder whose contents fill the new computer's root")
@@ -277,7 +284,7 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return fail(stderr, "create", err)
 	}
 	req := opts.request()
-	req.Egress = pol
+	req.Egress, req.Screen = pol, *screen
 	if len(lbl) > 0 {
 		req.Labels = lbl
 	}

@@ -31,7 +31,7 @@ func (b *memBackend) Create(_ context.Context, c api.Caller, r api.CreateRequest
 	defer b.mu.Unlock()
 	b.n++
 	comp := api.Computer{ID: "c" + strings.Repeat("x", b.n), Owner: c.Owner, State: api.StateRunning, Tier: api.TierNamespaced,
-		Limits: r.Limits, Labels: r.Labels, CreatedAt: time.Now().UTC(), IdleTimeoutSeconds: 900}
+		Limits: r.Limits, Labels: r.Labels, CreatedAt: time.Now().UTC(), IdleTimeoutSeconds: 900, Screen: r.Screen}
 	b.cs[comp.ID] = comp
 	return comp, nil
 }

@@ -53,7 +53,7 @@ func checkPayload(r Request) error {
 	if r.Identity != nil {
 		return r.Identity.Validate()
 	}
-	return nil
+	return checkEgress(r)
 }
 
 // Validate reports the first invalid member.

@@ -7,7 +7,10 @@
 //
 // A frame is a 9-byte header, type (1 byte), stream id and payload
 // length (4 bytes each, big endian), then the payload. The host opens
-// streams; either end sends data and closes. The link starts with a
+// streams (ids below GuestStreamBit); the guest may dial streams of its
+// own (ids with GuestStreamBit set, dial.go) only while the host accepts
+// them, at most MaxGuestStreams at once. Either end sends data and
+// closes. The link starts with a
 // hello carrying a nonce that the guest echoes after it has dropped
 // every stream of an earlier link, so bytes left in the port from a
 // previous host connection never reach a new stream.
@@ -26,7 +29,12 @@ const (
 	typeOpen  byte = 0x01 // host -> guest, empty payload
 	typeData  byte = 0x02
 	typeClose byte = 0x03 // empty payload: the sender will send no more and reads no more
+	typeDial  byte = 0x04 // guest -> host, empty payload, a stream id with GuestStreamBit
 )
+
+// GuestStreamBit marks the ids of streams the guest dials; the host's
+// own ids never carry it, so the two never collide.
+const GuestStreamBit uint32 = 1 << 31
 
 // Limits.
 const (
@@ -62,12 +70,16 @@ func parseHeader(h []byte) (frame, int, error) {
 		return frame{}, 0, fmt.Errorf("%w: payload of %d bytes (max %d)", ErrFrame, n, MaxPayload)
 	case f.typ == typeHello && (f.stream != 0 || n != nonceLen):
 		return frame{}, 0, fmt.Errorf("%w: hello on stream %d with %d bytes", ErrFrame, f.stream, n)
-	case (f.typ == typeOpen || f.typ == typeClose) && n != 0:
+	case (f.typ == typeOpen || f.typ == typeClose || f.typ == typeDial) && n != 0:
 		return frame{}, 0, fmt.Errorf("%w: type %#x with a payload", ErrFrame, f.typ)
 	case f.typ == typeData && n == 0:
 		return frame{}, 0, fmt.Errorf("%w: empty data frame", ErrFrame)
-	case f.typ != typeHello && f.typ != typeOpen && f.typ != typeData && f.typ != typeClose:
+	case f.typ != typeHello && f.typ != typeOpen && f.typ != typeData && f.typ != typeClose && f.typ != typeDial:
 		return frame{}, 0, fmt.Errorf("%w: unknown type %#x", ErrFrame, f.typ)
+	case f.typ == typeOpen && f.stream&GuestStreamBit != 0:
+		return frame{}, 0, fmt.Errorf("%w: open of stream %#x, a guest's id", ErrFrame, f.stream)
+	case f.typ == typeDial && f.stream&GuestStreamBit == 0:
+		return frame{}, 0, fmt.Errorf("%w: dial of stream %#x, a host's id", ErrFrame, f.stream)
 	case f.typ != typeHello && f.stream == 0:
 		return frame{}, 0, fmt.Errorf("%w: stream 0 is the link's", ErrFrame)
 	}

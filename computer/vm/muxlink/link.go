@@ -43,7 +43,11 @@ type Link struct {
 	err     error         // set once the link ended
 	done    chan struct{} // closed when the read loop ended
 	ready   chan struct{} // host: closed when the guest echoed the hello
-	accept  chan *Stream  // guest: streams the host opened
+	accept  chan *Stream  // guest: streams the host opened; host: streams the guest dialed
+
+	dialable  bool   // host: guest dials are accepted (SetDialable)
+	guestOpen int    // streams with GuestStreamBit in streams
+	nextDial  uint32 // guest: the last id dialed, without GuestStreamBit
 }
 
 // Host starts the host's end on rw (QEMU's chardev socket) and returns
@@ -107,7 +111,10 @@ func (l *Link) Open() (*Stream, error) {
 		l.mu.Unlock()
 		return nil, l.err
 	}
-	l.next++
+	l.next = l.next%(GuestStreamBit-1) + 1 // never GuestStreamBit's space, never 0
+	for l.streams[l.next] != nil {
+		l.next = l.next%(GuestStreamBit-1) + 1
+	}
 	s := newStream(l, l.next)
 	l.streams[s.id] = s
 	l.mu.Unlock()
@@ -118,8 +125,9 @@ func (l *Link) Open() (*Stream, error) {
 	return s, nil
 }
 
-// Accept returns the next stream the host opened (guest only). The
-// caller closes it.
+// Accept returns the next stream the host opened (on the guest), or the
+// next stream the guest dialed while SetDialable was on (on the host).
+// The caller closes it.
 func (l *Link) Accept(ctx context.Context) (*Stream, error) {
 	select {
 	case s := <-l.accept:
@@ -202,6 +210,8 @@ func (l *Link) handle(f frame) {
 		// bytes of an earlier link: dropped until the echo
 	case f.typ == typeOpen && !l.host:
 		l.opened(f.stream)
+	case f.typ == typeDial && l.host:
+		l.dialed(f.stream)
 	case f.typ == typeData:
 		if s := l.stream(f.stream); s != nil {
 			s.deliver(f.payload)
@@ -259,6 +269,9 @@ func (l *Link) stream(id uint32) *Stream {
 func (l *Link) forget(id uint32) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if _, ok := l.streams[id]; ok && id&GuestStreamBit != 0 {
+		l.guestOpen--
+	}
 	delete(l.streams, id)
 }
 
@@ -267,6 +280,7 @@ func (l *Link) resetAll(err error) {
 	l.mu.Lock()
 	all := l.streams
 	l.streams = map[uint32]*Stream{}
+	l.guestOpen = 0
 	l.mu.Unlock()
 	for _, s := range all {
 		s.fail(err)

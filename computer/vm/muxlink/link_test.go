@@ -172,6 +172,7 @@ func TestOverrunClosesTheStream(t *testing.T) {
 func FuzzParseHeader(f *testing.F) {
 	f.Add(appendFrame(nil, frame{typ: typeData, stream: 3, payload: []byte("x")})[:headerLen])
 	f.Add(appendFrame(nil, frame{typ: typeHello, payload: make([]byte, nonceLen)})[:headerLen])
+	f.Add(appendFrame(nil, frame{typ: typeDial, stream: GuestStreamBit | 1})[:headerLen])
 	f.Fuzz(func(t *testing.T, h []byte) {
 		fr, n, err := parseHeader(h)
 		if err != nil {
@@ -179,6 +180,9 @@ func FuzzParseHeader(f *testing.F) {
 		}
 		if n > MaxPayload {
 			t.Fatalf("length %d accepted", n)
+		}
+		if (fr.typ == typeOpen && fr.stream&GuestStreamBit != 0) || (fr.typ == typeDial && fr.stream&GuestStreamBit == 0) {
+			t.Fatalf("type %#x of stream %#x accepted", fr.typ, fr.stream)
 		}
 		fr.payload = make([]byte, n)
 		if enc := appendFrame(nil, fr)[:headerLen]; !bytes.Equal(enc, h) {

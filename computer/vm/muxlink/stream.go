@@ -3,7 +3,9 @@ package muxlink
 import (
 	"errors"
 	"io"
+	"os"
 	"sync"
+	"time"
 )
 
 // Stream is one connection over a Link. Close must be called; it is safe
@@ -18,6 +20,9 @@ type Stream struct {
 	eof    bool  // the peer closed
 	err    error // set when the stream is closed here or reset
 	closed bool  // Close ran
+
+	readDeadline time.Time   // zero: none
+	readTimer    *time.Timer // wakes Read at readDeadline
 }
 
 var _ io.ReadWriteCloser = (*Stream)(nil)
@@ -34,6 +39,9 @@ func (s *Stream) Read(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for len(s.buf) == 0 && !s.eof && s.err == nil {
+		if !s.readDeadline.IsZero() && !time.Now().Before(s.readDeadline) {
+			return 0, os.ErrDeadlineExceeded
+		}
 		s.cond.Wait()
 	}
 	switch {
@@ -78,23 +86,68 @@ func (s *Stream) writable() error {
 
 // Close tells the peer the stream ended and wakes a blocked Read.
 func (s *Stream) Close() error {
+	if !s.shut() {
+		return nil
+	}
+	return s.tellClosed()
+}
+
+// shut ends the stream here: a blocked Read wakes, later reads and
+// writes fail. It says whether the peer is still to be told
+// (tellClosed): not after a reset or a Close before.
+func (s *Stream) shut() bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil
+		return false
 	}
 	s.closed = true
 	reset := s.err != nil && !errors.Is(s.err, ErrClosed)
 	if s.err == nil {
 		s.err = ErrClosed
 	}
+	if s.readTimer != nil {
+		s.readTimer.Stop()
+	}
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	s.l.forget(s.id)
-	if reset {
-		return nil
+	return !reset
+}
+
+// closeNoWait is Close for a caller that must not wait for the link (a
+// stopped guest reads nothing): the peer is told by a goroutine.
+func (s *Stream) closeNoWait() {
+	if s.shut() {
+		go func() { _ = s.tellClosed() }()
 	}
+}
+
+// tellClosed sends the peer the close frame; it waits for the link's
+// writer like any frame.
+func (s *Stream) tellClosed() error {
 	return s.l.writeFrame(frame{typ: typeClose, stream: s.id})
+}
+
+// SetReadDeadline makes a Read blocked at t, or begun after it, return
+// os.ErrDeadlineExceeded; the zero time means no deadline.
+func (s *Stream) SetReadDeadline(t time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.readDeadline = t
+	if s.readTimer != nil {
+		s.readTimer.Stop()
+		s.readTimer = nil
+	}
+	if !t.IsZero() {
+		s.readTimer = time.AfterFunc(time.Until(t), func() {
+			s.mu.Lock()
+			s.cond.Broadcast()
+			s.mu.Unlock()
+		})
+	}
+	s.cond.Broadcast()
+	return nil
 }
 
 // deliver queues bytes from the peer; past MaxBuffered the stream is

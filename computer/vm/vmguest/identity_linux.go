@@ -56,6 +56,9 @@ func (a *agent) takeIdentity(id *ctl.Identity) error {
 	if err := makeRoot(cfg); err != nil {
 		return err
 	}
+	if err := makeRefusalDir(ctl.RefusalDir); err != nil { // before the receiver opens its Landlock paths
+		return err
+	}
 	a.cfg = cfg
 	return a.begin()
 }

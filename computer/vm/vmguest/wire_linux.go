@@ -14,14 +14,16 @@ import (
 const dialWait = 5 * time.Second
 
 // startWire opens the wire port and serves, for the life of the guest,
-// each stream the host opens over it as one connection to w.Target.
-func startWire(w *Wire, log *logSink) error {
+// each stream the host opens over it as one connection to w.Target. It
+// returns the link (nil without w), over which the egress listener
+// dials (egress_linux.go).
+func startWire(w *Wire, log *logSink) (*muxlink.Link, error) {
 	if w == nil {
-		return nil
+		return nil, nil
 	}
 	port, err := pid1.OpenPort(w.Port, os.O_RDWR, portWait)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	link := muxlink.Guest(port)
 	go func() {
@@ -34,7 +36,7 @@ func startWire(w *Wire, log *logSink) error {
 			go bridge(s, w.Target, log)
 		}
 	}()
-	return nil
+	return link, nil
 }
 
 // bridge joins one stream to a new connection to the receiver.

@@ -116,9 +116,10 @@ function applyState(s) {
   $("banner").hidden = !s.paused;
   $("banner").textContent = s.paused ? "VM paused by " + s.paused_by + " since " + fmt(s.paused_since) : "";
   const control = view.role === "control";
+  const pauses = control && !s.pause_owner; // an owner's VM is paused and resumed by the owner only
   setHidden({
     takeover: !control || mine || !!s.holder, handback: !mine,
-    pause: !control || s.paused, resume: !control || !s.paused,
+    pause: !pauses || s.paused, resume: !pauses || !s.paused,
     sendtext: !mine || s.paused, keys: !mine || s.paused,
   });
   if (view.rfb) view.rfb.viewOnly = !mine || s.paused;
