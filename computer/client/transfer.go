@@ -60,6 +60,9 @@ func (c *Client) CopyIn(ctx context.Context, id, dir string, r io.Reader) (api.R
 // The create fields of req that are not zero go along.
 func (c *Client) Import(ctx context.Context, r io.Reader, sha256 string, req api.CreateRequest) (api.ImportResult, error) {
 	q := url.Values{"sha256": {sha256}}
+	if req.Tier != "" {
+		q.Set("tier", req.Tier)
+	}
 	for k, v := range map[string]int64{"lease_ttl_s": req.LeaseTTLSeconds, "idle_timeout_s": req.IdleTimeoutSeconds,
 		"queue_timeout_s": req.QueueTimeoutSeconds, "memory_bytes": req.Limits.MemoryBytes, "pids": req.Limits.Pids,
 		"disk_bytes": req.Limits.DiskBytes} {

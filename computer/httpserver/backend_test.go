@@ -31,6 +31,8 @@ type strictBackend struct {
 	// events feeds Events; eventsDone is closed when an Events context ends.
 	events     chan api.Event
 	eventsDone chan struct{}
+	// importTier is the tier the last Import named.
+	importTier string
 	// fail, when set, is returned by every expected call.
 	fail error
 	// egress holds SetEgress's policies by id (egress_test.go).
@@ -261,6 +263,9 @@ func (b *strictBackend) Import(ctx context.Context, c api.Caller, req api.Create
 	if err != nil {
 		return api.ImportResult{}, fmt.Errorf("read the stream: %w", err)
 	}
+	b.mu.Lock()
+	b.importTier = req.Tier
+	b.mu.Unlock()
 	comp := b.add(c.Owner)
 	rec := receiptOf(comp.ID, api.OpImport, "", body)
 	if rec.SHA256 != want {

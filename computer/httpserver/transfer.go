@@ -177,13 +177,15 @@ func pathParam(q url.Values) (string, *api.Error) {
 // each a field of the create it makes.
 var importKeys = []string{"lease_ttl_s", "idle_timeout_s", "queue_timeout_s", "memory_bytes", "pids", "disk_bytes"}
 
-// importParams reads an import's query: sha256 (required), and the
-// create's integer fields, checked as a create body is.
+// importParams reads an import's query: sha256 (required), the tier
+// (a VM computer's export is its disk), and the create's integer
+// fields, checked as a create body is.
 func importParams(q url.Values) (api.CreateRequest, string, *api.Error) {
 	var req api.CreateRequest
-	if e := onlyParams(q, append([]string{"sha256"}, importKeys...)...); e != nil {
+	if e := onlyParams(q, append([]string{"sha256", "tier"}, importKeys...)...); e != nil {
 		return req, "", e
 	}
+	req.Tier = q.Get("tier") // the service refuses a tier it does not offer, or one it does not import into
 	want := q.Get("sha256")
 	if !digestPattern.MatchString(want) {
 		return req, "", api.Errorf(api.CodeBadRequest, "sha256 %q is not 64 lowercase hex digits", want)

@@ -93,12 +93,17 @@ func TestTransferEndpoints(t *testing.T) {
 	}
 	h.be.expect("Import", 1)
 	export := "tar.zst bytes"
-	a = h.stream("POST", "/v1/computers/import?sha256="+hexSum([]byte(export))+"&lease_ttl_s=600&disk_bytes=134217728",
+	a = h.stream("POST", "/v1/computers/import?sha256="+hexSum([]byte(export))+"&lease_ttl_s=600&disk_bytes=134217728&tier=vm",
 		"alice", "application/zstd", export, false, reqValid)
 	var res api.ImportResult
 	if err := json.Unmarshal(a.body, &res); a.status != 201 || err != nil || res.Computer.Owner != "alice" || res.Receipt.Computer != res.Computer.ID {
 		t.Errorf("import: %d %s (%v)", a.status, a.body, err)
 	}
+	h.be.mu.Lock()
+	if h.be.importTier != api.TierVM {
+		t.Errorf("import named tier vm; the backend got %q", h.be.importTier)
+	}
+	h.be.mu.Unlock()
 	if n := len(h.audited(AuditCall)); n != 5 {
 		t.Errorf("%d call audit records, want 5 (touch, export, copy out, copy in, import)", n)
 	}

@@ -15,15 +15,23 @@ import (
 // nothing. Cancelling ctx while queued drops the request; cancelling it
 // while the computer is being made deletes the computer once made.
 func (s *Service) Create(ctx context.Context, caller api.Caller, req api.CreateRequest) (api.Computer, error) {
-	return s.create(ctx, caller, req, nil)
+	return s.create(ctx, caller, req, creation{})
 }
 
 // seedFunc fills a new machine's root before its grant is published.
 type seedFunc func(ctx context.Context, m api.Machine) error
 
+// creation says what a create does beyond Create: seed, if set, fills
+// the machine's root before its grant; prepare, if set, makes the
+// machine instead of its tier's Prepare (an import of a VM disk).
+type creation struct {
+	seed    seedFunc
+	prepare func(ctx context.Context, dir string, l api.Limits) (api.Machine, error)
+}
+
 // create is Create with seed (nil: none) run on the machine before its
 // grant.
-func (s *Service) create(ctx context.Context, caller api.Caller, req api.CreateRequest, seed seedFunc) (api.Computer, error) {
+func (s *Service) create(ctx context.Context, caller api.Caller, req api.CreateRequest, how creation) (api.Computer, error) {
 	sp, err := s.check(req)
 	if err != nil {
 		return api.Computer{}, err
@@ -35,7 +43,7 @@ func (s *Service) create(ctx context.Context, caller api.Caller, req api.CreateR
 	if err := s.wait(ctx, c, w, sp.queueTimeout); err != nil {
 		return api.Computer{}, err
 	}
-	return s.make(ctx, c, w, sp, seed)
+	return s.make(ctx, c, w, sp, how)
 }
 
 // enqueue counts the request against its owner's quota, records it as
@@ -108,7 +116,7 @@ func (s *Service) wait(ctx context.Context, c *computer, w *waiter, timeout time
 }
 
 // make runs the admitted create under c.op.
-func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, seed seedFunc) (api.Computer, error) {
+func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, how creation) (api.Computer, error) {
 	c.op.Lock()
 	defer c.op.Unlock()
 	close(w.left)
@@ -130,7 +138,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 	}
 	s.armLease(c, deadline)
 	s.cfg.step(StepCreateRecorded)
-	m, err := s.machine(pooled, c.rec.Tier, dir, sp.limits, sp.screen)
+	m, err := s.machine(pooled, c.rec.Tier, dir, sp.limits, sp.screen, how.prepare)
 	if err != nil {
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
@@ -140,7 +148,7 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 	if err := s.attachEgressByTier(s.ctx, c); err != nil {
 		return api.Computer{}, s.failLocked(c, m, err.Error())
 	}
-	if seed != nil {
+	if seed := how.seed; seed != nil {
 		if err := seed(ctx, m); err != nil {
 			return api.Computer{}, seedFailed(err, s.failLocked(c, m, "seed the root: "+err.Error()))
 		}
@@ -165,8 +173,9 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, see
 
 // machine is the claimed pool machine, its pool record dropped (on
 // error it is still returned, for the caller to tear down), or a new one
-// from Prepare.
-func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits, screen bool) (api.Machine, error) {
+// from prepare when set (an import's), else from Prepare.
+func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits, screen bool,
+	prepare func(context.Context, string, api.Limits) (api.Machine, error)) (api.Machine, error) {
 	if pooled != nil {
 		if err := s.st.delPool(dir); err != nil {
 			return pooled, fmt.Errorf("claim pool machine: %w", err)
@@ -174,7 +183,13 @@ func (s *Service) machine(pooled api.Machine, tier, dir string, l api.Limits, sc
 		s.kickRefill()
 		return pooled, nil
 	}
-	m, err := s.prepare(tier, dir, l, screen)
+	var m api.Machine
+	var err error
+	if prepare != nil {
+		m, err = prepare(s.ctx, dir, l)
+	} else {
+		m, err = s.prepare(tier, dir, l, screen)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("prepare: %w", err)
 	}

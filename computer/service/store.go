@@ -173,4 +173,24 @@ func (s *store) receipts(id string) ([]api.Receipt, error) {
 	return out, nil
 }
 
+// exported reports whether a receipt of an export whose stream's
+// SHA-256 is sha is in the receipts bucket.
+func (s *store) exported(sha string) (bool, error) {
+	found := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketReceipts).ForEach(func(k, v []byte) error {
+			var r api.Receipt
+			if err := strictjson.Decode(v, maxRecordBytes, &r); err != nil {
+				return fmt.Errorf("receipt %x: %w", k, err)
+			}
+			found = found || (r.Op == api.OpExport && r.SHA256 == sha)
+			return nil
+		})
+	})
+	if err != nil {
+		return false, fmt.Errorf("state store: %w", err)
+	}
+	return found, nil
+}
+
 func (s *store) close() error { return s.db.Close() }

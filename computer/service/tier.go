@@ -65,12 +65,13 @@ func (s *Service) claimForLocked(w *waiter) api.Machine {
 	return s.claimLocked(w.limits)
 }
 
-// rootedTier refuses an import into a tier whose machines have no root
-// the service reaches on the host (a VM computer's root is in its
-// guest), before anything is read or made.
+// rootedTier refuses an import of files into a tier whose machines have
+// no root the service reaches on the host (a VM computer's root is in
+// its guest; its tier imports disks, diskTier), before anything is read
+// or made.
 func rootedTier(t string) error {
 	if tierName(t) != api.TierNamespaced {
-		return api.Errorf(api.CodeBadRequest, "import makes namespaced computers only, not tier %q", t)
+		return api.Errorf(api.CodeBadRequest, "import makes namespaced computers, or computers of a tier that imports disk exports, not tier %q", t)
 	}
 	return nil
 }

@@ -49,13 +49,25 @@ func (s *Service) TouchAs(ctx context.Context, caller api.Caller, id string) (ap
 }
 
 // Export writes the root of a suspended computer as a tar.zst stream to
-// a spool file and returns it, at its start, with the receipt. A running
-// computer is refused (conflict): suspend it first, so no command
-// changes a file while it is read. The caller closes the stream.
+// a spool file and returns it, at its start, with the receipt; a
+// machine that is an api.DiskExporter (a VM computer) writes its disk
+// export instead. A running computer is refused (conflict): suspend it
+// first, so no command changes a file while it is read. The caller
+// closes the stream.
 func (s *Service) Export(ctx context.Context, caller api.Caller, id string) (io.ReadCloser, api.Receipt, error) {
-	return s.out(ctx, caller, id, api.OpExport, "", []string{api.StateSuspended},
-		func(ctx context.Context, root *os.Root, w io.Writer) (archive.Receipt, error) {
-			return archive.Export(ctx, root, w)
+	return s.outMachine(ctx, caller, id, api.OpExport, "", []string{api.StateSuspended},
+		func(ctx context.Context, m api.Machine, w io.Writer) (archive.Receipt, error) {
+			if de, ok := m.(api.DiskExporter); ok {
+				t, err := de.ExportDisk(ctx, w)
+				return archive.Receipt{SHA256: t.SHA256, Bytes: t.Bytes, Files: t.Files}, err
+			}
+			var rc archive.Receipt
+			err := withRoot(ctx, m, func(ctx context.Context, root *os.Root, _ archive.Owner) error {
+				var err error
+				rc, err = archive.Export(ctx, root, w)
+				return err
+			})
+			return rc, err
 		})
 }
 
@@ -73,14 +85,30 @@ func (s *Service) CopyOut(ctx context.Context, caller api.Caller, id, path strin
 // out runs write into a spool file on id's root and keeps the receipt.
 func (s *Service) out(ctx context.Context, caller api.Caller, id, op, path string, states []string,
 	write func(context.Context, *os.Root, io.Writer) (archive.Receipt, error)) (io.ReadCloser, api.Receipt, error) {
+	return s.outMachine(ctx, caller, id, op, path, states,
+		func(ctx context.Context, m api.Machine, w io.Writer) (archive.Receipt, error) {
+			var rc archive.Receipt
+			err := withRoot(ctx, m, func(ctx context.Context, root *os.Root, _ archive.Owner) error {
+				var err error
+				rc, err = write(ctx, root, w)
+				return err
+			})
+			return rc, err
+		})
+}
+
+// outMachine runs write into a spool file on id's machine and keeps
+// the receipt.
+func (s *Service) outMachine(ctx context.Context, caller api.Caller, id, op, path string, states []string,
+	write func(context.Context, api.Machine, io.Writer) (archive.Receipt, error)) (io.ReadCloser, api.Receipt, error) {
 	f, err := s.spool()
 	if err != nil {
 		return nil, api.Receipt{}, err
 	}
 	var rc archive.Receipt
-	err = s.onRoot(ctx, caller, id, states, func(ctx context.Context, root *os.Root, _ archive.Owner) error {
+	err = s.onMachine(ctx, caller, id, states, func(ctx context.Context, m api.Machine) error {
 		var err error
-		rc, err = write(ctx, root, f)
+		rc, err = write(ctx, m, f)
 		return err
 	})
 	if err == nil {
@@ -136,12 +164,15 @@ func (s *Service) CopyIn(ctx context.Context, caller api.Caller, id, dir string,
 // made: a mismatch is bad_request and creates nothing. Then it creates a
 // computer as Create does (queue, capacity, quota), imports the spooled
 // stream into its empty root (owned by the new computer's uid and gid)
-// before the grant is published, and keeps the receipt.
+// before the grant is published, and keeps the receipt. Into a tier
+// whose provisioner is an api.DiskImporter (vm) the stream is a disk
+// export instead (importDisk).
 func (s *Service) Import(ctx context.Context, caller api.Caller, req api.CreateRequest, r io.Reader, want string) (api.ImportResult, error) {
 	if !isDigest(want) {
 		return api.ImportResult{}, api.Errorf(api.CodeBadRequest, "sha256 %q is not 64 lowercase hex digits", want)
 	}
-	if err := rootedTier(req.Tier); err != nil {
+	di, err := s.diskTier(req.Tier)
+	if err != nil {
 		return api.ImportResult{}, err
 	}
 	f, err := s.spool()
@@ -157,6 +188,9 @@ func (s *Service) Import(ctx context.Context, caller api.Caller, req api.CreateR
 		return api.ImportResult{}, api.Errorf(api.CodeBadRequest,
 			"%v: the stream's is %s, not %s; nothing was created", archive.ErrDigestMismatch, got, want)
 	}
+	if di != nil {
+		return s.importDisk(ctx, caller, req, f, di, want)
+	}
 	var rc archive.Receipt
 	seed := func(ctx context.Context, m api.Machine) error {
 		rt, ok := m.(api.Rooted)
@@ -171,11 +205,77 @@ func (s *Service) Import(ctx context.Context, caller api.Caller, req api.CreateR
 		rc, err = archive.Import(ctx, f, dir, archive.ImportOptions{SHA256: want, Owner: archive.Owner{UID: uid, GID: gid}})
 		return err
 	}
-	comp, err := s.create(ctx, caller, req, seed)
+	comp, err := s.create(ctx, caller, req, creation{seed: seed})
 	if err != nil {
 		return api.ImportResult{}, err
 	}
 	rec, err := s.keep(comp.ID, api.OpImport, "", rc)
+	return api.ImportResult{Computer: comp, Receipt: rec}, err
+}
+
+// diskTier is the DiskImporter of an import's tier, nil for the default
+// tier (a tar.zst of files); any other tier is refused (bad_request)
+// before anything is read or made.
+func (s *Service) diskTier(tier string) (api.DiskImporter, error) {
+	if err := rootedTier(tier); err == nil {
+		return nil, nil
+	}
+	if t, err := s.tierOf(tier); err == nil {
+		if di, ok := s.provFor(t).(api.DiskImporter); ok {
+			return di, nil
+		}
+	}
+	return nil, rootedTier(tier)
+}
+
+// importDisk makes a computer of di's tier from the disk export in f
+// (spooled, its digest want checked): the export is checked whole first
+// (CheckDisk: a refusal is bad_request and nothing is made), it must be
+// one this service exported (its receipts hold want: the guest's kernel
+// mounts the disk's file system, which the importer could otherwise
+// have crafted against it), the request's disk limit is its disk's size
+// (another is refused), then the machine is prepared on the disk.
+func (s *Service) importDisk(ctx context.Context, caller api.Caller, req api.CreateRequest, f *os.File, di api.DiskImporter, want string) (api.ImportResult, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return api.ImportResult{}, internal("rewind the spool file", err)
+	}
+	n, err := di.CheckDisk(ctx, f, s.cfg.MaxLimits.DiskBytes)
+	if errors.Is(err, api.ErrBadDisk) {
+		return api.ImportResult{}, &wrapped{api.Errorf(api.CodeBadRequest, "import: %v; nothing was created", err), err}
+	}
+	if err != nil {
+		return api.ImportResult{}, internal("check the disk export", err)
+	}
+	switch req.Limits.DiskBytes {
+	case 0:
+		req.Limits.DiskBytes = n
+	case n:
+	default:
+		return api.ImportResult{}, api.Errorf(api.CodeBadRequest,
+			"import: limits.disk_bytes %d is not the exported disk's %d; nothing was created", req.Limits.DiskBytes, n)
+	}
+	ours, err := s.st.exported(want)
+	if err != nil {
+		return api.ImportResult{}, internal("read the receipts", err)
+	}
+	if !ours {
+		return api.ImportResult{}, api.Errorf(api.CodeBadRequest,
+			"import: the disk export %s is not one this service exported (no export receipt names it); nothing was created", want)
+	}
+	var tr api.Transfer
+	prepare := func(ctx context.Context, dir string, l api.Limits) (api.Machine, error) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return nil, err
+		}
+		m, t, err := di.PrepareDisk(ctx, dir, l, f)
+		tr = t
+		return m, err
+	}
+	comp, err := s.create(ctx, caller, req, creation{prepare: prepare})
+	if err != nil {
+		return api.ImportResult{}, err
+	}
+	rec, err := s.keep(comp.ID, api.OpImport, "", archive.Receipt{SHA256: tr.SHA256, Bytes: tr.Bytes, Files: tr.Files})
 	return api.ImportResult{Computer: comp, Receipt: rec}, err
 }
 
@@ -195,6 +295,15 @@ func (s *Service) Receipts(ctx context.Context, caller api.Caller, id string) ([
 // the computer is in one of states, with ctx ending at the lease's end.
 func (s *Service) onRoot(ctx context.Context, caller api.Caller, id string, states []string,
 	f func(context.Context, *os.Root, archive.Owner) error) error {
+	return s.onMachine(ctx, caller, id, states, func(ctx context.Context, m api.Machine) error {
+		return withRoot(ctx, m, f)
+	})
+}
+
+// onMachine runs f on id's machine under c.op, while the computer is in
+// one of states, with ctx ending at the lease's end.
+func (s *Service) onMachine(ctx context.Context, caller api.Caller, id string, states []string,
+	f func(context.Context, api.Machine) error) error {
 	c, err := s.lookup(caller, id)
 	if err != nil {
 		return err
@@ -204,16 +313,25 @@ func (s *Service) onRoot(ctx context.Context, caller api.Caller, id string, stat
 	if st := s.stateOf(c); !slices.Contains(states, st) || c.m == nil {
 		return api.Errorf(api.CodeConflict, "computer %s is %s, want %s", id, st, strings.Join(states, " or "))
 	}
-	rt, ok := c.m.(api.Rooted)
-	if !ok {
-		return api.Errorf(api.CodeConflict, "computer %s has no root this service can reach", id)
-	}
-	dir, uid, gid := rt.Root()
 	s.mu.Lock()
 	deadline := c.deadline
 	s.mu.Unlock()
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
+	return f(ctx, c.m)
+}
+
+// withRoot runs f on m's root, opened as an os.Root; a machine whose
+// root the service does not reach (a VM computer's is in its guest:
+// copy in and out would have to go through the guest, which this
+// version does not do) is refused with conflict.
+func withRoot(ctx context.Context, m api.Machine, f func(context.Context, *os.Root, archive.Owner) error) error {
+	rt, ok := m.(api.Rooted)
+	if !ok {
+		return api.Errorf(api.CodeConflict, "this computer's root is in its guest, which the service does not reach "+
+			"(copy in and out are not offered for it; export gives its disk)")
+	}
+	dir, uid, gid := rt.Root()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return internal("open the root", err)

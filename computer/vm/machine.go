@@ -46,6 +46,11 @@ type Machine struct {
 	initramfs string
 	machineID string // the guest's /etc/machine-id, injected
 
+	// importFrom, if set, is the disk export the writable disk is read
+	// from (PrepareDisk); imported is what was read.
+	importFrom io.Reader
+	imported   api.Transfer
+
 	// screen: the machine has a display and a live view (screen.go);
 	// scr is its view once started.
 	screen bool
@@ -160,8 +165,14 @@ func (m *Machine) setFrozen(f bool) {
 
 // Freeze implements api.Machine as QMP stop: the whole guest stops,
 // receiver included (a frozen VM computer answers nothing until Thaw).
-// With a screen the stop goes through the live view (screen.go).
+// The guest first writes what it holds in memory to its disk (ctl sync;
+// QMP stop then flushes QEMU's own caches), so a frozen computer's disk
+// is whole for an export (ExportDisk). With a screen the stop goes
+// through the live view (screen.go).
 func (m *Machine) Freeze(ctx context.Context) error {
+	if err := m.syncGuest(ctx); err != nil {
+		return err
+	}
 	if handled, err := m.pauseScreen(ctx); handled {
 		return err
 	}

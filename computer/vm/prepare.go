@@ -174,8 +174,8 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 		return err
 	}
 	m.kernel = k
-	if m.p.cfg.StateDir != "" && !m.template && !m.screen {
-		m.saved, err = m.p.savedState(ctx, m.limits)
+	if m.p.cfg.StateDir != "" && !m.template && !m.screen && m.importFrom == nil {
+		m.saved, err = m.p.savedState(ctx, m.limits, m.rootImg)
 		if err != nil {
 			return fmt.Errorf("saved state: %w", err)
 		}

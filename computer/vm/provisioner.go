@@ -52,7 +52,17 @@ func (p *Provisioner) prepare(ctx context.Context, dir string, limits api.Limits
 	if err != nil {
 		return nil, err
 	}
-	m := &Machine{p: p, paths: layout(d), limits: limits, screen: screen}
+	m, err := p.prepareMachine(ctx, d, limits, screen, nil)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// prepareMachine runs Prepare's steps in the checked directory d; with
+// disk set, the writable disk is read from that disk export (disk.go).
+func (p *Provisioner) prepareMachine(ctx context.Context, d string, limits api.Limits, screen bool, disk io.Reader) (*Machine, error) {
+	m := &Machine{p: p, paths: layout(d), limits: limits, screen: screen, importFrom: disk}
 	if err := m.prepare(ctx); err != nil {
 		return nil, err
 	}

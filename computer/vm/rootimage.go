@@ -78,14 +78,10 @@ func (p *Provisioner) guestImage() (*image.Image, error) {
 }
 
 // chooseRoot decides whether this computer's root is the guest image
-// (with a writable disk of the disk limit) or the initramfs.
-//
-// A provisioner with a saved state (Config.StateDir) does not use the
-// image yet: the saved guest would hold its template's disk mounted.
+// (with a writable disk of the disk limit) or the initramfs. With a
+// saved state (Config.StateDir) the disk is a copy-on-write layer over
+// the slot's template disk (savedstate.go).
 func (m *Machine) chooseRoot(context.Context) error {
-	if m.p.cfg.StateDir != "" {
-		return nil
-	}
 	img, err := m.p.guestImage()
 	if err != nil || img == nil {
 		return err
@@ -100,15 +96,31 @@ func (m *Machine) chooseRoot(context.Context) error {
 	return nil
 }
 
-// diskPath is the computer's writable layer, QEMU's.
-func (m *Machine) diskPath() string { return filepath.Join(m.paths.qemu, "disk.ext4") }
+// diskPath is the computer's writable layer, QEMU's: a raw ext4, or a
+// qcow2 over the saved state's template disk.
+func (m *Machine) diskPath() string {
+	if m.overlaid() {
+		return filepath.Join(m.paths.qemu, "disk.qcow2")
+	}
+	return filepath.Join(m.paths.qemu, "disk.ext4")
+}
 
-// makeDisk makes the writable layer: a sparse file of the disk limit
-// holding an empty ext4 (no journal: the layer lives as long as the
-// computer), owned by QEMU's uid. Made before QEMU runs.
+// overlaid reports whether the writable layer is a copy-on-write disk
+// over a saved state's template disk.
+func (m *Machine) overlaid() bool { return m.rootImg != nil && m.saved != nil && m.saved.disk != "" }
+
+// makeDisk makes the writable layer, owned by QEMU's uid, before QEMU
+// runs: over a saved state, a qcow2 whose backing is the slot's disk;
+// else a sparse file of the disk limit holding an empty ext4 (no
+// journal: the layer lives as long as the computer).
 func (m *Machine) makeDisk(ctx context.Context) error {
-	if m.rootImg == nil {
+	switch {
+	case m.importFrom != nil:
+		return m.importDisk(ctx)
+	case m.rootImg == nil:
 		return nil
+	case m.overlaid():
+		return m.makeOverlay(ctx)
 	}
 	p := m.diskPath()
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
@@ -132,29 +144,37 @@ func (m *Machine) makeDisk(ctx context.Context) error {
 
 // diskArgs are the two virtio-blk disks: the base read-only (QEMU opens
 // it read-only, so every computer shares the one file), the writable
-// layer read-write.
+// layer read-write (over a saved state: its backing pinned read-only,
+// overlayArgs).
 func (m *Machine) diskArgs() []string {
 	if m.rootImg == nil {
 		return nil
 	}
-	return []string{
-		"-drive", "file=" + m.rootImg.Path + ",format=raw,if=none,id=tether-base,readonly=on",
-		"-device", "virtio-blk-pci,drive=tether-base,serial=" + baseSerial,
-		"-drive", "file=" + m.diskPath() + ",format=raw,if=none,id=tether-disk",
-		"-device", "virtio-blk-pci,drive=tether-disk,serial=" + upperSerial,
+	disk := []string{"-drive", "file=" + m.diskPath() + ",format=raw,if=none,id=tether-disk"}
+	if m.overlaid() {
+		disk = m.overlayArgs()
 	}
+	return append([]string{
+		"-drive", "file=" + m.rootImg.Path + ",format=raw,if=none,id=tether-base,readonly=on",
+		"-device", "virtio-blk-pci,drive=tether-base,serial=" + baseSerial},
+		append(disk, "-device", "virtio-blk-pci,drive=tether-disk,serial="+upperSerial)...)
 }
 
 // rootImageConfig is the guest agent's RootImage: the disks, and the
 // initramfs paths bound into the image's root (the agent, the receiver
 // and the agent's configuration; the identity the host injects later is
 // written into the new root).
-func (m *Machine) rootImageConfig() *vmguest.RootImage {
-	if m.rootImg == nil {
+func (m *Machine) rootImageConfig() *vmguest.RootImage { return rootImageFor(m.rootImg) }
+
+// rootImageFor is the RootImage of a guest booting img (nil: none). It
+// holds nothing of one computer, so a saved state's initramfs has it.
+func rootImageFor(img *image.Image) *vmguest.RootImage {
+	if img == nil {
 		return nil
 	}
 	return &vmguest.RootImage{BaseSerial: baseSerial, UpperSerial: upperSerial,
-		Binds: []string{guestAgentPath, guestReceiverPath, filepath.Dir(vmguest.ConfigPath), "/etc/hostname"}}
+		Binds: []string{guestAgentPath, guestReceiverPath, filepath.Dir(vmguest.ConfigPath), "/etc/hostname"},
+		Tmpfs: []string{guestEtc}}
 }
 
 // guestModules are the modules a guest loads: the image's too when its

@@ -18,25 +18,43 @@ import (
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/provision"
 	"github.com/tetherdev/tether/computer/vm/guest"
+	"github.com/tetherdev/tether/computer/vm/image"
 )
 
-// A saved state is one slot per guest RAM size in Config.StateDir:
+// A saved state is one slot per guest RAM size in Config.StateDir, and,
+// when the guest boots the guest image, per disk size too:
 //
-//	STATEDIR/m<MiB>/      0755 root
+//	STATEDIR/m<MiB>/           0755 root  initramfs alone
+//	STATEDIR/m<MiB>-d<bytes>/  0755 root  guest image over a writable disk of that size
 //	  initramfs.cpio      0644 root  the generic image the state was booted from
 //	  state.mig           0644 root  QEMU's migration stream of the stopped guest
+//	  disk.raw            0444 root  the template's writable disk as it was when saved (image only)
 //	  key                 0644 root  the digest the slot was made for
 //
 // The key is the SHA-256 of the kernel, the initramfs, QEMU's version,
-// the RAM size, the accelerator and stateFormat; a slot whose key
-// differs is stale and is made again. Neither file holds anything of a
-// computer: the guest waits for its identity (inject) when it is saved.
+// the RAM size, the accelerator and stateFormat, and with the image its
+// digest and the disk size; a slot whose key differs is stale and is
+// made again. No file holds anything of a computer: the guest waits for
+// its identity (inject) when it is saved.
+//
+// The saved guest has its root mounted from the template's disk, and
+// its RAM holds that file system's state: a computer restored from the
+// slot must see exactly that disk, of exactly that size. So each
+// computer gets a copy-on-write disk (qcow2) over disk.raw, which every
+// QEMU opens read-only, and the disk size is part of the slot: a
+// computer whose disk limit differs from every slot made so far gets a
+// slot of its own (one template boot more), never a disk it could
+// outgrow.
 type savedState struct {
 	dir, initramfs, state string
+	// disk is the slot's template disk (disk.raw), "" without the image;
+	// diskBytes is its size.
+	disk      string
+	diskBytes int64
 }
 
 // stateFormat changes whenever the guest's devices or the saving change.
-const stateFormat = "tether-vm-state/1"
+const stateFormat = "tether-vm-state/2"
 
 // plainPath is what may appear in QEMU's exec: migration URI, which a
 // shell reads.
@@ -47,15 +65,23 @@ func (s *savedState) incoming() []string {
 	return []string{"-incoming", "exec:cat " + s.state}
 }
 
-// savedState returns the slot for limits' RAM size, making it first if
-// it is missing or stale (checked once per Provisioner, and again when
-// its state file is gone). Concurrent callers wait for one another.
-func (p *Provisioner) savedState(ctx context.Context, limits api.Limits) (*savedState, error) {
+// savedState returns the slot for limits' RAM size (and, with img, its
+// disk size), making it first if it is missing or stale (checked once
+// per Provisioner, and again when its state file is gone). Concurrent
+// callers wait for one another.
+func (p *Provisioner) savedState(ctx context.Context, limits api.Limits, img *image.Image) (*savedState, error) {
 	p.stateMu.Lock()
 	defer p.stateMu.Unlock()
 	mib := limits.MemoryBytes >> 20
-	s := &savedState{dir: filepath.Join(p.cfg.StateDir, fmt.Sprintf("m%d", mib))}
+	name := fmt.Sprintf("m%d", mib)
+	if img != nil {
+		name = fmt.Sprintf("m%d-d%d", mib, limits.DiskBytes)
+	}
+	s := &savedState{dir: filepath.Join(p.cfg.StateDir, name)}
 	s.initramfs, s.state = filepath.Join(s.dir, "initramfs.cpio"), filepath.Join(s.dir, "state.mig")
+	if img != nil {
+		s.disk, s.diskBytes = filepath.Join(s.dir, "disk.raw"), limits.DiskBytes
+	}
 	if !plainPath.MatchString(s.state) {
 		return nil, fmt.Errorf("%w: state dir %q has characters a shell would read", ErrConfig, p.cfg.StateDir)
 	}
@@ -65,22 +91,26 @@ func (p *Provisioner) savedState(ctx context.Context, limits api.Limits) (*saved
 	if err := checkStateDir(p.cfg.StateDir); err != nil {
 		return nil, err
 	}
-	tmp := filepath.Join(p.cfg.StateDir, fmt.Sprintf(".image-m%d.cpio", mib))
+	tmp := filepath.Join(p.cfg.StateDir, ".image-"+name+".cpio")
 	defer os.Remove(tmp)
 	k, err := p.kernel()
 	if err != nil {
 		return nil, err
 	}
-	if err := buildGenericImage(ctx, p.cfg.Bins, k, tmp, nil, false); err != nil {
+	if err := buildGenericImage(ctx, p.cfg.Bins, k, tmp, rootImageFor(img), false); err != nil {
 		return nil, err
 	}
-	key, err := p.stateKey(ctx, k, k.Vmlinux, tmp, mib)
+	keyed := []any{k.Vmlinux, tmp, mib}
+	if img != nil {
+		keyed = append(keyed, keyNote(img.Digest()), s.diskBytes)
+	}
+	key, err := p.stateKey(ctx, k, keyed...)
 	if err != nil {
 		return nil, err
 	}
 	if old, err := os.ReadFile(filepath.Join(s.dir, "key")); err != nil || string(old) != key {
-		p.logf("vm: saving a guest state for %d MiB (key %.12s)", mib, key)
-		if err := p.saveState(ctx, s, k, tmp, key, limits); err != nil {
+		p.logf("vm: saving a guest state in %s (key %.12s)", name, key)
+		if err := p.saveState(ctx, s, k, tmp, key, limits, img); err != nil {
 			return nil, err
 		}
 	}
@@ -109,7 +139,11 @@ func checkStateDir(dir string) error {
 	return nil
 }
 
-// stateKey is the digest a slot is made for.
+// keyNote is a string stateKey hashes as it is, not as a path.
+type keyNote string
+
+// stateKey is the digest a slot is made for: each of files is a path
+// (string) whose content is hashed, or a value whose %v is.
 func (p *Provisioner) stateKey(ctx context.Context, k guest.Kernel, files ...any) (string, error) {
 	h := sha256.New()
 	bin := p.cfg.QEMU
@@ -147,26 +181,29 @@ func hashFile(w io.Writer, path string) error {
 	return err
 }
 
-// saveState remakes the slot: it boots a template guest from image,
-// confined as any computer's QEMU, stops it once its agent answers,
-// migrates it to a file and quits it.
-func (p *Provisioner) saveState(ctx context.Context, s *savedState, k guest.Kernel, image, key string, limits api.Limits) error {
+// saveState remakes the slot: it boots a template guest from initramfs
+// (and img over a fresh writable disk, if set), confined as any
+// computer's QEMU, stops it once its agent answers, migrates it to a
+// file and quits it; its disk becomes the slot's, read-only.
+func (p *Provisioner) saveState(ctx context.Context, s *savedState, k guest.Kernel, initramfs, key string, limits api.Limits, img *image.Image) error {
 	if err := os.RemoveAll(s.dir); err != nil {
 		return err
 	}
 	if err := os.Mkdir(s.dir, 0o755); err != nil {
 		return err
 	}
-	if err := errors.Join(os.Rename(image, s.initramfs), os.Chmod(s.initramfs, 0o644)); err != nil {
+	if err := errors.Join(os.Rename(initramfs, s.initramfs), os.Chmod(s.initramfs, 0o644)); err != nil {
 		return err
 	}
-	t := &Machine{p: p, paths: layout(filepath.Join(p.cfg.StateDir, ".template")), limits: limits, template: true, initramfs: s.initramfs}
+	t := &Machine{p: p, paths: layout(filepath.Join(p.cfg.StateDir, ".template")), limits: limits, template: true,
+		initramfs: s.initramfs, rootImg: img}
 	t.kernel = k
 	_ = p.Destroy(ctx, t.paths.dir) // a template a crash left
 	err := provision.RunSteps(ctx, "vm template", []provision.Step{
 		{Name: "validate.Limits", Run: t.validate},
 		{Name: "allocate.IDs", Run: t.allocate},
 		{Name: "layout.Directories", Run: t.makeLayout},
+		{Name: "guest.Disk", Run: t.makeDisk},
 		{Name: "qemu.Cgroups", Run: t.makeCgroups},
 		{Name: "qemu.Boot", Run: t.boot},
 		{Name: "qemu.Save", Run: t.saveTo},
@@ -176,12 +213,21 @@ func (p *Provisioner) saveState(ctx context.Context, s *savedState, k guest.Kern
 		return err
 	}
 	mig := filepath.Join(t.paths.qemu, "state.mig")
-	err = errors.Join(os.Rename(mig, s.state), os.Chown(s.state, 0, 0), os.Chmod(s.state, 0o644),
+	err = errors.Join(os.Rename(mig, s.state), os.Chown(s.state, 0, 0), os.Chmod(s.state, 0o644), keepDisk(t, s),
 		writeOwned(filepath.Join(s.dir, "key"), []byte(key), 0o644, 0, 0), t.Close(ctx))
 	if err != nil {
 		os.RemoveAll(s.dir)
 	}
 	return err
+}
+
+// keepDisk moves the template's writable disk, as QEMU left it when the
+// migration completed, into the slot: root's, read-only to everyone.
+func keepDisk(t *Machine, s *savedState) error {
+	if s.disk == "" {
+		return nil
+	}
+	return errors.Join(os.Rename(t.diskPath(), s.disk), os.Chown(s.disk, 0, 0), os.Chmod(s.disk, 0o444))
 }
 
 // saveTo stops the template guest, migrates it to qemu/state.mig and

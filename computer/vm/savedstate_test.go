@@ -56,7 +56,7 @@ func TestIntegrationVMSavedState(t *testing.T) {
 	closeGone(t, ctx, a)
 
 	// A stale slot (its key differs) is made again before use.
-	slot := filepath.Join(p.cfg.StateDir, "m192")
+	slot := slotDir(t, p)
 	if err := os.WriteFile(filepath.Join(slot, "key"), []byte("stale"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +108,21 @@ func probeIdentity(t *testing.T, ctx context.Context, m *Machine) []string {
 func stateInode(t *testing.T, p *Provisioner) uint64 {
 	t.Helper()
 	var st syscall.Stat_t
-	if err := syscall.Stat(filepath.Join(p.cfg.StateDir, "m192", "state.mig"), &st); err != nil {
+	if err := syscall.Stat(filepath.Join(slotDir(t, p), "state.mig"), &st); err != nil {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// slotDir is the one slot of 192 MiB in p's state directory: m192, or
+// m192-dBYTES when the guest boots the guest image.
+func slotDir(t *testing.T, p *Provisioner) string {
+	t.Helper()
+	slots, err := filepath.Glob(filepath.Join(p.cfg.StateDir, "m192*"))
+	if err != nil || len(slots) != 1 {
+		t.Fatalf("slots of 192 MiB: %q, %v; want one", slots, err)
+	}
+	return slots[0]
 }
 
 // closeGone closes m and checks that no QEMU, directory (overlay,

@@ -183,7 +183,8 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 func runImport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs, c := newFlags("import", "import [flags] FILE --sha256 HEX",
 		"Makes a computer whose root is the export FILE, after the daemon checked its SHA-256 is HEX\n"+
-			"(a mismatch creates nothing). Prints the computer and the import's receipt (JSON).", stderr)
+			"(a mismatch creates nothing); with --tier vm, a VM computer on the disk export FILE of a VM\n"+
+			"computer this daemon exported. Prints the computer and the import's receipt (JSON).", stderr)
 	sum := fs.String("sha256", "", "the export's SHA-256, as export printed it; required")
 	req := createFlags(fs)
 	pos, code, done := parse(fs, args, stdout, 1)

@@ -8,11 +8,15 @@ import "fmt"
 // found by their virtio serial numbers. Binds are initramfs paths
 // (tether's binaries and the agent's configuration) bound read-only at
 // the same paths in the new root, so the base image holds no tether
-// file and no computer's secret.
+// file and no computer's secret. Tmpfs are directories of the new root
+// mounted as tmpfs (root's, 0755), so what is written there (the
+// identity: the receiver's key) never reaches the writable disk, which
+// an export carries.
 type RootImage struct {
 	BaseSerial  string   `json:"base_serial"`
 	UpperSerial string   `json:"upper_serial"`
 	Binds       []string `json:"binds"`
+	Tmpfs       []string `json:"tmpfs,omitempty"`
 }
 
 // validate reports the first invalid field.
@@ -23,6 +27,11 @@ func (r *RootImage) validate() error {
 	for i, b := range r.Binds {
 		if !absClean(b) || b == "/" {
 			return fmt.Errorf("%w: root_image.binds[%d] %q is not an absolute clean path below /", ErrConfig, i, b)
+		}
+	}
+	for i, d := range r.Tmpfs {
+		if !absClean(d) || d == "/" {
+			return fmt.Errorf("%w: root_image.tmpfs[%d] %q is not an absolute clean path below /", ErrConfig, i, d)
 		}
 	}
 	return nil

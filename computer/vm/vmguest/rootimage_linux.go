@@ -61,6 +61,14 @@ func switchRoot(r *RootImage) error {
 			return err
 		}
 	}
+	for _, d := range r.Tmpfs {
+		if err := os.MkdirAll(imageRoot+d, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", imageRoot+d, "tmpfs", unix.MS_NODEV|unix.MS_NOSUID, "mode=0755"); err != nil {
+			return fmt.Errorf("mount a tmpfs on %s: %w", d, err)
+		}
+	}
 	for _, m := range movedMounts {
 		if err := os.MkdirAll(imageRoot+m, 0o755); err != nil {
 			return err
