@@ -51,7 +51,7 @@ func (m *Machine) qemuArgs() []string {
 		guest.QMPSocket(p.qmp),
 		guest.VirtioSerialBus(),
 		guest.VirtioSerialPort("tether-ctl", vmguest.ControlPort, p.control),
-		guest.VirtioSerialPort("tether-wire", wirePortName, p.guestWire),
+		m.wireArgs(),
 		[]string{"-chardev", "file,id=tether-log,path=" + p.receiverLog,
 			"-device", "virtserialport,chardev=tether-log,name=" + vmguest.LogPort},
 		m.diskArgs(),
@@ -75,9 +75,14 @@ func (m *Machine) boot(ctx context.Context) error {
 	if m.saved != nil {
 		args = append(args, m.saved.incoming()...)
 	}
+	extra, err := m.qemuFiles()
+	if err != nil {
+		return err
+	}
 	m.vm, err = guest.Start(ctx, guest.Config{Kernel: m.kernel, Initramfs: m.initramfs, QEMU: m.p.cfg.QEMU,
 		Accel: accelArg, CPUs: 1, MemoryMiB: int(m.limits.MemoryBytes >> 20), Args: args, Append: m.screenAppend(),
-		ConsoleLog: m.p.consoleWriter(), SysProcAttr: m.confinement()})
+		ConsoleLog: m.p.consoleWriter(), SysProcAttr: m.confinement(), ExtraFiles: extra})
+	closeAll(extra) // QEMU holds its own copies
 	if err != nil {
 		return err
 	}
@@ -87,7 +92,7 @@ func (m *Machine) boot(ctx context.Context) error {
 	if err := m.cg.enter(m.vm.PID()); err != nil {
 		return err
 	}
-	if err := m.paths.writeState(state{QEMUUID: m.qemuUID, QEMUPID: m.vm.PID(), Cgroup: m.cg.name, UID: m.alloc.UID}); err != nil {
+	if err := m.paths.writeState(state{QEMUUID: m.qemuUID, QEMUPID: m.vm.PID(), Cgroup: m.cg.name, UID: m.alloc.UID, VsockCID: m.cid}); err != nil {
 		return err
 	}
 	bctx, cancel := context.WithTimeout(ctx, BootTimeout)
@@ -132,7 +137,7 @@ func (m *Machine) dialGuest(ctx context.Context, path string) (*net.UnixConn, er
 func (m *Machine) startWire(ctx context.Context) error {
 	bctx, cancel := context.WithTimeout(ctx, BootTimeout)
 	defer cancel()
-	c, err := m.dialGuest(bctx, m.paths.guestWire)
+	c, err := m.wireLink(bctx)
 	if err != nil {
 		return m.guestError(err)
 	}

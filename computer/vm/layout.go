@@ -56,6 +56,8 @@ type state struct {
 	QEMUPID int    `json:"qemu_pid,omitempty"`
 	Cgroup  string `json:"cgroup"` // the name of QEMU's cgroups in each hierarchy
 	UID     uint32 `json:"uid"`    // the grant's uid (in the guest)
+	// VsockCID is the guest's vsock context id, with the vsock link.
+	VsockCID uint32 `json:"vsock_cid,omitempty"`
 }
 
 func (p paths) writeState(s state) error {

@@ -56,6 +56,10 @@ type Machine struct {
 	screen bool
 	scr    *screen
 
+	// cid is the guest's vsock context id with the vsock link (0 over
+	// virtio-serial), reserved in the provisioner's vsockLinks.
+	cid uint32
+
 	vm       *guest.VM
 	ctl      *ctl.Client
 	wireConn net.Conn

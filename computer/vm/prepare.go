@@ -56,6 +56,9 @@ func (m *Machine) prepare(ctx context.Context) error {
 // validate resolves the limits: memory becomes the guest's RAM, pids the
 // grant's bound inside the guest.
 func (m *Machine) validate(context.Context) error {
+	if _, err := m.p.Transport(); err != nil {
+		return err
+	}
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("%w: a VM computer's QEMU runs as its own uid: the provisioner must be root", ErrConfig)
 	}
@@ -103,7 +106,7 @@ func (m *Machine) allocate(context.Context) error {
 		}
 	}
 	m.cg = cgroups{root: m.p.cgroupRoot(), name: "tether-vm-" + strings.TrimPrefix(m.alloc.Tuple.Sandbox, "vm-")}
-	return nil
+	return m.reserveCID()
 }
 
 // options are the provision.Options a grant of this computer follows.
@@ -135,7 +138,7 @@ func (m *Machine) makeLayout(context.Context) error {
 	); err != nil {
 		return err
 	}
-	return p.writeState(state{QEMUUID: m.qemuUID, Cgroup: m.cg.name, UID: a.UID})
+	return p.writeState(state{QEMUUID: m.qemuUID, Cgroup: m.cg.name, UID: a.UID, VsockCID: m.cid})
 }
 
 // makePKI mints this computer's CA, the receiver's certificate (baked
@@ -183,7 +186,7 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 		return nil
 	}
 	m.initramfs = m.paths.initramfs
-	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig(), m.screen); err != nil {
+	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig(), m.screen, m.cid != 0); err != nil {
 		return err
 	}
 	return os.Chown(m.paths.initramfs, int(m.qemuUID), int(m.qemuUID))
@@ -193,11 +196,12 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 // computer: the agent, the receiver and the agent's configuration, which
 // makes the agent wait for its identity (inject). With screen it also
 // loads the display's and the tablet's modules, and the agent draws its
-// console on the display (vmguest.Config.Screen).
-func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage, screen bool) error {
+// console on the display (vmguest.Config.Screen). With vsock the guest
+// dials its link over vsock (guestWire) instead of opening the wire port.
+func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage, screen, vsock bool) error {
 	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm", Shares: []vmguest.Share{},
 		Root: GuestRoot, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
-		CgroupParent: GuestCgroup, Wire: &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress},
+		CgroupParent: GuestCgroup, Wire: guestWire(vsock),
 		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName, RootImage: root, Screen: screen}, "", "  ")
 	if err != nil {
 		return err
@@ -208,7 +212,7 @@ func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out stri
 		{Path: guestAgentPath, Source: b.Path(GuestAgent), Mode: 0o755},
 		{Path: guestReceiverPath, Source: b.Path(bins.Receiver), Mode: 0o755},
 	}
-	mods := guestModules(root)
+	mods := wireModules(guestModules(root), vsock)
 	if screen {
 		mods = append(append([]string{}, mods...), screenModules...)
 	}

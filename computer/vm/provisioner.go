@@ -29,6 +29,14 @@ type Provisioner struct {
 	// found current since this Provisioner began.
 	stateMu sync.Mutex
 	fresh   map[string]bool
+
+	// tr is the link's transport (vsock.go), chosen at NewProvisioner;
+	// trErr refuses every Prepare when the choice failed. links serves
+	// the vsock links, made by the first computer that needs it.
+	tr      TransportChoice
+	trErr   error
+	linksMu sync.Mutex
+	links   *vsockLinks
 }
 
 var (
@@ -37,7 +45,48 @@ var (
 )
 
 // NewProvisioner returns a Provisioner making VM computers as cfg says.
-func NewProvisioner(cfg Config) *Provisioner { return &Provisioner{cfg: cfg} }
+// The link's transport is chosen here (ChooseTransport); Transport says
+// which, or why none.
+func NewProvisioner(cfg Config) *Provisioner {
+	p := &Provisioner{cfg: cfg}
+	p.tr, p.trErr = ChooseTransport(cfg.Transport, cfg.StateDir)
+	return p
+}
+
+// Transport is the link's transport every computer of p uses, and why;
+// the error is ChooseTransport's (ErrVsock), and Prepare then fails
+// with it.
+func (p *Provisioner) Transport() (TransportChoice, error) { return p.tr, p.trErr }
+
+// vsockLinks returns the listener of the guests' vsock links, listening
+// on the first call.
+func (p *Provisioner) vsockLinks() (*vsockLinks, error) {
+	p.linksMu.Lock()
+	defer p.linksMu.Unlock()
+	if p.links != nil {
+		return p.links, nil
+	}
+	ln, err := listenLinks()
+	if err != nil {
+		return nil, err
+	}
+	p.links = newVsockLinks(ln, p.cfg.Log)
+	return p.links, nil
+}
+
+// Close stops listening for vsock links (computers already linked keep
+// their connection); safe to call twice.
+func (p *Provisioner) Close() error {
+	p.linksMu.Lock()
+	defer p.linksMu.Unlock()
+	if p.links == nil {
+		return nil
+	}
+	return p.links.Close()
+}
+
+// useVsock says whether this Provisioner's computers link over vsock.
+func (p *Provisioner) useVsock() bool { return p.trErr == nil && p.tr.Name == TransportVsock }
 
 // Prepare implements api.Provisioner: it boots a guest whose receiver
 // serves a snapshot holding no grant. On failure everything made is
@@ -153,13 +202,12 @@ func (p *Provisioner) chooseAccel(ctx context.Context, k guest.Kernel) (guest.Ac
 	return a, nil
 }
 
-// transport names the host-guest channel: always virtio-serial in this
-// version, and it says why vsock is not used.
+// transport names the host-guest channel and why it was chosen.
 func (p *Provisioner) transport() string {
-	if _, err := os.Stat("/dev/vhost-vsock"); err != nil {
-		return TransportVirtioSerial + " (no /dev/vhost-vsock)"
+	if p.trErr != nil {
+		return "none (" + p.trErr.Error() + ")"
 	}
-	return TransportVirtioSerial + " (vsock not used yet)"
+	return p.tr.String()
 }
 
 func (p *Provisioner) logf(format string, args ...any) {

@@ -56,6 +56,7 @@ func (m *Machine) teardown(ctx context.Context) error {
 	if m.wireConn != nil {
 		m.wireConn.Close()
 	}
+	m.releaseCID()
 	if m.relay != nil {
 		m.relay.wg.Wait()
 	}

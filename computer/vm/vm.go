@@ -9,8 +9,9 @@
 // agent joins each stream to the receiver's TLS listener on the guest's
 // loopback. The mutual TLS session runs end to end, custodian to
 // receiver, exactly as on a namespaced computer; no TCP port is opened
-// on the host. vsock is not used yet: where /dev/vhost-vsock exists the
-// machine still says "virtio-serial" (docs/operations.md).
+// on the host. With Config.Transport vsock the same link runs over one
+// vsock connection the guest's PID 1 dials to the daemon instead of
+// the port (vsock.go; docs/decisions.md "VM link over vsock").
 //
 // QEMU runs as a fresh unprivileged uid, in its own mount, network (no
 // interface but a loopback that is down), pid, ipc and uts namespaces,
@@ -113,6 +114,9 @@ type Config struct {
 	QEMU string
 	// Accel is AccelAuto (default), AccelTCG or AccelKVM.
 	Accel string
+	// Transport is the link's transport: TransportModeSerial (default,
+	// also ""), TransportModeVsock or TransportModeAuto (vsock.go).
+	Transport string
 	// Owner is the owner of every tuple (default "alice").
 	Owner string
 	// Ops and GrantLimits are what a grant allows (defaults: every op

@@ -45,6 +45,7 @@ type Link struct {
 	ready   chan struct{} // host: closed when the guest echoed the hello
 	accept  chan *Stream  // guest: streams the host opened; host: streams the guest dialed
 
+	eofEnds   bool   // guest over a socket (GuestConn): end-of-file ends the link
 	dialable  bool   // host: guest dials are accepted (SetDialable)
 	guestOpen int    // streams with GuestStreamBit in streams
 	nextDial  uint32 // guest: the last id dialed, without GuestStreamBit
@@ -82,6 +83,16 @@ func Host(ctx context.Context, rw io.ReadWriter) (*Link, error) {
 // reads while no host is connected.
 func Guest(rw io.ReadWriter) *Link {
 	l := newLink(rw, false)
+	go l.readLoop()
+	return l
+}
+
+// GuestConn starts the guest's end on a connected socket (the vsock
+// connection the guest dialed to the host): unlike a port, a socket that
+// reads end-of-file has no next host, so end-of-file ends the link.
+func GuestConn(rw io.ReadWriter) *Link {
+	l := newLink(rw, false)
+	l.eofEnds = true
 	go l.readLoop()
 	return l
 }
@@ -189,7 +200,7 @@ func (l *Link) readOne() error {
 // it drops the streams and waits for the next host. Any other error, and
 // any error on the host, ends the link.
 func (l *Link) atEOF(err error) error {
-	if l.host || !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+	if l.host || l.eofEnds || !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 		return err
 	}
 	l.resetAll(ErrClosed)

@@ -21,11 +21,10 @@ func startWire(w *Wire, log *logSink) (*muxlink.Link, error) {
 	if w == nil {
 		return nil, nil
 	}
-	port, err := pid1.OpenPort(w.Port, os.O_RDWR, portWait)
+	link, err := openLink(w)
 	if err != nil {
 		return nil, err
 	}
-	link := muxlink.Guest(port)
 	go func() {
 		for {
 			s, err := link.Accept(context.Background())
@@ -37,6 +36,23 @@ func startWire(w *Wire, log *logSink) (*muxlink.Link, error) {
 		}
 	}()
 	return link, nil
+}
+
+// openLink starts the guest's end of the link: over the wire port, or
+// over one vsock connection to the host (vsock_linux.go).
+func openLink(w *Wire) (*muxlink.Link, error) {
+	if w.VsockPort != 0 {
+		c, err := dialHost(w.VsockPort, portWait)
+		if err != nil {
+			return nil, err
+		}
+		return muxlink.GuestConn(c), nil
+	}
+	port, err := pid1.OpenPort(w.Port, os.O_RDWR, portWait)
+	if err != nil {
+		return nil, err
+	}
+	return muxlink.Guest(port), nil
 }
 
 // bridge joins one stream to a new connection to the receiver.
