@@ -121,6 +121,9 @@ type Computer struct {
 	Records string `json:"records,omitempty"`
 	// Accelerator is "kvm" or "tcg" on a VM computer.
 	Accelerator string `json:"accelerator,omitempty"`
+	// Transport is a VM computer's link to its receiver and why it was
+	// chosen (api.MachineInfo.Transport).
+	Transport string `json:"transport,omitempty"`
 	// Screen says the computer has a display and a live view.
 	Screen bool `json:"screen,omitempty"`
 }

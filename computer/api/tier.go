@@ -7,7 +7,7 @@ type MachineInfo struct {
 	// Accelerator is "kvm" or "tcg" for a VM computer, "" otherwise.
 	Accelerator string
 	// Transport names the channel between the host and the receiver,
-	// e.g. "virtio-serial (no /dev/vhost-vsock)".
+	// and why it was chosen, e.g. "virtio-serial (--vm-transport serial)".
 	Transport string
 }
 

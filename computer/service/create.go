@@ -156,9 +156,10 @@ func (s *Service) make(ctx context.Context, c *computer, w *waiter, sp spec, how
 	if err := m.Grant(s.ctx, deadline); err != nil {
 		return api.Computer{}, s.failLocked(c, m, "grant: "+err.Error())
 	}
-	tuple, accel := m.Tuple(), acceleratorOf(m)
+	tuple := m.Tuple()
+	accel, transport := acceleratorOf(m)
 	err = s.move(c, api.StateRunning, "created", func(r *record) {
-		r.Tuple, r.CustodianConfig, r.Accelerator = &tuple, m.CustodianConfig(), accel
+		r.Tuple, r.CustodianConfig, r.Accelerator, r.Transport = &tuple, m.CustodianConfig(), accel, transport
 	})
 	if err != nil {
 		return api.Computer{}, s.failLocked(c, m, "record running: "+err.Error())

@@ -271,7 +271,7 @@ func (s *Service) lookup(caller api.Caller, id string) (*computer, error) {
 // view is what the API says about c; the caller holds s.mu.
 func (c *computer) view() api.Computer {
 	r := c.rec
-	return api.Computer{ID: r.ID, Owner: r.Owner, State: r.State, Tier: tierName(r.Tier), Accelerator: r.Accelerator, Limits: r.Limits,
+	return api.Computer{ID: r.ID, Owner: r.Owner, State: r.State, Tier: tierName(r.Tier), Accelerator: r.Accelerator, Transport: r.Transport, Limits: r.Limits,
 		Tuple: r.Tuple, Labels: r.Labels, CreatedAt: r.Created, LeaseExpiresAt: r.LeaseEnd,
 		IdleTimeoutSeconds: r.IdleTimeoutSecs, CustodianConfig: r.CustodianConfig, FromPool: r.FromPool,
 		Reason: r.Reason, Screen: r.Screen}

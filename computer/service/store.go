@@ -44,6 +44,7 @@ type record struct {
 	// is api.TierNamespaced.
 	Tier        string `json:"tier,omitempty"`
 	Accelerator string `json:"accelerator,omitempty"`
+	Transport   string `json:"transport,omitempty"`
 	// Egress is the computer's egress policy (egress.go); absent denies
 	// all.
 	Egress policy.Policy `json:"egress,omitzero"`

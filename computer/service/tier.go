@@ -48,12 +48,14 @@ func tierName(t string) string {
 	return t
 }
 
-// acceleratorOf is a machine's accelerator, when it says one.
-func acceleratorOf(m api.Machine) string {
+// acceleratorOf is a machine's accelerator and transport, when it says
+// them.
+func acceleratorOf(m api.Machine) (accel, transport string) {
 	if d, ok := m.(api.Described); ok {
-		return d.Describe().Accelerator
+		i := d.Describe()
+		return i.Accelerator, i.Transport
 	}
-	return ""
+	return "", ""
 }
 
 // claimForLocked claims a warm machine for w: the pool holds machines of

@@ -62,8 +62,9 @@ func TestIntegrationVMServiceTier(t *testing.T) {
 		t.Fatalf("no output from the first command")
 	}
 	t.Logf("BENCH create -> first command, TCG cold boot, through the service: %s", time.Since(start).Round(time.Millisecond))
-	if got, _ := s.Get(ctx, alice, c.ID); got.Tier != api.TierVM || got.Accelerator != AccelTCG || got.Screen {
-		t.Fatalf("show says tier %q accelerator %q screen %v", got.Tier, got.Accelerator, got.Screen)
+	if got, _ := s.Get(ctx, alice, c.ID); got.Tier != api.TierVM || got.Accelerator != AccelTCG || got.Screen ||
+		got.Transport != TransportVirtioSerial+" (--vm-transport serial)" {
+		t.Fatalf("show says tier %q accelerator %q transport %q screen %v", got.Tier, got.Accelerator, got.Transport, got.Screen)
 	}
 	checkNoScreen(t, filepath.Join(base, "svc", "computers", c.ID))
 	if _, err := s.Link(ctx, alice, c.ID, api.LinkRequest{Role: api.LinkRoleView}); api.CodeOf(err) != api.CodeConflict {

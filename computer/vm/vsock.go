@@ -86,11 +86,12 @@ func ChooseTransport(mode, stateDir string) (TransportChoice, error) {
 	}
 }
 
-// vhostUsable opens and closes the device once.
+// vhostUsable opens and closes the device once; the error (an
+// *os.PathError) names it.
 func vhostUsable() error {
 	f, err := openVhostVsock()
 	if err != nil {
-		return fmt.Errorf("open %s: %w", VhostVsockDevice, err)
+		return err
 	}
 	return f.Close()
 }

@@ -193,7 +193,11 @@ func offerVM(sc *service.Config, cfg daemonConfig, b bins.Set) error {
 	if vc.Log == nil && cfg.Logger != nil {
 		vc.Log = func(format string, a ...any) { cfg.Logger.Info(fmt.Sprintf(format, a...)) }
 	}
-	sc.Provisioners = map[string]api.Provisioner{api.TierVM: vm.NewProvisioner(vc)}
+	p := vm.NewProvisioner(vc)
+	if _, err := p.Transport(); err != nil {
+		return err
+	}
+	sc.Provisioners = map[string]api.Provisioner{api.TierVM: p}
 	return nil
 }
 

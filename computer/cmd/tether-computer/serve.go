@@ -42,6 +42,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	binDir := fs.String("bin", "", "directory holding tether-receiver (default: next to tether-computer)")
 	vmAccel := fs.String("vm", "", "offer the VM tier with this accelerator: auto, kvm or tcg (default: not offered; --bin must hold tether-vmguest)")
 	vmKernel := fs.String("vm-kernel", "", "the VM tier's unpacked guest kernel (default: the CI's vmsuite kernel)")
+	vmTransport := fs.String("vm-transport", vm.TransportModeSerial, "the VM tier's link to each guest's receiver: serial (a virtio-serial port), "+
+		"vsock (fails at start unless "+vm.VhostVsockDevice+" opens) or auto (vsock where it opens, else serial)")
 	vmState := fs.String("vm-state", "", "where the VM tier keeps its saved guest states, root's, 0755; each VM computer then starts from one (default: none, every VM computer boots cold)")
 	egressConf := fs.String("egress-config", "", "JSON file of the host's egress proxy (presets, dns, limits, log); "+
 		"without it computers have loopback only")
@@ -59,13 +61,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *listen != "" && (*certFile == "" || *keyFile == "" || *tokens == "") {
 		return cli.UsageError(stderr, prog+" serve", "--listen needs --tls-cert, --tls-key and --tokens")
 	}
+	if *vmAccel == "" && *vmTransport != vm.TransportModeSerial {
+		return cli.UsageError(stderr, prog+" serve", "--vm-transport needs --vm")
+	}
+	if *vmAccel != "" {
+		tr, err := vm.ChooseTransport(*vmTransport, *vmState)
+		if err != nil {
+			return fail(stderr, "serve", fmt.Errorf("--vm-transport: %w", err))
+		}
+		fmt.Fprintf(stderr, "%s serve: VM transport %s\n", prog, tr)
+	}
 	bd, err := binDirOf(*binDir)
 	if err != nil {
 		return fail(stderr, "serve", err)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg := daemonConfig{Dir: *dir, Socket: *socket, BinDir: bd, Service: sc.config(), Tokens: *tokens, Logger: logger,
-		MaxUpload: *maxUpload, VM: vm.Config{Accel: *vmAccel, KernelDir: *vmKernel, StateDir: *vmState}}
+		MaxUpload: *maxUpload, VM: vm.Config{Accel: *vmAccel, Transport: *vmTransport, KernelDir: *vmKernel, StateDir: *vmState}}
 	cfg.Service.Logf = func(format string, a ...any) { logger.Warn(fmt.Sprintf(format, a...)) }
 	if step := os.Getenv(TestPauseEnv); step != "" {
 		cfg.Service.StepHook = pauseAt(step, stderr)
