@@ -57,8 +57,9 @@ type Machine struct {
 	scr    *screen
 
 	// cid is the guest's vsock context id with the vsock link (0 over
-	// virtio-serial), reserved in the provisioner's vsockLinks.
-	cid uint32
+	// virtio-serial), reserved in the provisioner's vsockLinks;
+	// vsockPort is the host's port its PID 1 dials.
+	cid, vsockPort uint32
 
 	vm       *guest.VM
 	ctl      *ctl.Client

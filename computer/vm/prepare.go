@@ -186,7 +186,7 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 		return nil
 	}
 	m.initramfs = m.paths.initramfs
-	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig(), m.screen, m.cid != 0); err != nil {
+	if err := buildGenericImage(ctx, m.p.cfg.Bins, k, m.paths.initramfs, m.rootImageConfig(), m.screen, m.vsockPort); err != nil {
 		return err
 	}
 	return os.Chown(m.paths.initramfs, int(m.qemuUID), int(m.qemuUID))
@@ -196,12 +196,13 @@ func (m *Machine) chooseImage(ctx context.Context) error {
 // computer: the agent, the receiver and the agent's configuration, which
 // makes the agent wait for its identity (inject). With screen it also
 // loads the display's and the tablet's modules, and the agent draws its
-// console on the display (vmguest.Config.Screen). With vsock the guest
-// dials its link over vsock (guestWire) instead of opening the wire port.
-func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage, screen, vsock bool) error {
+// console on the display (vmguest.Config.Screen). With vsockPort (not 0)
+// the guest dials its link to that host vsock port (guestWire) instead
+// of opening the wire port.
+func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out string, root *vmguest.RootImage, screen bool, vsockPort uint32) error {
 	agentCfg, err := json.MarshalIndent(vmguest.Config{Hostname: "tether-vm", Shares: []vmguest.Share{},
 		Root: GuestRoot, Receiver: []string{guestReceiverPath, "--config", guestEtc + "/receiver.json"},
-		CgroupParent: GuestCgroup, Wire: guestWire(vsock),
+		CgroupParent: GuestCgroup, Wire: guestWire(vsockPort),
 		AwaitIdentity: true, AdmissionFile: GuestAdmission + "/" + admission.FileName, RootImage: root, Screen: screen}, "", "  ")
 	if err != nil {
 		return err
@@ -212,7 +213,7 @@ func buildGenericImage(ctx context.Context, b bins.Set, k guest.Kernel, out stri
 		{Path: guestAgentPath, Source: b.Path(GuestAgent), Mode: 0o755},
 		{Path: guestReceiverPath, Source: b.Path(bins.Receiver), Mode: 0o755},
 	}
-	mods := wireModules(guestModules(root), vsock)
+	mods := wireModules(guestModules(root), vsockPort)
 	if screen {
 		mods = append(append([]string{}, mods...), screenModules...)
 	}

@@ -66,11 +66,12 @@ func (p *Provisioner) vsockLinks() (*vsockLinks, error) {
 	if p.links != nil {
 		return p.links, nil
 	}
-	ln, err := listenLinks()
+	ln, port, err := listenLinks()
 	if err != nil {
 		return nil, err
 	}
-	p.links = newVsockLinks(ln, p.cfg.Log)
+	p.links = newVsockLinks(ln, port, p.cfg.Log)
+	p.logf("vm: vsock links on host port %d", port)
 	return p.links, nil
 }
 

@@ -97,7 +97,7 @@ func (p *Provisioner) savedState(ctx context.Context, limits api.Limits, img *im
 	if err != nil {
 		return nil, err
 	}
-	if err := buildGenericImage(ctx, p.cfg.Bins, k, tmp, rootImageFor(img), false, false); err != nil {
+	if err := buildGenericImage(ctx, p.cfg.Bins, k, tmp, rootImageFor(img), false, 0); err != nil {
 		return nil, err
 	}
 	keyed := []any{k.Vmlinux, tmp, mib}

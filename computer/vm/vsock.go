@@ -30,10 +30,15 @@ const (
 // passes QEMU the descriptor, so QEMU's uid never needs the node.
 const VhostVsockDevice = "/dev/vhost-vsock"
 
-// LinkVsockPort is the host's vsock port the guests' PID 1 dial. It is
-// below 1024: only a process with CAP_NET_BIND_SERVICE (the root
-// daemon) can bind it on the host.
-const LinkVsockPort = 1021
+// LinkVsockPort is the first host vsock port a daemon tries for its
+// guests' links, down to LinkVsockPortMin (a second daemon on the host
+// takes the next free one); the port is in each guest's configuration.
+// They are below 1024: only a process with CAP_NET_BIND_SERVICE (the
+// root daemon) can bind them on the host.
+const (
+	LinkVsockPort    = 1021
+	LinkVsockPortMin = 1000
+)
 
 // minGuestCID is the lowest context id a guest may have (0, 1 and 2 are
 // the hypervisor, the local loopback and the host).
@@ -105,13 +110,21 @@ type linkListener interface {
 
 var _ linkListener = (*vsock.Listener)(nil)
 
-// listenLinks binds LinkVsockPort on every context id of the host.
-func listenLinks() (linkListener, error) {
-	ln, err := vsock.ListenContextID(unix.VMADDR_CID_ANY, LinkVsockPort, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: listen on vsock port %d: %w", ErrVsock, LinkVsockPort, err)
+// listenLinks binds the first free port from LinkVsockPort down to
+// LinkVsockPortMin on every context id of the host.
+func listenLinks() (linkListener, uint32, error) {
+	var errs []error
+	for port := uint32(LinkVsockPort); port >= LinkVsockPortMin; port-- {
+		ln, err := vsock.ListenContextID(unix.VMADDR_CID_ANY, port, nil)
+		if err == nil {
+			return ln, port, nil
+		}
+		if !errors.Is(err, unix.EADDRINUSE) {
+			return nil, 0, fmt.Errorf("%w: listen on vsock port %d: %w", ErrVsock, port, err)
+		}
+		errs = append(errs, err)
 	}
-	return ln, nil
+	return nil, 0, fmt.Errorf("%w: vsock ports %d..%d all taken: %w", ErrVsock, LinkVsockPortMin, LinkVsockPort, errors.Join(errs...))
 }
 
 // vsockLinks hands each computer the one link connection its guest
@@ -120,8 +133,9 @@ func listenLinks() (linkListener, error) {
 // guest's context id), once; any other, and a second from the same
 // context id, is closed and logged. Close must be called.
 type vsockLinks struct {
-	ln  linkListener
-	log func(string, ...any)
+	ln   linkListener
+	port uint32 // the port ln listens on, which the guests dial
+	log  func(string, ...any)
 
 	mu    sync.Mutex
 	slots map[uint32]*linkSlot
@@ -137,12 +151,12 @@ type linkSlot struct {
 	taken bool
 }
 
-// newVsockLinks serves ln until Close.
-func newVsockLinks(ln linkListener, log func(string, ...any)) *vsockLinks {
+// newVsockLinks serves ln, listening on port, until Close.
+func newVsockLinks(ln linkListener, port uint32, log func(string, ...any)) *vsockLinks {
 	if log == nil {
 		log = func(string, ...any) {}
 	}
-	l := &vsockLinks{ln: ln, log: log, slots: map[uint32]*linkSlot{}, done: make(chan struct{})}
+	l := &vsockLinks{ln: ln, port: port, log: log, slots: map[uint32]*linkSlot{}, done: make(chan struct{})}
 	l.wg.Add(1)
 	go l.serve()
 	return l
@@ -236,9 +250,9 @@ func (l *vsockLinks) wait(ctx context.Context, cid uint32, gone <-chan struct{})
 	case c := <-s.conn:
 		return c, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("the guest did not dial vsock port %d: %w", LinkVsockPort, ctx.Err())
+		return nil, fmt.Errorf("the guest did not dial vsock port %d: %w", l.port, ctx.Err())
 	case <-gone:
-		return nil, fmt.Errorf("%w: QEMU exited before the guest dialed vsock port %d", ErrGuest, LinkVsockPort)
+		return nil, fmt.Errorf("%w: QEMU exited before the guest dialed vsock port %d", ErrGuest, l.port)
 	case <-l.done:
 		return nil, fmt.Errorf("%w: the link listener closed", ErrVsock)
 	}

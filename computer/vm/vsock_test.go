@@ -122,7 +122,7 @@ func refusedConn(t *testing.T, c net.Conn) {
 // first connection is its link.
 func TestVsockLinksTakeOnlyTheComputersCID(t *testing.T) {
 	ln, log := newFakeVsockListener(), newLogLines()
-	links := newVsockLinks(ln, log.logf)
+	links := newVsockLinks(ln, LinkVsockPort, log.logf)
 	defer links.Close()
 	cid, err := links.reserve()
 	if err != nil || cid < minGuestCID {
@@ -165,7 +165,7 @@ func TestVsockLinksTakeOnlyTheComputersCID(t *testing.T) {
 // TestVsockLinksWaitEnds: a wait ends when QEMU is gone, the context
 // ends or the listener closes; an unreserved id is refused at once.
 func TestVsockLinksWaitEnds(t *testing.T) {
-	links := newVsockLinks(newFakeVsockListener(), nil)
+	links := newVsockLinks(newFakeVsockListener(), LinkVsockPort, nil)
 	cid, err := links.reserve()
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +195,7 @@ func TestVsockLinksWaitEnds(t *testing.T) {
 // TestVsockReserveIsUnique: reserved context ids are at least 3, below
 // VMADDR_CID_ANY and distinct.
 func TestVsockReserveIsUnique(t *testing.T) {
-	links := newVsockLinks(newFakeVsockListener(), nil)
+	links := newVsockLinks(newFakeVsockListener(), LinkVsockPort, nil)
 	defer links.Close()
 	seen := map[uint32]bool{}
 	for range 1000 {
@@ -212,7 +212,7 @@ func TestVsockReserveIsUnique(t *testing.T) {
 // stream the host opens and one the guest dials (egress).
 func TestMuxlinkOverVsockLink(t *testing.T) {
 	ln := newFakeVsockListener()
-	links := newVsockLinks(ln, nil)
+	links := newVsockLinks(ln, LinkVsockPort, nil)
 	defer links.Close()
 	cid, err := links.reserve()
 	if err != nil {
@@ -349,7 +349,7 @@ func TestProvisionerRefusesVsockWithoutDevice(t *testing.T) {
 func TestQEMUArgsVsock(t *testing.T) {
 	withVhost(t, os.DevNull)
 	p := NewProvisioner(Config{Transport: TransportModeVsock})
-	m := &Machine{p: p, paths: layout(t.TempDir()), cid: 1234}
+	m := &Machine{p: p, paths: layout(t.TempDir()), cid: 1234, vsockPort: LinkVsockPort - 1}
 	args := m.qemuArgs()
 	if !slices.Contains(args, "vhost-vsock-pci,id=tether-vsock,guest-cid=1234,vhostfd=3") {
 		t.Fatalf("no vhost-vsock device: %q", args)
@@ -362,10 +362,10 @@ func TestQEMUArgsVsock(t *testing.T) {
 		t.Fatalf("qemuFiles = %v, %v", files, err)
 	}
 	closeAll(files)
-	if w := guestWire(true); w.VsockPort != LinkVsockPort || w.Port != "" {
+	if w := guestWire(m.vsockPort); w.VsockPort != LinkVsockPort-1 || w.Port != "" {
 		t.Fatalf("guest wire: %+v", w)
 	}
-	if mods := wireModules(nil, true); !slices.Contains(mods, "vmw_vsock_virtio_transport") {
+	if mods := wireModules(nil, m.vsockPort); !slices.Contains(mods, "vmw_vsock_virtio_transport") {
 		t.Fatalf("modules: %q", mods)
 	}
 
@@ -377,14 +377,14 @@ func TestQEMUArgsVsock(t *testing.T) {
 	if files, err := serial.qemuFiles(); files != nil || err != nil {
 		t.Fatalf("serial qemuFiles = %v, %v", files, err)
 	}
-	if w := guestWire(false); w.Port != wirePortName || w.VsockPort != 0 {
+	if w := guestWire(0); w.Port != wirePortName || w.VsockPort != 0 {
 		t.Fatalf("serial guest wire: %+v", w)
 	}
-	for _, vsock := range []bool{false, true} {
+	for _, port := range []uint32{0, LinkVsockPortMin, LinkVsockPort} {
 		c := vmguest.Config{Hostname: "h", Root: "/srv/r", AwaitIdentity: true, AdmissionFile: "/run/a",
-			Receiver: []string{"/usr/bin/r"}, Wire: guestWire(vsock)}
+			Receiver: []string{"/usr/bin/r"}, Wire: guestWire(port)}
 		if err := c.Validate(); err != nil {
-			t.Fatalf("vsock %v: the guest refuses its wire: %v", vsock, err)
+			t.Fatalf("vsock port %d: the guest refuses its wire: %v", port, err)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 const vhostFD = 3
 
 // reserveCID takes a context id for the guest when the link runs over
-// vsock.
+// vsock, and notes the host's port the guest dials.
 func (m *Machine) reserveCID() error {
 	if !m.p.useVsock() {
 		return nil
@@ -24,6 +24,7 @@ func (m *Machine) reserveCID() error {
 		return err
 	}
 	m.cid, err = links.reserve()
+	m.vsockPort = links.port
 	return err
 }
 
@@ -61,18 +62,18 @@ func (m *Machine) qemuFiles() ([]*os.File, error) {
 }
 
 // guestWire is the guest's side of the link (vmguest.Config.Wire): the
-// wire port's name, or with vsock the host's port to dial.
-func guestWire(vsock bool) *vmguest.Wire {
-	if vsock {
-		return &vmguest.Wire{VsockPort: LinkVsockPort, Target: GuestReceiverAddress}
+// wire port's name, or with vsockPort (not 0) the host's port to dial.
+func guestWire(vsockPort uint32) *vmguest.Wire {
+	if vsockPort != 0 {
+		return &vmguest.Wire{VsockPort: vsockPort, Target: GuestReceiverAddress}
 	}
 	return &vmguest.Wire{Port: wirePortName, Target: GuestReceiverAddress}
 }
 
 // wireModules are the guest's modules for the link over vsock (the
 // virtio-serial ones are loaded anyway: control and log ports).
-func wireModules(mods []string, vsock bool) []string {
-	if !vsock {
+func wireModules(mods []string, vsockPort uint32) []string {
+	if vsockPort == 0 {
 		return mods
 	}
 	return append(append([]string{}, mods...), guest.ModulesVsock...)
