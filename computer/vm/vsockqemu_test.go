@@ -59,3 +59,32 @@ func TestIntegrationQEMUTakesTheVhostDescriptor(t *testing.T) {
 		t.Fatalf("control: without the descriptor QEMU still reached vhost:\n%s", s)
 	}
 }
+
+// TestIntegrationGuestKernelHasVsockModules: the guest kernel's module
+// tree resolves the vsock set the guest loads for the vsock link, its
+// dependencies ordered before it.
+func TestIntegrationGuestKernelHasVsockModules(t *testing.T) {
+	testenv.Require(t, "qemu")
+	k, err := guest.KernelAt(guest.KernelDir(guest.KernelVMSuite))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mods, err := guest.ResolveModules(k, wireModules(vmModules, LinkVsockPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := map[string]int{}
+	for i, m := range mods {
+		at[m.Name] = i
+	}
+	tr, ok := at["vmw_vsock_virtio_transport"]
+	if !ok {
+		t.Fatalf("no vsock transport module in %v", at)
+	}
+	for _, dep := range mods[tr].Depends {
+		if i, ok := at[dep]; ok && i > tr {
+			t.Fatalf("%s is loaded after the transport that needs it", dep)
+		}
+	}
+	t.Logf("vsock modules: %v", mods[tr].Depends)
+}
