@@ -47,6 +47,7 @@ type daemon struct {
 	svc *service.Service
 	srv *httpserver.Server
 	m   *metrics.Metrics
+	vm  *vm.Provisioner // nil without --vm
 }
 
 // openDaemon opens the service in cfg.Dir (adopting what a previous
@@ -60,14 +61,15 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 	sc := cfg.Service
 	sc.Dir, sc.Socket = cfg.Dir, cfg.Socket
 	sc.Provisioner = provision.NewProvisioner(provision.Config{Bins: b})
-	if err := offerVM(&sc, cfg, b); err != nil {
+	vp, err := offerVM(&sc, cfg, b)
+	if err != nil {
 		return nil, err
 	}
 	svc, err := service.Open(ctx, sc)
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{svc: svc}
+	d := &daemon{svc: svc, vm: vp}
 	d.m = metrics.New(d.usage)
 	if cfg.EgressStats != nil {
 		d.m.WatchEgress(func() map[string]metrics.EgressStats { return egressStats(svc, cfg.EgressStats) })
@@ -92,7 +94,13 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 }
 
 // Close closes the service; the computers keep running.
-func (d *daemon) Close() error { return d.svc.Close() }
+func (d *daemon) Close() error {
+	err := d.svc.Close()
+	if d.vm != nil {
+		err = errors.Join(err, d.vm.Close()) // its vsock link listener, if any
+	}
+	return err
+}
 
 // metricsHandler refreshes the gauges read from the service's counters,
 // then serves the registry.
@@ -180,13 +188,14 @@ func (b *instrumented) Resume(ctx context.Context, c api.Caller, id string) (api
 	return comp, err
 }
 
-// offerVM adds the VM tier's provisioner to sc when cfg.VM.Accel is set.
-func offerVM(sc *service.Config, cfg daemonConfig, b bins.Set) error {
+// offerVM adds the VM tier's provisioner to sc when cfg.VM.Accel is set
+// and returns it (nil without); the daemon's Close closes it.
+func offerVM(sc *service.Config, cfg daemonConfig, b bins.Set) (*vm.Provisioner, error) {
 	if cfg.VM.Accel == "" {
-		return nil
+		return nil, nil
 	}
 	if err := b.Require(bins.VMGuest); err != nil {
-		return fmt.Errorf("the VM tier's guest agent: %w", err)
+		return nil, fmt.Errorf("the VM tier's guest agent: %w", err)
 	}
 	vc := cfg.VM
 	vc.Bins = b
@@ -195,10 +204,10 @@ func offerVM(sc *service.Config, cfg daemonConfig, b bins.Set) error {
 	}
 	p := vm.NewProvisioner(vc)
 	if _, err := p.Transport(); err != nil {
-		return err
+		return nil, err
 	}
 	sc.Provisioners = map[string]api.Provisioner{api.TierVM: p}
-	return nil
+	return p, nil
 }
 
 // egressStats reads the proxy's counters of every computer it serves.
