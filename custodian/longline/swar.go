@@ -49,3 +49,21 @@ func htmlSafeRun[S ~string | ~[]byte](s S, i int) int {
 	}
 	return i
 }
+
+// indexStringStop returns the index of the first quote, backslash or
+// newline in p, or -1 (bytes.IndexAny(p, "\"\\\n"), a word at a time).
+func indexStringStop(p []byte) int {
+	i := 0
+	for i+8 <= len(p) {
+		if x := load64(p, i); hasByte(x, '"') || hasByte(x, '\\') || hasByte(x, '\n') {
+			break
+		}
+		i += 8
+	}
+	for ; i < len(p); i++ {
+		if c := p[i]; c == '"' || c == '\\' || c == '\n' {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,17 +1,22 @@
 package longline
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 )
 
 // FuzzWordTests: a word's tests say what the byte tables say of its
-// eight bytes, for any eight bytes.
+// eight bytes, for any eight bytes, and indexStringStop finds what
+// bytes.IndexAny finds.
 func FuzzWordTests(f *testing.F) {
-	for _, s := range []string{"abcdefgh", "abc\"defg", "\\abcdefg", "abcdefg<", ">&aaaaaa", "\x1f\x20\x7f\x80\xffaaa", "é日本aa"} {
+	for _, s := range []string{"abcdefgh", "abc\"defg", "\\abcdefg", "abcdefg<", ">&aaaaaa", "0123456789abcdef\\n", "0123456789\"", "0123456789abcdefghij\n", "\x1f\x20\x7f\x80\xffaaa", "é日本aa"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, p []byte) {
+		if got, want := indexStringStop(p), bytes.IndexAny(p, "\"\\\n"); got != want {
+			t.Fatalf("indexStringStop(%q) = %d, bytes.IndexAny %d", p, got, want)
+		}
 		if len(p) < 8 {
 			return
 		}
