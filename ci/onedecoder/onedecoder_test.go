@@ -28,6 +28,7 @@ var allowed = map[string]string{
 	"admission/coordinator/baotest/baotest.go:check":   "the fake OpenBao server's check of a request body the coordinator sent (a test double, not a parser the product runs)",
 	"custodian/longline/bigline.go:decodeLong":         "the JSON-RPC envelope of an agent message over the SDK's 10 MiB, as acp-go-sdk would read it; the params are then decoded as the ACP request type",
 	"custodian/longline/content.go:decodeRawLong":      "the same long fs/write_text_file line as decodeLong, as acp-go-sdk would read it, with the content left raw in the line; anything encoding/json reports sends the line to decodeLong",
+	"custodian/longline/locate.go:decodeLocated":       "the same long fs/write_text_file line as decodeRawLong with its content string cut to \"\" (the content's syntax checked by its unquote pass); anything encoding/json reports sends the line to the whole decode",
 	"custodian/longline/reads.go:decodeRead":           "an agent message's JSON-RPC envelope, decoded into acp-go-sdk's own envelope type as its receive does, to serve fs/read_text_file beside it",
 	"custodian/longline/reads.go:runRead":              "the params of an fs/read_text_file request, decoded into the ACP request type as acp-go-sdk's handler does",
 	"custodian/longline/idscan.go:endKey":              "one JSON string, a key of an agent message's envelope with an escape in it, to find the id and method of a long line without holding it",

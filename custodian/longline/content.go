@@ -155,13 +155,15 @@ func unquoteTo(s, buf []byte, emit func(p []byte, read int) error) error {
 }
 
 // unescape decodes the escape at the start of s onto buf and returns how
-// many bytes of s it took.
+// many bytes of s it took; ok is false for an escape JSON's syntax has
+// not, so that an unquote pass also checks the string's syntax
+// (decodeLocated leaves that check to it).
 func unescape(s, buf []byte) (int, []byte, bool) {
 	if len(s) < 2 {
 		return 0, buf, false
 	}
 	switch s[1] {
-	case '"', '\\', '/', '\'':
+	case '"', '\\', '/': // not \' , which encoding/json's unquote takes but its syntax check refuses
 		return 2, append(buf, s[1]), true
 	case 'b':
 		return 2, append(buf, '\b'), true
@@ -226,10 +228,20 @@ func getu4(s []byte) rune {
 // syntax) or the content is not a JSON string; the caller then decodes
 // the line as before, which gives the same request and the same errors.
 // done, if set, becomes the Content's done.
+//
+// The content is found first (locateContent) and only the rest of the
+// line is given to encoding/json; a line the walk cannot place is decoded
+// whole, the content still left raw.
 func decodeRawLong(line []byte, done func(rest []byte)) (*longRequest, bool) {
-	var m rawLongRequest
-	if err := json.Unmarshal(line, &m); err != nil || len(m.ID) == 0 || m.Method != acp.ClientMethodFsWriteTextFile {
-		return nil, false
+	m, ok := (*rawLongRequest)(nil), false
+	if start, end, found := locateContent(line, done); found {
+		m, ok = decodeLocated(line, start, end)
+	}
+	if !ok {
+		m = new(rawLongRequest)
+		if err := json.Unmarshal(line, m); err != nil || len(m.ID) == 0 || m.Method != acp.ClientMethodFsWriteTextFile {
+			return nil, false
+		}
 	}
 	c, err := newContent(m.Params.Content, done)
 	if err != nil {

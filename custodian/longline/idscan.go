@@ -50,7 +50,7 @@ func (s *idScanner) Write(p []byte) (int, error) {
 			return n, nil
 		}
 		if s.inStr && !s.esc && !s.inKey && s.field == "" { // skip a string nobody reads
-			i := bytes.IndexAny(p, "\"\\\n")
+			i := indexStringStop(p)
 			if i < 0 {
 				return n, nil
 			}

@@ -43,11 +43,10 @@ func writeQuoted(w *bufio.Writer, s string) error {
 func writeQuotedBody[S ~string | ~[]byte](w *bufio.Writer, s S) {
 	start := 0
 	for i := 0; i < len(s); {
+		if i = htmlSafeRun(s, i); i == len(s) {
+			break
+		}
 		if b := s[i]; b < utf8.RuneSelf {
-			if htmlSafe[b] {
-				i++
-				continue
-			}
 			writeRun(w, s[start:i])
 			switch b {
 			case '\\', '"':
@@ -92,10 +91,13 @@ func writeQuotedBody[S ~string | ~[]byte](w *bufio.Writer, s S) {
 func quotedBodyLen[S ~string | ~[]byte](s S) int64 {
 	n := int64(0)
 	for i := 0; i < len(s); {
+		j := htmlSafeRun(s, i)
+		if n += int64(j - i); j == len(s) {
+			break
+		}
+		i = j
 		if b := s[i]; b < utf8.RuneSelf {
 			switch {
-			case htmlSafe[b]:
-				n++
 			case b == '\\' || b == '"' || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t':
 				n += 2
 			default:
