@@ -226,7 +226,7 @@ func (r *rawReads) call(ctx context.Context, msg func(id string) ([]byte, error)
 // quotedContent is a file's content encoded once as a JSON string, as
 // json.Marshal encodes it, so that the benchmark's agent side costs a copy
 // per transfer, not an encode or a decode: the agent's own codec is not
-// what the benchmark measures (run J, docs/performance.md).
+// what the benchmark measures (run K, docs/performance.md).
 type quotedContent struct {
 	plain  string
 	quoted []byte
