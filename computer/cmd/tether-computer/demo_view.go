@@ -77,7 +77,9 @@ func (o viewDemo) run(ctx context.Context) error {
 	sock := filepath.Join(dir, "api.sock")
 	cfg := daemonConfig{Dir: filepath.Join(dir, "state"), Socket: sock, BinDir: o.binDir, Logger: logger, VM: o.vm,
 		Service: service.Config{MaxComputers: 1, Logf: func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) }}}
-	return withDaemon(ctx, cfg, sock, func(cl *client.Client, _ *daemon) error {
+	// Ctrl-C ends the wait, not the daemon: the delete and the audit
+	// check that follow it still need the service.
+	return withDaemon(context.WithoutCancel(ctx), cfg, sock, func(cl *client.Client, _ *daemon) error {
 		return o.withComputer(ctx, cl, sock)
 	})
 }
