@@ -111,10 +111,7 @@ func TestCloneSignalsAndFiles(t *testing.T) {
 // names the step and its errno, and no process of the uid is left; the
 // same spec with a valid group list starts (the positive control).
 func TestCloneFailedStepStartsNothing(t *testing.T) {
-	testenv.Require(t, "root")
-	if CloneSupported() != nil {
-		t.Skip("ModeClone is not supported here (TestCloneSupported says why)")
-	}
+	testenv.Require(t, "root", "clone3")
 	dir, _ := workDir(t)
 	_, w, _ := os.Pipe()
 	defer w.Close()
@@ -150,10 +147,7 @@ func TestCloneFailedStepStartsNothing(t *testing.T) {
 // command starts in its cgroup (clone3 CLONE_INTO_CGROUP from a spawning
 // thread without the filter) and runs under exactly one filter.
 func TestCloneSeccompCgroupFromFirstInstruction(t *testing.T) {
-	testenv.Require(t, "root", "cgroup2")
-	if CloneSupported() != nil {
-		t.Skip("ModeClone is not supported here (TestCloneSupported says why)")
-	}
+	testenv.Require(t, "root", "cgroup2", "clone3")
 	cg, dir := childCgroup(t, "t-clone-first")
 	out, st := runWith(t, Spec{Mode: ModeClone, Cgroup: cg, Seccomp: seccompFilter(t)}, "/bin/sh", "-c",
 		"cat /proc/self/cgroup; grep ^Seccomp /proc/self/status")
@@ -172,10 +166,7 @@ func TestCloneSeccompCgroupFromFirstInstruction(t *testing.T) {
 // (the positive control: it reads back 1), starts a clone child, and
 // finds its own memory non-dumpable.
 func TestCloneSharedMemoryNotDumpable(t *testing.T) {
-	testenv.Require(t, "root")
-	if CloneSupported() != nil {
-		t.Skip("ModeClone is not supported here (TestCloneSupported says why)")
-	}
+	testenv.Require(t, "root", "clone3")
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 1, 0, 0, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -208,10 +199,7 @@ func TestCloneLowDescriptors(t *testing.T) {
 	if fd, dup, err := lowFD(w); err != nil || dup || fd != int(w.Fd()) {
 		t.Fatalf("lowFD(pipe) = %d, %v, %v; want the pipe's own %d", fd, dup, err, w.Fd())
 	}
-	testenv.Require(t, "root")
-	if CloneSupported() != nil {
-		t.Skip("ModeClone is not supported here (TestCloneSupported says why)")
-	}
+	testenv.Require(t, "root", "clone3")
 	dir, _ := workDir(t)
 	c, err := Start(Spec{Mode: ModeClone, Path: "/bin/sh", Argv: []string{"sh", "-c", "[ /proc/self/fd/1 -ef /proc/self/fd/2 ] && [ /proc/self/fd/0 -ef /dev/null ]"},
 		Env: []string{}, Dir: dir, Output: os.Stderr, UID: uid, GID: gid})
