@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/tetherdev/tether/computer/api"
-	"github.com/tetherdev/tether/computer/provision"
-	"github.com/tetherdev/tether/computer/service"
 	"github.com/tetherdev/tether/computer/vm/image"
 	"github.com/tetherdev/tether/fixtures/bins"
 	"github.com/tetherdev/tether/fixtures/testenv"
@@ -32,12 +30,7 @@ func TestIntegrationVMGuestImage(t *testing.T) {
 	p, base := testProvisioner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s, err := service.Open(ctx, service.Config{Dir: filepath.Join(base, "svc"),
-		Provisioner:  provision.NewProvisioner(provision.Config{Bins: p.cfg.Bins}),
-		Provisioners: map[string]api.Provisioner{api.TierVM: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTierService(t, ctx, p, base)
 	defer s.Close()
 	alice := api.Caller{Owner: "alice"}
 	start := time.Now()

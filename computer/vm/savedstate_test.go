@@ -13,7 +13,6 @@ import (
 
 	"github.com/tetherdev/tether/computer/api"
 	"github.com/tetherdev/tether/computer/provision"
-	"github.com/tetherdev/tether/computer/service"
 	"github.com/tetherdev/tether/computer/vm/ctl"
 	"github.com/tetherdev/tether/computer/vm/muxlink"
 	"github.com/tetherdev/tether/fixtures/testenv"
@@ -241,12 +240,7 @@ func TestIntegrationVMSavedSvc(t *testing.T) {
 	p.cfg.StateDir = filepath.Join(base, "state")
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s, err := service.Open(ctx, service.Config{Dir: filepath.Join(base, "svc"),
-		Provisioner:  provision.NewProvisioner(provision.Config{Bins: p.cfg.Bins}),
-		Provisioners: map[string]api.Provisioner{api.TierVM: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTierService(t, ctx, p, base)
 	defer s.Close()
 	alice := api.Caller{Owner: "alice"}
 	var probes [][]string

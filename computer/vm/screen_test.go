@@ -16,8 +16,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tetherdev/tether/computer/api"
-	"github.com/tetherdev/tether/computer/provision"
-	"github.com/tetherdev/tether/computer/service"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/qmpinput/auditlog"
 	"github.com/tetherdev/tether/qmpinput/statedir"
@@ -38,12 +36,7 @@ func TestIntegrationVMScreen(t *testing.T) {
 	p, base := testProvisioner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	s, err := service.Open(ctx, service.Config{Dir: filepath.Join(base, "svc"),
-		Provisioner:  provision.NewProvisioner(provision.Config{Bins: p.cfg.Bins}),
-		Provisioners: map[string]api.Provisioner{api.TierVM: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTierService(t, ctx, p, base)
 	defer s.Close()
 	alice, bob := api.Caller{Owner: "alice"}, api.Caller{Owner: "bob"}
 	start := time.Now()

@@ -31,6 +31,19 @@ func (d custodianDialer) Dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	return tr.Dial(ctx)
 }
 
+// openTierService opens a computer service in base/svc whose default
+// tier is namespaced and whose vm tier is p. The caller closes it.
+func openTierService(t *testing.T, ctx context.Context, p *Provisioner, base string) *service.Service {
+	t.Helper()
+	s, err := service.Open(ctx, service.Config{Dir: filepath.Join(base, "svc"),
+		Provisioner:  provision.NewProvisioner(provision.Config{Bins: p.cfg.Bins}),
+		Provisioners: map[string]api.Provisioner{api.TierVM: p}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestIntegrationVMServiceTier: a create with tier vm through the
 // service gives a VM computer: the answer says the tier and the
 // accelerator, a command runs through the custodian's configuration,
@@ -41,12 +54,7 @@ func TestIntegrationVMServiceTier(t *testing.T) {
 	p, base := testProvisioner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	s, err := service.Open(ctx, service.Config{Dir: filepath.Join(base, "svc"),
-		Provisioner:  provision.NewProvisioner(provision.Config{Bins: p.cfg.Bins}),
-		Provisioners: map[string]api.Provisioner{api.TierVM: p}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openTierService(t, ctx, p, base)
 	defer s.Close()
 	alice := api.Caller{Owner: "alice"}
 	if _, err := s.Create(ctx, alice, api.CreateRequest{Tier: "bhyve"}); api.CodeOf(err) != api.CodeBadRequest {
