@@ -164,10 +164,28 @@ func checkAll(dir string, names []string, stdout io.Writer) int {
 		}
 		if err != nil {
 			printReasons(stdout, err)
+			printFailures(stdout, r)
 			code = exitFailed
 		}
 	}
 	return code
+}
+
+// printFailures prints the output each failed test's receipt kept (its
+// tail), so that a refused run in CI shows why without the receipt file.
+func printFailures(w io.Writer, r *receipt.Receipt) {
+	if r == nil {
+		return
+	}
+	for _, t := range r.Tests {
+		if t.Result != receipt.Fail || t.Output == "" {
+			continue
+		}
+		fmt.Fprintf(w, "--- %s %s: the output its receipt kept\n", t.Package, t.Name)
+		for _, line := range strings.Split(strings.TrimRight(t.Output, "\n"), "\n") {
+			fmt.Fprintf(w, "    %s\n", line)
+		}
+	}
 }
 
 func check(args []string, stdout, stderr io.Writer) int {

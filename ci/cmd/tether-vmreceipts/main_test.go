@@ -69,6 +69,15 @@ func TestCheckCommand(t *testing.T) {
 		!strings.Contains(out, "declared tests did not run: receiver/caps TestNeverRan") {
 		t.Fatalf("short receipt: %d\n%s", code, out)
 	}
+	failed := passing(vmsuite.IsolationSuite)
+	failed.Tests[0].Result, failed.Tests[0].Output = receipt.Fail, "caps_test.go:9: the mask was 0x1\n"
+	if err := receipt.Write(dir, failed); err != nil {
+		t.Fatal(err)
+	}
+	code, out = cli("check", "--dir", dir, vmsuite.IsolationSuite)
+	if code != exitFailed || !strings.Contains(out, "--- receiver/caps TestCheckPassesAsRoot: the output its receipt kept\n    caps_test.go:9: the mask was 0x1\n") {
+		t.Fatalf("a failed test's output is not printed: %d\n%s", code, out)
+	}
 }
 
 func TestUsage(t *testing.T) {
