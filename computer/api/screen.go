@@ -70,3 +70,13 @@ type ScreenProvisioner interface {
 type Screen interface {
 	MintLink(ctx context.Context, role string, ttl time.Duration, label string) (Link, error)
 }
+
+// Attended is implemented by machines a person can take over (a VM
+// with a screen). AttendedAt is when a person last held the machine's
+// input: now while a take-over is in progress, typing or not; the
+// moment it ended after that; the zero time if nobody has taken over.
+// Watching the screen is not attending it. The service counts it as
+// activity for the idle suspend.
+type Attended interface {
+	AttendedAt() time.Time
+}

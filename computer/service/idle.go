@@ -8,10 +8,13 @@ import (
 )
 
 // Activity: a computer is active while a command runs as its uid
-// (Machine.Busy, read every IdleCheck) and each time Touch is called for
-// it (the custodian side calls Touch on each callback). With no activity
-// for its idle timeout a running computer is suspended (Machine.Freeze:
-// memory kept, no CPU). Its lease keeps running (see the package doc).
+// (Machine.Busy, read every IdleCheck), each time Touch is called for
+// it (the custodian side calls Touch on each callback), and while a
+// person holds its screen's input (api.Attended, read every IdleCheck:
+// a take-over in progress is activity for as long as it lasts, and its
+// end is the last activity; a watcher is not). With no activity for its
+// idle timeout a running computer is suspended (Machine.Freeze: memory
+// kept, no CPU). Its lease keeps running (see the package doc).
 
 // Suspend freezes a running computer.
 func (s *Service) Suspend(ctx context.Context, caller api.Caller, id string) (api.Computer, error) {
@@ -157,10 +160,23 @@ func (s *Service) checkIdle(c *computer) {
 		s.touchLocked(c)
 		return
 	}
+	attended := attendedAt(c.m)
 	s.mu.Lock()
+	if attended.After(c.lastActive) {
+		c.lastActive = attended
+	}
 	idle := time.Since(c.lastActive) >= time.Duration(c.rec.IdleTimeoutSecs)*time.Second
 	s.mu.Unlock()
 	if idle {
 		s.suspendLocked(s.ctx, c, "idle")
 	}
+}
+
+// attendedAt is when a person last held m's input (api.Attended); the
+// zero time for a machine nobody can take over.
+func attendedAt(m api.Machine) time.Time {
+	if a, ok := m.(api.Attended); ok {
+		return a.AttendedAt()
+	}
+	return time.Time{}
 }

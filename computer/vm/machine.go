@@ -83,6 +83,7 @@ var (
 	_ api.Described    = (*Machine)(nil)
 	_ provision.Dialer = (*Machine)(nil)
 	_ api.Screen       = (*Machine)(nil)
+	_ api.Attended     = (*Machine)(nil)
 )
 
 // Dir implements api.Machine.

@@ -220,6 +220,18 @@ func (m *Machine) MintLink(_ context.Context, role string, ttl time.Duration, la
 	return api.Link{Link: s.origin + "/#t=" + string(secret), Role: string(tok.Role), ExpiresAt: tok.Expires}, nil
 }
 
+// AttendedAt implements api.Attended: when a person last held the
+// view's input (view.Server.AttendedAt); the zero time for a machine
+// without a screen, and once its view has stopped (nobody can hold its
+// input any more).
+func (m *Machine) AttendedAt() time.Time {
+	s := m.liveScreen()
+	if s == nil {
+		return time.Time{}
+	}
+	return s.srv.AttendedAt()
+}
+
 // pauseScreen and resumeScreen stop and restart the guest through the
 // view when it serves (handled reports whether it did).
 // The machine counts as frozen exactly when the view's adapter says

@@ -52,6 +52,7 @@ type arbiter struct {
 	shownHold *qmpinput.Hold // shown's hold, until it has completely ended
 	since     time.Time      // of the shown hold
 	expires   time.Time      // of the shown hold
+	heldUntil time.Time      // when the last released hold's input stopped
 }
 
 // State is what the page shows about who holds input.
@@ -77,6 +78,18 @@ func (ar *arbiter) state(v *viewer) State {
 	ar.mu.RUnlock()
 	s.PausedBy, s.PausedSince, s.Paused = ar.adapter.Paused()
 	return s
+}
+
+// attendedAt is when a person last held input: now while one holds
+// it, the moment the last hold was released after that, zero if nobody
+// has taken over.
+func (ar *arbiter) attendedAt() time.Time {
+	ar.mu.RLock()
+	defer ar.mu.RUnlock()
+	if ar.holder != nil {
+		return ar.now()
+	}
+	return ar.heldUntil
 }
 
 // takeover gives v input: qmpinput.Handover.Begin fences the agent and
@@ -131,7 +144,7 @@ func (ar *arbiter) released(v *viewer) {
 	ar.mu.Lock()
 	if ar.holder == v {
 		v.releaseInput()
-		ar.holder, ar.hold = nil, nil
+		ar.holder, ar.hold, ar.heldUntil = nil, nil, ar.now()
 	}
 	ar.mu.Unlock()
 }

@@ -3,6 +3,7 @@ package view
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Pause freezes the VM (qmpinput.Adapter.Pause) on behalf of the VM's
@@ -32,4 +33,14 @@ func (s *Server) Resume(ctx context.Context, actor string) error {
 	s.ar.staleAuditErr()
 	s.ar.changed()
 	return err
+}
+
+// AttendedAt tells the VM's owner when a person last held its input:
+// Config.Now's reading while a take-over is in progress (the person
+// typing or not), the moment the last hold ended after that (hand
+// back, its TTL, a revoked token, a closed page), and the zero time if
+// nobody has taken over. Watching, with a view or a control token, is
+// not holding: a viewer that never took over does not move it.
+func (s *Server) AttendedAt() time.Time {
+	return s.ar.attendedAt()
 }

@@ -2,10 +2,12 @@ package view
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
 	"github.com/tetherdev/tether/qmpinput/auditlog"
+	"github.com/tetherdev/tether/qmpinput/token"
 )
 
 // TestPauseOwner: with Config.PauseOwner a control viewer's pause and
@@ -77,5 +79,55 @@ func TestPauseOwner(t *testing.T) {
 	}
 	if len(kinds) != 2 || kinds[0] != auditlog.KindPause || kinds[1] != auditlog.KindResume {
 		t.Fatalf("audit pause/resume records %v, want the owner's pause then resume", kinds)
+	}
+}
+
+// TestAttendedAt: watchers do not attend a VM, a take-over does while it
+// lasts, and its end is when the person last attended it. A view-only
+// viewer and a control viewer that has not taken over leave AttendedAt
+// zero (the control: nobody holds input); during a take-over it reads
+// the clock's now, later each time; after the hand back it stays at the
+// moment the hold ended.
+func TestAttendedAt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := newEnv(t, nil)
+	_, secret := e.mint(t, token.RoleView, time.Hour, "watcher")
+	c := e.client(e.origin)
+	if st, _ := c.exchange(secret); st != http.StatusOK {
+		t.Fatalf("exchange of the view link: %d", st)
+	}
+	watcher, _, err := c.control(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.CloseNow()
+	ws := controlViewer(t, ctx, e, "alice")
+	if _, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["type"] == "state" }); err != nil {
+		t.Fatal(err)
+	}
+	if at := e.srv.AttendedAt(); !at.IsZero() {
+		t.Fatalf("watchers only: attended at %v, want zero", at)
+	}
+	before := time.Now()
+	takeOver(t, ctx, ws)
+	first := e.srv.AttendedAt()
+	waitFor(t, ctx, "AttendedAt to move on during the hold", func() bool { return e.srv.AttendedAt().After(first) })
+	if first.Before(before) {
+		t.Fatalf("during the hold attended at %v, before the take-over at %v", first, before)
+	}
+	handedBack := time.Now()
+	op(ctx, ws, "handback")
+	if _, err := readUntil(ctx, ws, func(m map[string]any) bool { return m["type"] == "state" && m["holder"] == "" }); err != nil {
+		t.Fatal(err)
+	}
+	ended := e.srv.AttendedAt()
+	if ended.Before(handedBack) || ended.After(time.Now()) {
+		t.Fatalf("after the hand back attended at %v, want between %v and now", ended, handedBack)
+	}
+	// Once the clock has passed the end, a reading of it would differ.
+	waitFor(t, ctx, "the clock to pass the hold's end", func() bool { return time.Now().After(ended) })
+	if again := e.srv.AttendedAt(); !again.Equal(ended) {
+		t.Fatalf("AttendedAt moved from %v to %v with nobody holding input", ended, again)
 	}
 }
