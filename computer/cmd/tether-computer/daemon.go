@@ -44,10 +44,12 @@ type daemonConfig struct {
 // ends the service's background work and leaves the computers running,
 // for the next daemon to adopt.
 type daemon struct {
-	svc *service.Service
-	srv *httpserver.Server
-	m   *metrics.Metrics
-	vm  *vm.Provisioner // nil without --vm
+	svc  *service.Service
+	srv  *httpserver.Server
+	m    *metrics.Metrics
+	dir  string          // the service's Dir
+	prov api.Provisioner // the default tier's
+	vm   *vm.Provisioner // nil without --vm
 }
 
 // openDaemon opens the service in cfg.Dir (adopting what a previous
@@ -69,7 +71,7 @@ func openDaemon(ctx context.Context, cfg daemonConfig) (*daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{svc: svc, vm: vp}
+	d := &daemon{svc: svc, dir: sc.Dir, prov: sc.Provisioner, vm: vp}
 	d.m = metrics.New(d.usage)
 	if cfg.EgressStats != nil {
 		d.m.WatchEgress(func() map[string]metrics.EgressStats { return egressStats(svc, cfg.EgressStats) })
@@ -100,6 +102,83 @@ func (d *daemon) Close() error {
 		err = errors.Join(err, d.vm.Close()) // its vsock link listener, if any
 	}
 	return err
+}
+
+// endCaller is who the daemon's own ending of its computers acts as.
+var endCaller = api.Caller{Owner: prog, Admin: true}
+
+// closeEnding is Close for a daemon whose computers must not outlive it
+// (a demo's), on every path: it ends every computer not yet ended
+// through the service (Delete: the expiry order, records kept; a
+// create under way is waited for, then ended), closes, then destroys
+// with its tier's provisioner every machine directory the service still
+// holds (computers/ID, pool/NAME): what an ending could not tear down,
+// destroyed as the service's Open destroys a computer whose receiver
+// died (the QEMU process and cgroups of a VM, the namespaces and
+// cgroups of a local one). It returns the computers it ended, and an
+// error naming each computer or directory it could not end or destroy
+// (a VM's Destroy names what is left: directory, cgroups, QEMU pid).
+func (d *daemon) closeEnding(ctx context.Context) ([]string, error) {
+	ended, tiers, errs := d.endAll(ctx)
+	errs = append(errs, d.Close())
+	errs = append(errs, destroyLeft(ctx, d.dir, tiers, d.provFor)...)
+	return ended, errors.Join(errs...)
+}
+
+// endAll deletes every computer that has not ended, as endCaller. It
+// returns those it ended, every computer's tier, and the failures.
+func (d *daemon) endAll(ctx context.Context) (ended []string, tiers map[string]string, errs []error) {
+	cs, err := d.svc.List(ctx, endCaller)
+	if err != nil {
+		return nil, nil, []error{fmt.Errorf("list the computers: %w", err)}
+	}
+	tiers = map[string]string{}
+	for _, c := range cs {
+		tiers[c.ID] = c.Tier
+		if c.State == api.StateDeleted || c.State == api.StateFailed {
+			continue
+		}
+		if err := d.svc.Delete(ctx, endCaller, c.ID); err != nil {
+			errs = append(errs, fmt.Errorf("end %s: %w", c.ID, err))
+			continue
+		}
+		ended = append(ended, c.ID)
+	}
+	return ended, tiers, errs
+}
+
+// provFor is the provisioner of tier (the default tier's for "" and
+// for a tier this daemon does not offer).
+func (d *daemon) provFor(tier string) api.Provisioner {
+	if tier == api.TierVM && d.vm != nil {
+		return d.vm
+	}
+	return d.prov
+}
+
+// destroyLeft destroys every machine directory left under dir
+// (computers/ID with the provisioner of the computer's tier in tiers,
+// pool/NAME with the default tier's) and returns an error for each it
+// could not destroy, naming it.
+func destroyLeft(ctx context.Context, dir string, tiers map[string]string, provFor func(tier string) api.Provisioner) []error {
+	var errs []error
+	for _, sub := range []string{"computers", "pool"} {
+		ents, err := os.ReadDir(filepath.Join(dir, sub))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("read the machines' directories: %w", err))
+		}
+		for _, e := range ents {
+			tier := ""
+			if sub == "computers" {
+				tier = tiers[e.Name()]
+			}
+			md := filepath.Join(dir, sub, e.Name())
+			if err := provFor(tier).Destroy(ctx, md); err != nil {
+				errs = append(errs, fmt.Errorf("destroy %s: %w", md, err))
+			}
+		}
+	}
+	return errs
 }
 
 // metricsHandler refreshes the gauges read from the service's counters,

@@ -91,25 +91,34 @@ func demo(ctx context.Context, binDir string, stdout, stderr io.Writer) error {
 }
 
 // withDaemon opens a daemon on cfg, serves its API on sock, calls f with
-// a client of it, and closes the daemon.
+// a client of it, and closes the daemon (its computers keep running).
 func withDaemon(ctx context.Context, cfg daemonConfig, sock string, f func(*client.Client, *daemon) error) error {
+	return withDaemonEnd(ctx, cfg, sock, f, func(_ context.Context, d *daemon) error {
+		d.Close()
+		return nil
+	})
+}
+
+// withDaemonEnd is withDaemon that ends the daemon with end, once its
+// API has stopped serving (end must close it); end's error is joined to
+// f's.
+func withDaemonEnd(ctx context.Context, cfg daemonConfig, sock string, f func(*client.Client, *daemon) error,
+	end func(context.Context, *daemon) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	d, err := openDaemon(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	served := make(chan error, 1)
-	go func() { served <- d.serveUnix(ctx, sock, nil) }()
+	served, stopped := make(chan error, 1), make(chan struct{})
+	go func() { served <- d.serveUnix(ctx, sock, nil); close(stopped) }()
 	cl := client.Unix(sock)
-	if err := waitHealthy(ctx, cl, served); err != nil {
-		return err
+	if err = waitHealthy(ctx, cl, served); err == nil {
+		err = f(cl, d)
 	}
-	err = f(cl, d)
 	cancel()
-	<-served
-	return err
+	<-stopped
+	return errors.Join(err, end(context.WithoutCancel(ctx), d))
 }
 
 // waitHealthy waits until the socket answers /healthz.

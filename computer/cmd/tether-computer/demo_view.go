@@ -69,8 +69,8 @@ func (o viewDemo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
 	if err := os.Chmod(dir, 0o711); err != nil {
+		os.RemoveAll(dir)
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(o.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -78,10 +78,48 @@ func (o viewDemo) run(ctx context.Context) error {
 	cfg := daemonConfig{Dir: filepath.Join(dir, "state"), Socket: sock, BinDir: o.binDir, Logger: logger, VM: o.vm,
 		Service: service.Config{MaxComputers: 1, Logf: func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) }}}
 	// Ctrl-C ends the wait, not the daemon: the delete and the audit
-	// check that follow it still need the service.
-	return withDaemon(context.WithoutCancel(ctx), cfg, sock, func(cl *client.Client, _ *daemon) error {
+	// check that follow it still need the service. Whatever happened
+	// before, the daemon ends every computer it still has as it closes.
+	var left error
+	err = withDaemonEnd(context.WithoutCancel(ctx), cfg, sock, func(cl *client.Client, _ *daemon) error {
 		return o.withComputer(ctx, cl, sock)
+	}, func(ctx context.Context, d *daemon) error {
+		left = o.end(ctx, d)
+		return left
 	})
+	return errors.Join(err, o.removeDir(dir, left))
+}
+
+// end closes the daemon ending every computer it still has (the delete
+// failed, or never came: a create that failed or was interrupted) and
+// destroying what an ending left, and says what it ended.
+func (o viewDemo) end(ctx context.Context, d *daemon) error {
+	ended, err := d.closeEnding(ctx)
+	for _, id := range ended {
+		fmt.Fprintf(o.stdout, "ended %s as the daemon closed (the demo's delete had not)\n", id)
+	}
+	if err != nil {
+		return fmt.Errorf("ending the daemon's computers: %w", err)
+	}
+	return nil
+}
+
+// removeDir removes the demo's directory, unless the daemon left
+// something it could not end (left): the directory then stays, since
+// its machines' state is all that names what still runs, and the demo
+// says so.
+func (o viewDemo) removeDir(dir string, left error) error {
+	if left != nil {
+		fmt.Fprintf(o.stderr, "%s demo-view: could not remove everything: %v\n"+
+			"kept %s: what is named above is still there; remove it, then the directory\n",
+			prog, left, dir)
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(o.stderr, "%s demo-view: could not remove %s: %v\n", prog, dir, err)
+		return fmt.Errorf("remove the demo's directory: %w", err)
+	}
+	return nil
 }
 
 // withComputer creates the screen computer, prints its links, waits, and
