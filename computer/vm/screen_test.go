@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tetherdev/tether/computer/api"
+	"github.com/tetherdev/tether/fixtures/browser"
 	"github.com/tetherdev/tether/fixtures/testenv"
 	"github.com/tetherdev/tether/qmpinput/auditlog"
 	"github.com/tetherdev/tether/qmpinput/statedir"
@@ -60,37 +61,37 @@ func TestIntegrationVMScreen(t *testing.T) {
 	}
 	origin := checkLoopback(t, l.Link)
 
-	b := newScreenBrowser(t)
-	b.open(t, l.Link)
+	b := browser.New(t, ScreenWidth, ScreenHeight+200)
+	b.OpenView(t, l.Link)
 	// The banner's first four text rows (16 px each) hold about 150
 	// characters: thousands of lit pixels, where a blinking cursor
 	// alone lights a few dozen. Typed keys echo in the rows below it.
 	t.Run("the console is on the screen", func(t *testing.T) {
-		b.poll(t, "the banner's pixels", litOver(0, 0, ScreenWidth, 64, 1000), 60*time.Second)
+		b.Poll(t, "the banner's pixels", browser.LitOver(0, 0, ScreenWidth, 64, 1000), 60*time.Second)
 	})
 	t.Run("take over types on the guest's console", func(t *testing.T) {
-		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
-		b.poll(t, "the hold", `tetherView.state.holder_is_you === true`, 30*time.Second)
-		if lit := b.eval(t, hashOf(0, 64, 400, 64)); litCount(lit) > 64 {
+		b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
+		b.Poll(t, "the hold", `tetherView.state.holder_is_you === true`, 30*time.Second)
+		if lit := browser.Eval[string](t, b, browser.CanvasHash(0, 64, 400, 64)); browser.LitCount(lit) > 64 {
 			t.Fatalf("the rows below the banner are lit before anything was typed: %s", lit)
 		}
-		b.do(t, 20*time.Second, chromedp.KeyEvent("hello tether"))
-		b.poll(t, "the echoed text on the canvas", litOver(0, 64, 400, 64, 200), 30*time.Second)
-		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#handback")))
-		b.poll(t, "the hand back", `tetherView.state.holder === ""`, 30*time.Second)
+		b.Do(t, 20*time.Second, chromedp.KeyEvent("hello tether"))
+		b.Poll(t, "the echoed text on the canvas", browser.LitOver(0, 64, 400, 64, 200), 30*time.Second)
+		b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#handback")))
+		b.Poll(t, "the hand back", `tetherView.state.holder === ""`, 30*time.Second)
 	})
 	t.Run("suspend shows as the service's pause", func(t *testing.T) {
-		if eval := b.eval(t, `String(document.getElementById("pause").hidden)`); eval != "true" {
+		if eval := browser.Eval[string](t, b, `String(document.getElementById("pause").hidden)`); eval != "true" {
 			t.Fatalf("the page offers pause on a service's computer")
 		}
 		if _, err := s.Suspend(ctx, alice, c.ID); err != nil {
 			t.Fatal(err)
 		}
-		b.poll(t, "the paused state", fmt.Sprintf(`tetherView.state.paused === true && tetherView.state.paused_by === %q`, ScreenPauser), 30*time.Second)
+		b.Poll(t, "the paused state", fmt.Sprintf(`tetherView.state.paused === true && tetherView.state.paused_by === %q`, ScreenPauser), 30*time.Second)
 		if _, err := s.Resume(ctx, alice, c.ID); err != nil {
 			t.Fatal(err)
 		}
-		b.poll(t, "the running state", `tetherView.state.paused === false`, 30*time.Second)
+		b.Poll(t, "the running state", `tetherView.state.paused === false`, 30*time.Second)
 	})
 	if err := s.Delete(ctx, alice, c.ID); err != nil {
 		t.Fatal(err)

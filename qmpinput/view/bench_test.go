@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/digitalocean/go-qemu/qmp"
 
+	"github.com/tetherdev/tether/fixtures/browser"
 	"github.com/tetherdev/tether/qmpinput/token"
 )
 
@@ -48,19 +49,19 @@ const watchJS = `(() => {
 // latencySamples draws n markers with random idle gaps and returns, per
 // draw, the time from the guest having drawn (its serial answer) to the
 // canvas showing it, and from the host's command to the canvas.
-func latencySamples(b *testing.B, e *env, br *browser, n int) (drawn, cmd []time.Duration) {
+func latencySamples(b *testing.B, e *env, br *browser.Browser, n int) (drawn, cmd []time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	for range n {
 		time.Sleep(time.Duration(200+rand.IntN(1300)) * time.Millisecond) // idle gaps let QEMU's refresh back off
-		eval[bool](b, br, "(__w.arm(), true)")
+		browser.Eval[bool](b, br, "(__w.arm(), true)")
 		sent := time.Now()
 		if _, err := e.vm.Draw(ctx); err != nil {
 			b.Fatal(err)
 		}
 		answered := time.Now()
-		br.poll(b, "the canvas change", "__w.at > 0", 30*time.Second)
-		at := time.UnixMilli(int64(eval[float64](b, br, "__w.at")))
+		br.Poll(b, "the canvas change", "__w.at > 0", 30*time.Second)
+		at := time.UnixMilli(int64(browser.Eval[float64](b, br, "__w.at")))
 		drawn = append(drawn, max(at.Sub(answered), 0))
 		cmd = append(cmd, at.Sub(sent))
 	}
@@ -78,10 +79,10 @@ func BenchmarkUpdateLatency(b *testing.B) {
 	}{{"proxy", 0}, {"baseline-no-nudge", -1}} {
 		b.Run(c.name, func(b *testing.B) {
 			e := newEnv(b, func(cfg *Config) { cfg.RefreshEvery = c.refresh })
-			br := newBrowser(b, 1280, 1000)
+			br := browser.New(b, 1280, 1000)
 			_, secret := e.mint(b, token.RoleView, time.Hour, "bench")
-			br.open(b, e.link(secret))
-			eval[bool](b, br, watchJS)
+			br.OpenView(b, e.link(secret))
+			browser.Eval[bool](b, br, watchJS)
 			var drawn, cmd []time.Duration
 			for b.Loop() {
 				d, c := latencySamples(b, e, br, samples)
@@ -99,13 +100,13 @@ func BenchmarkUpdateLatency(b *testing.B) {
 // screen, after the first full frame.
 func BenchmarkIdleBandwidth(b *testing.B) {
 	e := newEnv(b, nil)
-	br := newBrowser(b, 1280, 1000)
+	br := browser.New(b, 1280, 1000)
 	tok, secret := e.mint(b, token.RoleView, time.Hour, "bench")
-	br.open(b, e.link(secret))
+	br.OpenView(b, e.link(secret))
 	v := e.viewerOf(tok.ID)
 	var rate float64
 	for b.Loop() {
-		br.poll(b, "a settled screen", stableExpr(hashExpr(0, 0, 1280, 800), 1000), 30*time.Second)
+		br.Poll(b, "a settled screen", stableExpr(browser.CanvasHash(0, 0, 1280, 800), 1000), 30*time.Second)
 		start, t0 := v.stats().ToViewer.Load(), time.Now()
 		time.Sleep(10 * time.Second) // the window being measured
 		rate = float64(v.stats().ToViewer.Load()-start) / time.Since(t0).Seconds()
@@ -119,9 +120,9 @@ func BenchmarkIdleBandwidth(b *testing.B) {
 func BenchmarkTakeover(b *testing.B) {
 	const samples = 20
 	e := newEnv(b, nil)
-	br := newBrowser(b, 1280, 1000)
+	br := browser.New(b, 1280, 1000)
 	_, secret := e.mint(b, token.RoleControl, time.Hour, "bench")
-	br.open(b, e.link(secret))
+	br.OpenView(b, e.link(secret))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() { // a busy agent: one key after another
@@ -139,14 +140,14 @@ func BenchmarkTakeover(b *testing.B) {
 	b.ReportMetric(ms(percentile(ds, 0.95)), "p95-ms")
 }
 
-func takeoverOnce(b *testing.B, e *env, br *browser, ctx context.Context) time.Duration {
-	br.poll(b, "the take over button", `!document.getElementById("takeover").hidden`, 30*time.Second)
-	xy := eval[[]float64](b, br, `(() => { const r = document.getElementById("takeover").getBoundingClientRect(); return [r.x + r.width/2, r.y + r.height/2]; })()`)
+func takeoverOnce(b *testing.B, e *env, br *browser.Browser, ctx context.Context) time.Duration {
+	br.Poll(b, "the take over button", `!document.getElementById("takeover").hidden`, 30*time.Second)
+	xy := browser.Eval[[]float64](b, br, `(() => { const r = document.getElementById("takeover").getBoundingClientRect(); return [r.x + r.width/2, r.y + r.height/2]; })()`)
 	for len(e.begins) > 0 {
 		<-e.begins
 	}
 	clicked := time.Now()
-	br.do(b, 10*time.Second, chromedp.MouseClickXY(xy[0], xy[1]))
+	br.Do(b, 10*time.Second, chromedp.MouseClickXY(xy[0], xy[1]))
 	var fenced time.Time
 	select {
 	case fenced = <-e.begins:
@@ -156,8 +157,8 @@ func takeoverOnce(b *testing.B, e *env, br *browser, ctx context.Context) time.D
 	if err := e.adapter.Key(ctx, "shift"); err == nil {
 		b.Fatal("agent input not fenced after the take over")
 	}
-	br.poll(b, "the hand back button", `!document.getElementById("handback").hidden`, 30*time.Second)
-	br.do(b, 10*time.Second, chromedp.Click(chromedp.CSS("#handback")))
+	br.Poll(b, "the hand back button", `!document.getElementById("handback").hidden`, 30*time.Second)
+	br.Do(b, 10*time.Second, chromedp.Click(chromedp.CSS("#handback")))
 	return fenced.Sub(clicked)
 }
 
@@ -168,9 +169,9 @@ func takeoverOnce(b *testing.B, e *env, br *browser, ctx context.Context) time.D
 func BenchmarkTypingBytes(b *testing.B) {
 	const chars = 30
 	e := newEnv(b, nil)
-	br := newBrowser(b, 1280, 1000)
+	br := browser.New(b, 1280, 1000)
 	tok, secret := e.mint(b, token.RoleView, time.Hour, "bench")
-	br.open(b, e.link(secret))
+	br.OpenView(b, e.link(secret))
 	v := e.viewerOf(tok.ID)
 	probe, err := newProbe(e.vm)
 	if err != nil {
@@ -183,7 +184,7 @@ func BenchmarkTypingBytes(b *testing.B) {
 	var stream, pngs int64
 	var took time.Duration
 	for b.Loop() {
-		br.poll(b, "a settled screen", stableExpr(hashExpr(0, 0, 1280, 800), 1000), 30*time.Second)
+		br.Poll(b, "a settled screen", stableExpr(browser.CanvasHash(0, 0, 1280, 800), 1000), 30*time.Second)
 		start, t0 := v.stats().ToViewer.Load(), time.Now()
 		for i := range chars {
 			if err := e.adapter.Type(ctx, string(rune('a'+i%26))); err != nil {

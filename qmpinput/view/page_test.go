@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/tetherdev/tether/fixtures/browser"
 	"github.com/tetherdev/tether/fixtures/guest/screenvm"
 	"github.com/tetherdev/tether/qmpinput"
 	"github.com/tetherdev/tether/qmpinput/token"
@@ -61,17 +62,17 @@ func waitKeyUp(tb testing.TB, ctx context.Context, vm *screenvm.VM, code int) {
 // Secure, HttpOnly and SameSite=Strict.
 func TestBrowserTakeoverTypesAndHandsBack(t *testing.T) {
 	e := newEnv(t, nil)
-	b := newBrowser(t, 1280, 1000)
+	b := browser.New(t, 1280, 1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	tok, secret := e.mint(t, token.RoleControl, time.Hour, "alice")
-	b.open(t, e.link(secret))
+	b.OpenView(t, e.link(secret))
 
 	t.Run("link and cookie", func(t *testing.T) { checkLinkAndCookie(t, e, b, secret) })
 	t.Run("the screen follows the guest", func(t *testing.T) { checkScreenFollows(t, ctx, e, b) })
 
-	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
-	b.poll(t, "the hold", `tetherView.state.holder_is_you === true`, 30*time.Second)
+	b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
+	b.Poll(t, "the hold", `tetherView.state.holder_is_you === true`, 30*time.Second)
 	t.Run("agent fenced and masked during the hold", func(t *testing.T) {
 		if _, err := e.adapter.Capture(ctx); !errors.Is(err, qmpinput.ErrMasked) {
 			t.Fatalf("agent capture: %v, want ErrMasked", err)
@@ -86,8 +87,8 @@ func TestBrowserTakeoverTypesAndHandsBack(t *testing.T) {
 	t.Run("typed keys reach the guest exactly", func(t *testing.T) { checkTypedKeys(t, ctx, e, b) })
 	screenshot(t, b, "qmpinput-live-view.png")
 
-	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#handback")))
-	b.poll(t, "the hand back", `tetherView.state.holder === ""`, 30*time.Second)
+	b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#handback")))
+	b.Poll(t, "the hand back", `tetherView.state.holder === ""`, 30*time.Second)
 	t.Run("after hand back the agent captures again", func(t *testing.T) {
 		if err := e.adapter.Click(ctx, 10, 10, qmpinput.ButtonLeft); !errors.Is(err, qmpinput.ErrNoCapture) {
 			t.Fatalf("agent click right after the hand back: %v, want ErrNoCapture", err)
@@ -100,25 +101,11 @@ func TestBrowserTakeoverTypesAndHandsBack(t *testing.T) {
 	t.Run("audit has begin and end, no content", func(t *testing.T) { checkHandoverAudit(t, e, tok) })
 }
 
-// hashExpr is canvasHash's expression, for polling.
-func hashExpr(x, y, w, h int) string {
-	return fmt.Sprintf(`(() => {
-		const c = document.querySelector("#screen canvas");
-		const d = c.getContext("2d").getImageData(%d, %d, %d, %d).data;
-		let h1 = 2166136261, lit = 0;
-		for (let i = 0; i < d.length; i += 4) {
-			h1 = Math.imul(h1 ^ (d[i] | d[i+1] << 8 | d[i+2] << 16), 16777619);
-			if (d[i] | d[i+1] | d[i+2]) lit++;
-		}
-		return (h1 >>> 0).toString(16) + ":" + lit;
-	})()`, x, y, w, h)
-}
-
 // screenshot saves the page; with TETHER_UPDATE_SCREENSHOTS=1 it also
 // replaces the one in docs/images.
-func screenshot(tb testing.TB, b *browser, name string) {
+func screenshot(tb testing.TB, b *browser.Browser, name string) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(b.Context(), 30*time.Second)
 	defer cancel()
 	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	if err != nil {
@@ -138,19 +125,19 @@ func screenshot(tb testing.TB, b *browser, name string) {
 // the agent's sentinel key, and the proxy dropped the clipboard.
 func TestBrowserViewOnlyInputNeverReachesGuest(t *testing.T) {
 	e := newEnv(t, nil)
-	b := newBrowser(t, 1280, 1000)
+	b := browser.New(t, 1280, 1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tok, secret := e.mint(t, token.RoleView, time.Hour, "watcher")
-	b.open(t, e.link(secret))
-	if hidden := eval[bool](t, b, `["takeover","pause","resume","sendtext"].every(id => document.getElementById(id).hidden)`); !hidden {
+	b.OpenView(t, e.link(secret))
+	if hidden := browser.Eval[bool](t, b, `["takeover","pause","resume","sendtext"].every(id => document.getElementById(id).hidden)`); !hidden {
 		t.Fatal("a view-only page shows control buttons")
 	}
 	// Undo the page's own view-only switch: only the server's gate is left.
-	eval[bool](t, b, `(tetherView.rfb.viewOnly = false, tetherView.rfb.focus(), true)`)
+	browser.Eval[bool](t, b, `(tetherView.rfb.viewOnly = false, tetherView.rfb.focus(), true)`)
 	mark := e.vm.Mark()
-	b.do(t, 20*time.Second, chromedp.KeyEvent("x"), chromedp.MouseClickXY(300, 200), chromedp.MouseClickXY(500, 300))
-	eval[bool](t, b, `(tetherView.rfb.clipboardPasteFrom("clipboard-secret"), true)`)
+	b.Do(t, 20*time.Second, chromedp.KeyEvent("x"), chromedp.MouseClickXY(300, 200), chromedp.MouseClickXY(500, 300))
+	browser.Eval[bool](t, b, `(tetherView.rfb.clipboardPasteFrom("clipboard-secret"), true)`)
 	v := e.viewerOf(tok.ID)
 	// The clipboard went last: once the proxy has dropped it, the keys
 	// and clicks before it were handled too.
@@ -172,9 +159,9 @@ func TestBrowserViewOnlyInputNeverReachesGuest(t *testing.T) {
 // use the session: its WebSocket never opens and its exchange is refused.
 func TestBrowserForeignOriginOpensNothing(t *testing.T) {
 	e := newEnv(t, nil)
-	b := newBrowser(t, 1000, 800)
+	b := browser.New(t, 1000, 800)
 	_, secret := e.mint(t, token.RoleControl, time.Hour, "")
-	b.open(t, e.link(secret))
+	b.OpenView(t, e.link(secret))
 	_, spare := e.mint(t, token.RoleControl, time.Hour, "")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -193,12 +180,12 @@ fetch(%q, {method: "POST", credentials: "include", headers: {"Content-Type": "ap
 	go evil.Serve(l)
 	defer evil.Close()
 	viewers := len(e.srv.viewerList())
-	b.do(t, 20*time.Second, chromedp.Navigate("http://"+l.Addr().String()+"/"))
-	b.poll(t, "the foreign page's attempts to end", `window.result && window.result.closed && window.result.status !== 0`, 30*time.Second)
-	if opened := eval[bool](t, b, "window.result.opened"); opened {
+	b.Do(t, 20*time.Second, chromedp.Navigate("http://"+l.Addr().String()+"/"))
+	b.Poll(t, "the foreign page's attempts to end", `window.result && window.result.closed && window.result.status !== 0`, 30*time.Second)
+	if opened := browser.Eval[bool](t, b, "window.result.opened"); opened {
 		t.Fatal("a WebSocket opened from a foreign origin")
 	}
-	if st := eval[int](t, b, "window.result.status"); st == http.StatusOK {
+	if st := browser.Eval[int](t, b, "window.result.status"); st == http.StatusOK {
 		t.Fatal("a foreign origin exchanged a link")
 	}
 	if n := len(e.srv.viewerList()); n > viewers {
@@ -216,11 +203,11 @@ var countRe = regexp.MustCompile(`^count (\d+)$`)
 // Resume continues it. Both are audited.
 func TestBrowserPauseResume(t *testing.T) {
 	e := newEnv(t, nil)
-	b := newBrowser(t, 1280, 1000)
+	b := browser.New(t, 1280, 1000)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	_, secret := e.mint(t, token.RoleControl, time.Hour, "carol")
-	b.open(t, e.link(secret))
+	b.OpenView(t, e.link(secret))
 	if err := e.vm.Counter(ctx, true); err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +215,8 @@ func TestBrowserPauseResume(t *testing.T) {
 	if _, err := e.vm.WaitFor(ctx, countRe); err != nil {
 		t.Fatal(err)
 	}
-	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#pause")))
-	b.poll(t, "the paused state", `tetherView.state.paused === true`, 30*time.Second)
+	b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#pause")))
+	b.Poll(t, "the paused state", `tetherView.state.paused === true`, 30*time.Second)
 	waitFor(t, ctx, "QEMU to report paused", func() bool { st, _ := probeStatus(ctx, e.vm); return st == "paused" })
 	if err := e.adapter.Key(ctx, "a"); !errors.Is(err, qmpinput.ErrFenced) {
 		t.Fatalf("agent key while paused: %v", err)
@@ -237,7 +224,7 @@ func TestBrowserPauseResume(t *testing.T) {
 	// The counter draws five times a second; frozen, it draws nothing.
 	// Wait until the canvas shows the last frame QEMU sent (unchanged for
 	// half a second), then watch a window of 1.5 s (7 ticks).
-	b.poll(t, "the last frame", stableExpr(hashExpr(0, 0, 300, 16), 500), 30*time.Second)
+	b.Poll(t, "the last frame", stableExpr(browser.CanvasHash(0, 0, 300, 16), 500), 30*time.Second)
 	frozen := canvasHash(t, b, 0, 0, 300, 16)
 	linesBefore := len(e.vm.Lines())
 	time.Sleep(1500 * time.Millisecond) // an absence can only be watched for a while
@@ -249,12 +236,12 @@ func TestBrowserPauseResume(t *testing.T) {
 			t.Fatalf("the guest printed %q while paused", l)
 		}
 	}
-	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#resume")))
-	b.poll(t, "the running state", `tetherView.state.paused === false`, 30*time.Second)
+	b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#resume")))
+	b.Poll(t, "the running state", `tetherView.state.paused === false`, 30*time.Second)
 	if _, err := e.vm.WaitFor(ctx, countRe); err != nil {
 		t.Fatalf("the counter did not continue: %v", err)
 	}
-	b.poll(t, "the counter on the canvas", fmt.Sprintf(`(%s) !== %q`, hashExpr(0, 0, 300, 16), frozen), 30*time.Second)
+	b.Poll(t, "the counter on the canvas", fmt.Sprintf(`(%s) !== %q`, browser.CanvasHash(0, 0, 300, 16), frozen), 30*time.Second)
 	if err := e.adapter.Key(ctx, "z"); err != nil {
 		t.Fatalf("agent after resume: %v", err)
 	}
@@ -284,14 +271,14 @@ func stableExpr(expr string, ms int) string {
 // doubles the screen inside a scrolling viewport and Fit brings it back.
 func TestBrowserPhone(t *testing.T) {
 	e := newEnv(t, nil)
-	b := newBrowser(t, 390, 844)
-	b.phone(t)
+	b := browser.New(t, 390, 844)
+	phone(t, b)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	_, secret := e.mint(t, token.RoleControl, time.Hour, "dana")
-	b.open(t, e.link(secret))
-	b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
-	b.poll(t, "the hold", `tetherView.state.holder_is_you === true && !document.getElementById("sendtext").hidden`, 30*time.Second)
+	b.OpenView(t, e.link(secret))
+	b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
+	b.Poll(t, "the hold", `tetherView.state.holder_is_you === true && !document.getElementById("sendtext").hidden`, 30*time.Second)
 	fits := `(() => {
 		const vw = document.documentElement.clientWidth;
 		if (vw !== 390 || document.documentElement.scrollWidth > vw) return "page " + document.documentElement.scrollWidth + " wide in " + vw;
@@ -304,58 +291,58 @@ func TestBrowserPhone(t *testing.T) {
 		}
 		return "";
 	})()`
-	if msg := eval[string](t, b, fits); msg != "" {
+	if msg := browser.Eval[string](t, b, fits); msg != "" {
 		t.Fatalf("at 390x844: %s", msg)
 	}
 	screenshot(t, b, "qmpinput-live-view-phone.png")
 
 	t.Run("text waits for Send", func(t *testing.T) {
 		mark := e.vm.Mark()
-		b.do(t, 20*time.Second, chromedp.SendKeys(chromedp.CSS("#text"), "hi"), chromedp.Click(chromedp.CSS(`[data-key="Enter"]`)))
+		b.Do(t, 20*time.Second, chromedp.SendKeys(chromedp.CSS("#text"), "hi"), chromedp.Click(chromedp.CSS(`[data-key="Enter"]`)))
 		waitKeyUp(t, ctx, e.vm, keyEnter)
 		got := keysOnly(e.vm.EventsSince(mark))
 		if want := []screenvm.Event{{Type: 1, Code: keyEnter, Value: 1}, {Type: 1, Code: keyEnter, Value: 0}}; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("before Send the guest saw %v, want only the Enter button's key", got)
 		}
 		mark = e.vm.Mark()
-		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#send")))
+		b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#send")))
 		waitKeyUp(t, ctx, e.vm, keyCodes['i'])
 		if got := keysOnly(e.vm.EventsSince(mark)); fmt.Sprint(got) != fmt.Sprint(wantKeys("hi")) {
 			t.Fatalf("Send typed %v, want %v", got, wantKeys("hi"))
 		}
-		if v := eval[string](t, b, `document.getElementById("text").value`); v != "" {
+		if v := browser.Eval[string](t, b, `document.getElementById("text").value`); v != "" {
 			t.Fatalf("the box still holds %q after Send", v)
 		}
 	})
 	t.Run("hand back and pause clear unsent text", func(t *testing.T) {
-		b.do(t, 20*time.Second, chromedp.SendKeys(chromedp.CSS("#text"), "pending"), chromedp.Click(chromedp.CSS("#handback")))
-		b.poll(t, "the hand back", `tetherView.state.holder === "" && document.getElementById("text").value === ""`, 30*time.Second)
-		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
-		b.poll(t, "the hold", `tetherView.state.holder_is_you && !document.getElementById("sendtext").hidden`, 30*time.Second)
-		b.do(t, 20*time.Second, chromedp.SendKeys(chromedp.CSS("#text"), "pending"), chromedp.Click(chromedp.CSS("#pause")))
-		b.poll(t, "the pause", `tetherView.state.paused && document.getElementById("text").value === "" && document.getElementById("sendtext").hidden`, 30*time.Second)
-		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#resume")))
-		b.poll(t, "the resume", `!tetherView.state.paused`, 30*time.Second)
+		b.Do(t, 20*time.Second, chromedp.SendKeys(chromedp.CSS("#text"), "pending"), chromedp.Click(chromedp.CSS("#handback")))
+		b.Poll(t, "the hand back", `tetherView.state.holder === "" && document.getElementById("text").value === ""`, 30*time.Second)
+		b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#takeover")))
+		b.Poll(t, "the hold", `tetherView.state.holder_is_you && !document.getElementById("sendtext").hidden`, 30*time.Second)
+		b.Do(t, 20*time.Second, chromedp.SendKeys(chromedp.CSS("#text"), "pending"), chromedp.Click(chromedp.CSS("#pause")))
+		b.Poll(t, "the pause", `tetherView.state.paused && document.getElementById("text").value === "" && document.getElementById("sendtext").hidden`, 30*time.Second)
+		b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#resume")))
+		b.Poll(t, "the resume", `!tetherView.state.paused`, 30*time.Second)
 	})
 	t.Run("zoom", func(t *testing.T) {
-		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`[data-zoom="2"]`)))
-		b.poll(t, "200% zoom", `Math.abs(document.querySelector("#screen canvas").getBoundingClientRect().width - 2560) < 2 && document.getElementById("viewport").scrollWidth > 390`, 30*time.Second)
-		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`[data-zoom="1.5"]`)))
-		b.poll(t, "150% zoom", `Math.abs(document.querySelector("#screen canvas").getBoundingClientRect().width - 1920) < 2`, 30*time.Second)
-		b.do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#fit")))
-		b.poll(t, "fit", `document.querySelector("#screen canvas").getBoundingClientRect().width <= 390 && document.documentElement.scrollWidth <= 390`, 30*time.Second)
+		b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`[data-zoom="2"]`)))
+		b.Poll(t, "200% zoom", `Math.abs(document.querySelector("#screen canvas").getBoundingClientRect().width - 2560) < 2 && document.getElementById("viewport").scrollWidth > 390`, 30*time.Second)
+		b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS(`[data-zoom="1.5"]`)))
+		b.Poll(t, "150% zoom", `Math.abs(document.querySelector("#screen canvas").getBoundingClientRect().width - 1920) < 2`, 30*time.Second)
+		b.Do(t, 10*time.Second, chromedp.Click(chromedp.CSS("#fit")))
+		b.Poll(t, "fit", `document.querySelector("#screen canvas").getBoundingClientRect().width <= 390 && document.documentElement.scrollWidth <= 390`, 30*time.Second)
 	})
 }
 
-func checkLinkAndCookie(t *testing.T, e *env, b *browser, secret string) {
-	if href := eval[string](t, b, "location.href"); strings.Contains(href, "#") || strings.Contains(href, secret[17:]) {
+func checkLinkAndCookie(t *testing.T, e *env, b *browser.Browser, secret string) {
+	if href := browser.Eval[string](t, b, "location.href"); strings.Contains(href, "#") || strings.Contains(href, secret[17:]) {
 		t.Fatalf("the address bar still holds the link: %s", href)
 	}
-	if jsCookies := eval[string](t, b, "document.cookie"); jsCookies != "" {
+	if jsCookies := browser.Eval[string](t, b, "document.cookie"); jsCookies != "" {
 		t.Fatalf("page script sees cookies %q", jsCookies)
 	}
 	var found bool
-	for _, c := range b.cookies(t, e.origin) {
+	for _, c := range cookies(t, b, e.origin) {
 		if c.Name == CookieName {
 			found = true
 			if !c.Secure || !c.HTTPOnly || c.SameSite != network.CookieSameSiteStrict || c.Path != "/" {
@@ -368,27 +355,27 @@ func checkLinkAndCookie(t *testing.T, e *env, b *browser, secret string) {
 	}
 }
 
-func checkScreenFollows(t *testing.T, ctx context.Context, e *env, b *browser) {
-	if w := eval[int](t, b, `document.querySelector("#screen canvas").width`); w != e.vm.Width {
+func checkScreenFollows(t *testing.T, ctx context.Context, e *env, b *browser.Browser) {
+	if w := browser.Eval[int](t, b, `document.querySelector("#screen canvas").width`); w != e.vm.Width {
 		t.Fatalf("canvas width %d, want the guest's %d", w, e.vm.Width)
 	}
 	before := canvasHash(t, b, 0, 32, e.vm.Width, 16)
 	if _, err := e.vm.Draw(ctx); err != nil {
 		t.Fatal(err)
 	}
-	b.poll(t, "the drawn row on the canvas", fmt.Sprintf(`(%s) !== %q`, hashExpr(0, 32, e.vm.Width, 16), before), 30*time.Second)
+	b.Poll(t, "the drawn row on the canvas", fmt.Sprintf(`(%s) !== %q`, browser.CanvasHash(0, 32, e.vm.Width, 16), before), 30*time.Second)
 }
 
-func checkTypedKeys(t *testing.T, ctx context.Context, e *env, b *browser) {
+func checkTypedKeys(t *testing.T, ctx context.Context, e *env, b *browser.Browser) {
 	mark := e.vm.Mark()
 	screenBefore := canvasHash(t, b, 0, 0, e.vm.Width, e.vm.Height)
-	b.do(t, 20*time.Second, chromedp.KeyEvent("hello"))
+	b.Do(t, 20*time.Second, chromedp.KeyEvent("hello"))
 	waitKeyUp(t, ctx, e.vm, keyCodes['o'])
 	got := keysOnly(e.vm.EventsSince(mark))
 	if fmt.Sprint(got) != fmt.Sprint(wantKeys("hello")) {
 		t.Fatalf("guest saw keys %v, want %v", got, wantKeys("hello"))
 	}
-	b.poll(t, "the echoed text on the canvas", fmt.Sprintf(`(%s) !== %q`, hashExpr(0, 0, e.vm.Width, e.vm.Height), screenBefore), 30*time.Second)
+	b.Poll(t, "the echoed text on the canvas", fmt.Sprintf(`(%s) !== %q`, browser.CanvasHash(0, 0, e.vm.Width, e.vm.Height), screenBefore), 30*time.Second)
 }
 
 func checkHandoverAudit(t *testing.T, e *env, tok token.Token) {
