@@ -62,16 +62,25 @@ func demo(ctx context.Context, binDir string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
 	if err := os.Chmod(dir, 0o711); err != nil {
+		os.RemoveAll(dir)
 		return err
 	}
 	fmt.Fprintln(stdout, "tether-computer demo: the computer service, embedded in this process (no daemon needed)")
 	eg, err := startDemoEgress(ctx, dir)
 	if err != nil {
+		os.RemoveAll(dir)
 		return err
 	}
-	defer eg.Close()
+	err, left := demoIn(ctx, dir, binDir, eg, stdout, stderr)
+	eg.Close()
+	return errors.Join(err, removeDemoDir(dir, left, "demo", stderr))
+}
+
+// demoIn runs the steps against a daemon in dir whose computers, and
+// warm pool, end with it (endDemoDaemon). It returns what failed, and
+// apart what the daemon could not end (also in err).
+func demoIn(ctx context.Context, dir, binDir string, eg *demoEgress, stdout, stderr io.Writer) (err, left error) {
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	limits := api.Limits{MemoryBytes: 256 << 20, Pids: 128, DiskBytes: 128 << 20}
 	sc := service.Config{DefaultLimits: limits, MaxComputers: 4, IdleTimeout: service.DefaultIdleTimeout,
@@ -79,15 +88,46 @@ func demo(ctx context.Context, binDir string, stdout, stderr io.Writer) error {
 		Egress: eg.proxy, EgressPresets: []string{demoPreset},
 		Logf: func(f string, a ...any) { logger.Warn(fmt.Sprintf(f, a...)) }}
 	cfg := daemonConfig{Dir: filepath.Join(dir, "state"), Socket: filepath.Join(dir, "api.sock"), BinDir: binDir, Service: sc, Logger: logger}
-	err = withDaemon(ctx, cfg, filepath.Join(dir, "api.sock"), func(cl *client.Client, d *daemon) error {
+	// The steps end with ctx (Ctrl-C); the daemon's ending does not.
+	err = withDaemonEnd(context.WithoutCancel(ctx), cfg, filepath.Join(dir, "api.sock"), func(cl *client.Client, d *daemon) error {
 		return (&demoSteps{out: stdout, cl: cl, d: d, eg: eg}).run(ctx)
+	}, func(ctx context.Context, d *daemon) error {
+		left = endDemoDaemon(ctx, d, stdout)
+		return left
 	})
-	// A daemon with no pool destroys the pool machine the first one left.
-	cfg.Service.Pools = nil
-	if cerr := withDaemon(ctx, cfg, filepath.Join(dir, "api.sock"), func(*client.Client, *daemon) error { return nil }); err == nil {
-		err = cerr
+	return err, left
+}
+
+// endDemoDaemon closes a demo's daemon ending every computer it still
+// has (the demo's own delete failed, or never came: a step that failed,
+// a create interrupted) and destroying what an ending left and its warm
+// pool (daemon.closeEnding), and prints each computer it ended to out.
+func endDemoDaemon(ctx context.Context, d *daemon, out io.Writer) error {
+	ended, err := d.closeEnding(ctx)
+	for _, id := range ended {
+		fmt.Fprintf(out, "ended %s as the daemon closed (the demo's delete had not)\n", id)
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("ending the daemon's computers: %w", err)
+	}
+	return nil
+}
+
+// removeDemoDir removes the directory of demo (the command's name),
+// unless its daemon left something it could not end (left): the
+// directory then stays, since its machines' state may be all that
+// names what still runs, and the demo says so.
+func removeDemoDir(dir string, left error, demo string, stderr io.Writer) error {
+	if left != nil {
+		fmt.Fprintf(stderr, "%s %s: could not remove everything: %v\n"+
+			"kept %s: what is named above is still there; remove it, then the directory\n", prog, demo, left, dir)
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(stderr, "%s %s: could not remove %s: %v\n", prog, demo, dir, err)
+		return fmt.Errorf("remove the demo's directory: %w", err)
+	}
+	return nil
 }
 
 // withDaemon opens a daemon on cfg, serves its API on sock, calls f with

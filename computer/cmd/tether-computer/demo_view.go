@@ -84,42 +84,10 @@ func (o viewDemo) run(ctx context.Context) error {
 	err = withDaemonEnd(context.WithoutCancel(ctx), cfg, sock, func(cl *client.Client, _ *daemon) error {
 		return o.withComputer(ctx, cl, sock)
 	}, func(ctx context.Context, d *daemon) error {
-		left = o.end(ctx, d)
+		left = endDemoDaemon(ctx, d, o.stdout)
 		return left
 	})
-	return errors.Join(err, o.removeDir(dir, left))
-}
-
-// end closes the daemon ending every computer it still has (the delete
-// failed, or never came: a create that failed or was interrupted) and
-// destroying what an ending left, and says what it ended.
-func (o viewDemo) end(ctx context.Context, d *daemon) error {
-	ended, err := d.closeEnding(ctx)
-	for _, id := range ended {
-		fmt.Fprintf(o.stdout, "ended %s as the daemon closed (the demo's delete had not)\n", id)
-	}
-	if err != nil {
-		return fmt.Errorf("ending the daemon's computers: %w", err)
-	}
-	return nil
-}
-
-// removeDir removes the demo's directory, unless the daemon left
-// something it could not end (left): the directory then stays, since
-// its machines' state is all that names what still runs, and the demo
-// says so.
-func (o viewDemo) removeDir(dir string, left error) error {
-	if left != nil {
-		fmt.Fprintf(o.stderr, "%s demo-view: could not remove everything: %v\n"+
-			"kept %s: what is named above is still there; remove it, then the directory\n",
-			prog, left, dir)
-		return nil
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		fmt.Fprintf(o.stderr, "%s demo-view: could not remove %s: %v\n", prog, dir, err)
-		return fmt.Errorf("remove the demo's directory: %w", err)
-	}
-	return nil
+	return errors.Join(err, removeDemoDir(dir, left, "demo-view", o.stderr))
 }
 
 // withComputer creates the screen computer, prints its links, waits, and
