@@ -224,3 +224,22 @@ func TestAgentCopyAbortUndoes(t *testing.T) {
 		t.Fatalf("control: the whole tar: %+v", r)
 	}
 }
+
+// TestAgentCopyNeedsIdentity: a guest waiting for its identity (a
+// restored one) refuses every copy op but abort, so nothing is written
+// as uid 0; positive control: with the identity the same begin is taken.
+func TestAgentCopyNeedsIdentity(t *testing.T) {
+	a := copyAgent(t)
+	a.cfg.AwaitIdentity, a.cfg.UID, a.cfg.GID = true, 0, 0
+	for _, req := range []ctl.Request{{Op: ctl.OpCopyInBegin}, {Op: ctl.OpCopyInData, Data: []byte("x")}, {Op: ctl.OpCopyInEnd},
+		{Op: ctl.OpCopyOutBegin, Path: "."}, {Op: ctl.OpCopyOutData}} {
+		if r := a.handle(req); r.Error == "" {
+			t.Errorf("%s before the identity was taken: %+v", req.Op, r)
+		}
+	}
+	a.cfg.UID, a.cfg.GID = 60001, 60001
+	if r := a.handle(ctl.Request{Op: ctl.OpCopyInBegin}); r.Error != "" {
+		t.Fatalf("control: begin with the identity: %s", r.Error)
+	}
+	a.handle(ctl.Request{Op: ctl.OpCopyAbort})
+}
