@@ -103,6 +103,9 @@ func sendChunks(ctx context.Context, call callFunc, r io.Reader) (int64, error) 
 	buf := make([]byte, ctl.MaxCopyChunk)
 	var sent int64
 	for {
+		if err := ctx.Err(); err != nil { // a call's deadline is ctx's, not its cancellation
+			return sent, err
+		}
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
 			if _, cerr := call(ctx, ctl.Request{Op: ctl.OpCopyInData, Data: buf[:n]}); cerr != nil {
@@ -139,6 +142,9 @@ func copyOut(ctx context.Context, call callFunc, path string, w io.Writer, max i
 // each chunk to w; past max bytes the guest is cut off (ErrTooLarge).
 func takeChunks(ctx context.Context, call callFunc, w io.Writer, max int64) (n, files int64, err error) {
 	for {
+		if err := ctx.Err(); err != nil {
+			return n, 0, err
+		}
 		resp, err := call(ctx, ctl.Request{Op: ctl.OpCopyOutData})
 		if err != nil {
 			return n, 0, err

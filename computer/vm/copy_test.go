@@ -197,3 +197,34 @@ func TestCopyInNegativeFiles(t *testing.T) {
 		t.Fatalf("%v, %d aborts; want ErrProtocol and an abort", err, g.saw(ctl.OpCopyAbort))
 	}
 }
+
+// TestCopyStopsWhenCancelled: a copy whose context is cancelled (the
+// caller went, the lease ended) sends no further chunk and aborts the
+// guest's copy; the abort itself is not cancelled.
+func TestCopyStopsWhenCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	g := &fakeGuest{answer: func(r ctl.Request) ctl.Response {
+		switch r.Op {
+		case ctl.OpCopyInData:
+			cancel()
+		case ctl.OpCopyOutData:
+			cancel()
+			return ctl.Response{Data: []byte("x")}
+		}
+		return ctl.Response{}
+	}}
+	call := g.serve(t)
+	data := make([]byte, 3*ctl.MaxCopyChunk)
+	if _, err := copyIn(ctx, call, "", bytes.NewReader(data)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("copy in: %v, want context.Canceled", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background()) // the guest's answer cancels this one now
+	defer cancel()
+	if _, err := copyOut(ctx, call, "f", io.Discard, 1<<20); !errors.Is(err, context.Canceled) {
+		t.Fatalf("copy out: %v, want context.Canceled", err)
+	}
+	if in, out, ab := g.saw(ctl.OpCopyInData), g.saw(ctl.OpCopyOutData), g.saw(ctl.OpCopyAbort); in != 1 || out != 1 || ab != 2 {
+		t.Fatalf("%d chunks in, %d out, %d aborts; want 1, 1, 2", in, out, ab)
+	}
+}
