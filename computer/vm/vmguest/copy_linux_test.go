@@ -3,7 +3,9 @@ package vmguest
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -242,4 +244,41 @@ func TestAgentCopyNeedsIdentity(t *testing.T) {
 		t.Fatalf("control: begin with the identity: %s", r.Error)
 	}
 	a.handle(ctl.Request{Op: ctl.OpCopyAbort})
+}
+
+// TestAgentCopyEndsWhenTheHostGoes: a host that goes (the control port
+// reads end-of-file) in the middle of a copy in leaves nothing: the
+// agent aborts the copy, and its extraction undoes what it made.
+// Positive control: before the host went, the half-sent copy had made
+// its folder.
+func TestAgentCopyEndsWhenTheHostGoes(t *testing.T) {
+	a := copyAgent(t)
+	host, guest := net.Pipe()
+	served := make(chan bool, 1)
+	go func() {
+		again, _ := serveOnce(guest, a.handle, a.copyAbort)
+		served <- again
+	}()
+	c := ctl.NewClient(host)
+	big := makeTar(t, tarEntry{name: "d/"}, tarEntry{name: "d/big", body: string(bytes.Repeat([]byte("b"), 64<<10))})
+	ctx := context.Background()
+	if _, err := c.Call(ctx, ctl.Request{Op: ctl.OpCopyInBegin}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Call(ctx, ctl.Request{Op: ctl.OpCopyInData, Data: big[:len(big)/2]}); err != nil {
+		t.Fatal(err)
+	}
+	if left := entries(t, a.cfg.Root); len(left) != 1 || left[0] != "d" {
+		t.Fatalf("control: the half-sent copy made %v", left)
+	}
+	c.Close()
+	if again := <-served; !again {
+		t.Fatal("end-of-file ended the agent's serving")
+	}
+	if a.copy != nil {
+		t.Fatal("the copy is still in progress")
+	}
+	if left := entries(t, a.cfg.Root); len(left) != 0 {
+		t.Fatalf("after the host went the root holds %v", left)
+	}
 }
