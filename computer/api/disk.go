@@ -43,3 +43,15 @@ type DiskImporter interface {
 	// must be its size).
 	PrepareDisk(ctx context.Context, dir string, limits Limits, r io.Reader) (Machine, Transfer, error)
 }
+
+// GuestCopier is a Machine whose root is reached through its guest (a
+// VM computer): the guest extracts a copy in's tar beneath its root
+// and writes a copy out's tar, with the checks of computer/archive's
+// ExtractTar and WriteTar. The Transfer's SHA256 and Bytes are of the
+// bytes the host sent (CopyIn) or took (CopyOut); Files is the guest's
+// claim. A machine that cannot answer (a stopped guest) refuses with a
+// conflict *Error.
+type GuestCopier interface {
+	CopyIn(ctx context.Context, dir string, r io.Reader) (Transfer, error)
+	CopyOut(ctx context.Context, path string, w io.Writer) (Transfer, error)
+}

@@ -96,9 +96,9 @@ var (
 // limit the disk's size. Refused with bad_request before anything is
 // made: what the provisioner says is no disk export, a disk this
 // service never exported, a disk limit other than the disk's, and an
-// import into a tier that imports no disks. (The fake machines have a
-// root, so copy in and out are tested on a real VM computer:
-// computer/vm.TestIntegrationVMExport.)
+// import into a tier that imports no disks. (Copy in and out of a
+// machine whose copies go through its guest: TestCopyThroughGuest, and
+// on a real VM computer computer/vm.TestIntegrationVMCopy.)
 func TestDiskExportImport(t *testing.T) {
 	vm := newDiskProv(t)
 	s, local := newTestService(t, Config{Provisioners: map[string]api.Provisioner{api.TierVM: vm}})

@@ -73,24 +73,21 @@ func (s *Service) Export(ctx context.Context, caller api.Caller, id string) (io.
 
 // CopyOut writes path of a running or suspended computer's root as a
 // tar stream (its one top entry named path's last element) to a spool
-// file and returns it, at its start, with the receipt. The caller closes
-// the stream.
+// file and returns it, at its start, with the receipt. A machine that
+// is an api.GuestCopier (a VM computer) has its guest write the tar,
+// and a suspended one refuses (conflict: its guest is stopped). The
+// caller closes the stream.
 func (s *Service) CopyOut(ctx context.Context, caller api.Caller, id, path string) (io.ReadCloser, api.Receipt, error) {
-	return s.out(ctx, caller, id, api.OpCopyOut, path, []string{api.StateRunning, api.StateSuspended},
-		func(ctx context.Context, root *os.Root, w io.Writer) (archive.Receipt, error) {
-			return archive.WriteTar(ctx, root, path, "", w)
-		})
-}
-
-// out runs write into a spool file on id's root and keeps the receipt.
-func (s *Service) out(ctx context.Context, caller api.Caller, id, op, path string, states []string,
-	write func(context.Context, *os.Root, io.Writer) (archive.Receipt, error)) (io.ReadCloser, api.Receipt, error) {
-	return s.outMachine(ctx, caller, id, op, path, states,
+	return s.outMachine(ctx, caller, id, api.OpCopyOut, path, []string{api.StateRunning, api.StateSuspended},
 		func(ctx context.Context, m api.Machine, w io.Writer) (archive.Receipt, error) {
+			if gc, ok := m.(api.GuestCopier); ok {
+				t, err := gc.CopyOut(ctx, path, w)
+				return archive.Receipt{SHA256: t.SHA256, Bytes: t.Bytes, Files: t.Files}, err
+			}
 			var rc archive.Receipt
 			err := withRoot(ctx, m, func(ctx context.Context, root *os.Root, _ archive.Owner) error {
 				var err error
-				rc, err = write(ctx, root, w)
+				rc, err = archive.WriteTar(ctx, root, path, "", w)
 				return err
 			})
 			return rc, err
@@ -129,7 +126,9 @@ func (s *Service) outMachine(ctx context.Context, caller api.Caller, id, op, pat
 // CopyIn spools the tar stream r, then extracts it beneath the
 // directory dir of a running or suspended computer's root
 // (archive.ExtractTar: every top name must be new; what is written
-// belongs to the computer's uid and gid), and keeps the receipt.
+// belongs to the computer's uid and gid), and keeps the receipt. A
+// machine that is an api.GuestCopier (a VM computer) has its guest
+// extract the stream, and a suspended one refuses (conflict).
 func (s *Service) CopyIn(ctx context.Context, caller api.Caller, id, dir string, r io.Reader) (api.Receipt, error) {
 	if _, err := s.lookup(caller, id); err != nil {
 		return api.Receipt{}, err
@@ -148,11 +147,18 @@ func (s *Service) CopyIn(ctx context.Context, caller api.Caller, id, dir string,
 		return api.Receipt{}, internal("rewind the spool file", err)
 	}
 	var rc archive.Receipt
-	err = s.onRoot(ctx, caller, id, []string{api.StateRunning, api.StateSuspended},
-		func(ctx context.Context, root *os.Root, own archive.Owner) error {
-			var err error
-			rc, err = archive.ExtractTar(ctx, f, root, dir, archive.CopyOptions{Owner: own})
-			return err
+	err = s.onMachine(ctx, caller, id, []string{api.StateRunning, api.StateSuspended},
+		func(ctx context.Context, m api.Machine) error {
+			if gc, ok := m.(api.GuestCopier); ok {
+				t, err := gc.CopyIn(ctx, dir, f)
+				rc = archive.Receipt{SHA256: t.SHA256, Bytes: t.Bytes, Files: t.Files}
+				return err
+			}
+			return withRoot(ctx, m, func(ctx context.Context, root *os.Root, own archive.Owner) error {
+				var err error
+				rc, err = archive.ExtractTar(ctx, f, root, dir, archive.CopyOptions{Owner: own})
+				return err
+			})
 		})
 	if err != nil {
 		return api.Receipt{}, transferError(api.OpCopyIn, err)
@@ -291,15 +297,6 @@ func (s *Service) Receipts(ctx context.Context, caller api.Caller, id string) ([
 	return rs, nil
 }
 
-// onRoot runs f on id's root (opened as an os.Root) under c.op, while
-// the computer is in one of states, with ctx ending at the lease's end.
-func (s *Service) onRoot(ctx context.Context, caller api.Caller, id string, states []string,
-	f func(context.Context, *os.Root, archive.Owner) error) error {
-	return s.onMachine(ctx, caller, id, states, func(ctx context.Context, m api.Machine) error {
-		return withRoot(ctx, m, f)
-	})
-}
-
 // onMachine runs f on id's machine under c.op, while the computer is in
 // one of states, with ctx ending at the lease's end.
 func (s *Service) onMachine(ctx context.Context, caller api.Caller, id string, states []string,
@@ -322,14 +319,14 @@ func (s *Service) onMachine(ctx context.Context, caller api.Caller, id string, s
 }
 
 // withRoot runs f on m's root, opened as an os.Root; a machine whose
-// root the service does not reach (a VM computer's is in its guest:
-// copy in and out would have to go through the guest, which this
-// version does not do) is refused with conflict.
+// root the service does not reach on the host (a VM computer's is in
+// its guest: its copies go through the guest, api.GuestCopier) is
+// refused with conflict.
 func withRoot(ctx context.Context, m api.Machine, f func(context.Context, *os.Root, archive.Owner) error) error {
 	rt, ok := m.(api.Rooted)
 	if !ok {
 		return api.Errorf(api.CodeConflict, "this computer's root is in its guest, which the service does not reach "+
-			"(copy in and out are not offered for it; export gives its disk)")
+			"on the host (export gives its disk)")
 	}
 	dir, uid, gid := rt.Root()
 	root, err := os.OpenRoot(dir)

@@ -70,7 +70,9 @@ func vmService(t *testing.T, ctx context.Context, p *Provisioner, base string, m
 // flushes the guest), is suspended and exported: the export is its disk
 // (flattened from its copy-on-write layer), holds none of the receiver's
 // key, and an import of tier vm boots a new computer on it where the
-// file is, with an identity of its own. Deleting both leaves nothing.
+// file is, with an identity of its own; copy out of it gives the file
+// and a copy in is read there (both through its guest). Deleting both
+// leaves nothing.
 func TestIntegrationVMExport(t *testing.T) {
 	testenv.Require(t, "root", "qemu", "guestimage")
 	p, base := testProvisioner(t)
@@ -128,11 +130,14 @@ func TestIntegrationVMExport(t *testing.T) {
 	if idD := runVia(t, ctx, dd, d.Tuple, "cat /etc/machine-id"); idD == idA {
 		t.Fatalf("the imported computer kept the exported one's machine id %q", idD)
 	}
-	if _, _, err := s.CopyOut(ctx, alice, d.ID, "f.txt"); api.CodeOf(err) != api.CodeConflict {
-		t.Errorf("copy out of a VM computer: %v, want conflict", err)
+	if b := copyOutFile(t, ctx, s, d.ID, "f.txt"); string(b) != "carried\n" {
+		t.Errorf("copy out of the imported computer's file: %q", b)
 	}
-	if _, err := s.CopyIn(ctx, alice, d.ID, ".", bytes.NewReader(nil)); api.CodeOf(err) != api.CodeConflict {
-		t.Errorf("copy in to a VM computer: %v, want conflict", err)
+	if _, err := s.CopyIn(ctx, alice, d.ID, "/in", bytes.NewReader(tarOf(t, [2]string{"g.txt", "copied in\n"}))); err != nil {
+		t.Fatalf("copy in to the imported computer: %v", err)
+	}
+	if out := runVia(t, ctx, dd, d.Tuple, "cat "+GuestRoot+"/in/g.txt"); out != "copied in\n" {
+		t.Fatalf("the grant's uid reads the copied-in file as %q", out)
 	}
 	dirD := filepath.Join(base, "svc", "computers", d.ID)
 	stD := vmState(t, dirD)

@@ -72,6 +72,8 @@ type Machine struct {
 	frozen      bool // QMP stop was the last of Freeze and Thaw
 	egressProxy bool // grants point at the egress proxy (egress.go)
 
+	copyMu sync.Mutex // one copy in or out at a time (copy.go)
+
 	closeOnce sync.Once
 	closeErr  error
 }

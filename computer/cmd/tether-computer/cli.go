@@ -68,7 +68,7 @@ commands:
   receipts ID                    the receipts (SHA-256) of its exports, imports and copies
   egress   show ID | set ID ... | verify LOG
                                  its egress policy (what it may reach through the host's proxy); the proxy's log
-  cp       SRC DST               copy a file or folder in or out; one side is ID:/path (receipt: JSON)
+  cp       SRC DST               copy a file or folder in or out (either tier); one side is ID:/path (receipt: JSON)
   export   ID -o FILE            write a suspended computer's root as tar.zst; prints its SHA-256
   import   FILE --sha256 HEX     make a computer from an export, after the daemon checks its digest
   token add --file FILE --owner NAME [--admin]

@@ -39,7 +39,9 @@ func runCopy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"Copies a file or folder into or out of a computer, as docker cp does: one of SRC and DST is\n"+
 			"ID:/path in the computer, the other a local path. DST must not exist; in the computer its\n"+
 			"missing parents are made, locally its parent must exist. Symlinks are copied as symlinks.\n"+
-			"Prints the receipt (JSON): the SHA-256 of the tar stream copied, checked on both ends.", stderr)
+			"Prints the receipt (JSON): the SHA-256 of the tar stream copied, checked on both ends.\n"+
+			"Works for both tiers: a VM computer's copy goes through its guest (never its disk), and a\n"+
+			"suspended one must be resumed first (conflict).", stderr)
 	pos, code, done := parse(fs, args, stdout, 2)
 	if done {
 		return code

@@ -291,3 +291,12 @@ func TestCreateSeedBundle(t *testing.T) {
 		t.Errorf("create with a missing bundle: %d %q, %d computers; want a failure and the new computer deleted", code, errs, len(be.cs))
 	}
 }
+
+// TestCopyHelpSaysBothTiers: cp --help says a copy works for both tiers
+// and how a VM computer's goes (through its guest).
+func TestCopyHelpSaysBothTiers(t *testing.T) {
+	code, out, errs := cmd(t, "cp", "--help")
+	if help := out + errs; code != 0 || !strings.Contains(help, "Works for both tiers") || !strings.Contains(help, "through its guest") {
+		t.Fatalf("cp --help: exit %d, %q", code, help)
+	}
+}

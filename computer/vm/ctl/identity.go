@@ -53,6 +53,9 @@ func checkPayload(r Request) error {
 	if r.Identity != nil {
 		return r.Identity.Validate()
 	}
+	if err := checkCopy(r); err != nil {
+		return err
+	}
 	return checkEgress(r)
 }
 
