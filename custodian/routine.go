@@ -108,7 +108,7 @@ func (c *Custodian) receiptOf(opKey, owner string) (*opstore.Receipt, error) {
 	}
 	switch {
 	case len(found) == 0:
-		return nil, fmt.Errorf("%w: no receipt has op key %q", routine.ErrUnknownOpKey, opKey)
+		return nil, fmt.Errorf("%w: no receipt has op key %q%s", routine.ErrUnknownOpKey, opKey, pluginKeyHint(all, opKey))
 	case len(mine) == 0:
 		return found[0], nil // FromReceipt refuses it: another owner's
 	case len(mine) > 1:
@@ -116,6 +116,20 @@ func (c *Custodian) receiptOf(opKey, owner string) (*opstore.Receipt, error) {
 			opKey, len(mine), owner, sessionsOf(mine))
 	}
 	return mine[0], nil
+}
+
+// pluginKeyHint names the exec receipt of a run_command the plugin sent
+// under opKey: the plugin keys each terminal step as KEY:create, KEY:wait
+// and so on, while the tool's answer shows the bare KEY. "" when there is
+// no such receipt.
+func pluginKeyHint(all []*opstore.Receipt, opKey string) string {
+	create := opKey + ":create"
+	for _, r := range all {
+		if r.OpKey == create {
+			return fmt.Sprintf(" (the exec receipt of the run_command with op_key %q is %q: save --from %s)", opKey, create, create)
+		}
+	}
+	return ""
 }
 
 func sessionsOf(rs []*opstore.Receipt) string {

@@ -49,7 +49,9 @@ func testProvisioner(t *testing.T) (*Provisioner, string) {
 // contract: the receiver answers through DIR/wire.sock only once granted,
 // a command runs as the grant's uid on the guest's kernel, QEMU runs as
 // its own uid in its own namespaces and cgroups, Freeze stops the guest
-// (QMP stop) and Thaw resumes it, and Close leaves nothing.
+// (QMP stop) and Thaw resumes it, the guest's receiver honours a fleet
+// custodian's fencing token and refuses a lower one with no option set
+// (it keeps a fence state from the start), and Close leaves nothing.
 func TestIntegrationVMMachine(t *testing.T) {
 	p, base := testProvisioner(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -103,6 +105,16 @@ func TestIntegrationVMMachine(t *testing.T) {
 	if _, err := provision.AttachVia(ctx, m, m.Tuple()); err != nil {
 		t.Fatalf("attach after Thaw: %v", err)
 	}
+	// The guest's receiver keeps a fence state from the start (issue 28):
+	// a fleet custodian's token is honoured as the machine is, a lower
+	// one refused fenced. From here on every attach carries token 5,
+	// since a tuple that has seen a token refuses tokenless calls.
+	if _, err := provision.AttachFencedVia(ctx, m, m.Tuple(), 5); err != nil {
+		t.Fatalf("fleet attach with fencing token 5: %v", err)
+	}
+	if _, err := provision.AttachFencedVia(ctx, m, m.Tuple(), 4); !errors.Is(err, &errcode.Error{Code: errcode.CodeFenced}) {
+		t.Fatalf("attach with the lower token 4 = %v, want fenced", err)
+	}
 	// Withdraw while stopped: the push lets the guest run for a moment
 	// and stops it again.
 	if err := m.Freeze(ctx); err != nil {
@@ -117,7 +129,7 @@ func TestIntegrationVMMachine(t *testing.T) {
 	if err := m.Thaw(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := provision.AttachVia(ctx, m, m.Tuple()); !errors.Is(err, &errcode.Error{Code: errcode.CodeNotAdmitted}) {
+	if _, err := provision.AttachFencedVia(ctx, m, m.Tuple(), 5); !errors.Is(err, &errcode.Error{Code: errcode.CodeNotAdmitted}) {
 		t.Fatalf("attach after Withdraw = %v, want not_admitted", err)
 	}
 	pid, dir := m.vm.PID(), m.Dir()

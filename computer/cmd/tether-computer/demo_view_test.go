@@ -44,6 +44,7 @@ func TestIntegrationDemoView(t *testing.T) {
 	for _, re := range []string{
 		`(?m)^  control:   http://127\.0\.0\.1:\d+/#t=\S+$`,
 		`(?m)^  view only: http://127\.0\.0\.1:\d+/#t=\S+$`,
+		`(?m)^Open a link in a browser on this machine\. Mint another with:\n  tether-computer link --socket /\S+/api\.sock --role view c-[0-9a-f]+$`,
 		`audit log, kept with the records: 2 entries map\[token_mint:2\], head [0-9a-f]+: the hash chain holds`,
 	} {
 		if !regexp.MustCompile(re).Match(out) {

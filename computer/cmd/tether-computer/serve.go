@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -57,6 +59,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	gid, err := lookupGroup(*group)
 	if err != nil {
 		return cli.UsageError(stderr, prog+" serve", "--group: %v", err)
+	}
+	if err := socketUnserved(*socket); err != nil {
+		return fail(stderr, "serve", err)
 	}
 	if *listen != "" && (*certFile == "" || *keyFile == "" || *tokens == "") {
 		return cli.UsageError(stderr, prog+" serve", "--listen needs --tls-cert, --tls-key and --tokens")
@@ -115,6 +120,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(stderr, "serve", err)
 	}
 	return exitOK
+}
+
+// ErrSocketServed is returned by serve when another process already
+// answers on its socket: a second daemon would take the socket from the
+// first, whose computers the API would then no longer reach.
+var ErrSocketServed = errors.New("another process serves this socket")
+
+// socketUnserved checks, before the daemon opens anything, that no
+// process answers on the unix socket path: a connect that succeeds is
+// ErrSocketServed. A missing path or a stale socket file (nothing
+// listens) is fine; serveUnix replaces the stale file.
+func socketUnserved(path string) error {
+	c, err := net.DialTimeout("unix", path, 2*time.Second)
+	if err != nil {
+		return nil
+	}
+	c.Close()
+	return fmt.Errorf("socket %s: %w (a tether-computer serve already runs there?): stop it, or give this one "+
+		"another --socket; nothing was started", path, ErrSocketServed)
 }
 
 // TestPauseEnv names a service step (service.Step*) at which `serve`

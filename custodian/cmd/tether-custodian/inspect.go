@@ -65,6 +65,12 @@ func cmdReceiptsShow(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s\n", data)
 	}
 	if *key != "" && !found {
+		for _, r := range rs {
+			if r.OpKey == *key+":create" || r.OpKey == *key+":read" || r.OpKey == *key+":write" {
+				return fail(stderr, exitFailed, "receipts show: no receipt for op key %q; the plugin keys each step of "+
+					"a tool call as KEY:STEP: --key %s, for one", *key, r.OpKey)
+			}
+		}
 		return fail(stderr, exitFailed, "receipts show: no receipt for op key %q", *key)
 	}
 	return exitOK

@@ -33,7 +33,7 @@ func main() {
 	os.Exit(code)
 }
 
-const usageText = `Runs the receiver daemon (docs/receiver.md).
+const usageText = `Runs the receiver daemon; docs/protocol.md ("Config") describes FILE.
 
   tether-receiver check-caps   checks uid 0 and the seven capabilities, prints the result`
 
