@@ -53,6 +53,14 @@ func TestIntegrationVMGuestImage(t *testing.T) {
 		{"git --version | cut -d' ' -f1,2", "git version\n"},
 		{"python3 -c 'import ssl, venv; print(ssl.OPENSSL_VERSION.split()[0])'", "OpenSSL\n"},
 		{"curl --version | head -1 | cut -d' ' -f1", "curl\n"},
+		{"setsid sh -c 'echo ok'", "ok\n"},
+		{"flock " + GuestRoot + "/lock -c 'echo ok'", "ok\n"},
+		// util-linux's su is setuid root in the image; it is inert because
+		// the root is mounted nosuid and every command runs with
+		// no_new_privs.
+		{"stat -c %a /bin/su", "4755\n"},
+		{`awk '$2 == "/" {print ($4 ~ /(^|,)nosuid(,|$)/)}' /proc/mounts`, "1\n"},
+		{"awk '/^NoNewPrivs/ {print $2}' /proc/self/status", "1\n"},
 	} {
 		if out := runVia(t, ctx, d, c.Tuple, probe.line); out != probe.want {
 			t.Errorf("%s printed %q, want %q", probe.line, out, probe.want)

@@ -76,8 +76,9 @@ const (
 	// writable disk of its disk_bytes; serve's default.
 	svcGuestImage svcMode = iota
 	// svcSavedState: every computer starts from a saved state (the
-	// first create makes it), the initramfs alone as its root; serve
-	// --vm-state. A create costs a restore (about 1.5 s), not a boot.
+	// first create makes it) that carries the guest image, on its own
+	// qcow2 layer; serve --vm-state. A create costs a restore (about
+	// 1.5 s), not a boot.
 	svcSavedState
 )
 
@@ -103,11 +104,7 @@ func newSvcHarness(t testing.TB, mode svcMode) *svcHarness {
 	}
 	cfg := Config{Bins: set, Accel: AccelTCG}
 	if mode == svcSavedState {
-		// The initramfs alone, as this mode always ran: a saved state
-		// now carries the guest image when one is built, and the image
-		// has no setsid (util-linux), which the pipeline's
-		// setsid_escapee_contained runs.
-		cfg.StateDir, cfg.GuestImage = filepath.Join(base, "state"), GuestImageOff
+		cfg.StateDir = filepath.Join(base, "state")
 	}
 	p := NewProvisioner(cfg)
 	rec := &recordingProvisioner{Provisioner: p, made: map[string]*Machine{}}

@@ -141,7 +141,7 @@ func TestCachedImageVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{"bash", "coreutils", "git", "python3", "python3-venv", "curl", "ca-certificates"} {
+	for _, p := range []string{"bash", "coreutils", "util-linux", "git", "python3", "python3-venv", "curl", "ca-certificates"} {
 		if !img.Manifest.Has(p) {
 			t.Errorf("the manifest lacks %s", p)
 		}
