@@ -48,6 +48,15 @@ const (
 // tinyDisk is the size below which a computer's disk is a tmpfs.
 const tinyDisk = 32 << 20
 
+// ext4Options are the mount options of a computer's ext4 disk.
+// noinit_itable keeps the kernel's lazy inode-table init from zeroing
+// the tables after mount: on a loop device that zeroing punches holes
+// in the image and hands the host back space fallocate reserved (about
+// 4 MiB of a 64 MiB disk, up to 32 MiB of a 2 GiB one), so a host short
+// of space could later fail the computer's writes. The image was
+// fallocated, so the tables already read as zeros.
+const ext4Options = "noinit_itable"
+
 // loopName is the form of a loop device's path.
 var loopName = regexp.MustCompile(`^/dev/loop[0-9]{1,6}$`)
 
@@ -117,7 +126,7 @@ func (c *Local) mountDisk(ctx context.Context) error {
 		loop.Close()
 		return err
 	}
-	err = unix.Mount(loop.Name(), p.diskDir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, "")
+	err = unix.Mount(loop.Name(), p.diskDir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ext4Options)
 	loop.Close() // the mount holds the device now; unmounting releases it (autoclear)
 	if err != nil {
 		return fmt.Errorf("mount %s on the disk directory: %w", loop.Name(), err)

@@ -201,7 +201,7 @@ func (c *Local) mountPlanned(ctx context.Context, kind string, size int64) error
 	if err := c.recordDisk(ctx, Disk{Kind: DiskExt4, Image: p.disk, Loop: loop.Name()}); err != nil {
 		return err
 	}
-	if err := unix.Mount(loop.Name(), p.diskDir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+	if err := unix.Mount(loop.Name(), p.diskDir, "ext4", unix.MS_NOSUID|unix.MS_NODEV, ext4Options); err != nil {
 		return fmt.Errorf("mount %s on the disk directory: %w", loop.Name(), err)
 	}
 	return nil
