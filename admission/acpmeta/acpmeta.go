@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/tetherdev/tether/admission"
@@ -61,16 +60,38 @@ type AttachResponse struct {
 	GrantGeneration uint64    `json:"grant_generation"`
 }
 
-var (
-	sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	opKeyRE   = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
-)
+// ValidOpKey reports whether k is a well-formed operation key: 1 to 128
+// bytes of [A-Za-z0-9._:-]. It runs on every callback, so it is a loop,
+// not a regexp (TestValidMatchesPattern checks it against
+// ^[A-Za-z0-9._:-]{1,128}$).
+func ValidOpKey(k string) bool {
+	if len(k) == 0 || len(k) > 128 {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
-// ValidOpKey reports whether k is a well-formed operation key.
-func ValidOpKey(k string) bool { return opKeyRE.MatchString(k) }
-
-// ValidDigest reports whether d is a lowercase hex SHA-256.
-func ValidDigest(d string) bool { return sha256Hex.MatchString(d) }
+// ValidDigest reports whether d is a lowercase hex SHA-256: exactly 64
+// bytes of [0-9a-f] (TestValidMatchesPattern checks it against
+// ^[0-9a-f]{64}$).
+func ValidDigest(d string) bool {
+	if len(d) != 64 {
+		return false
+	}
+	for i := 0; i < len(d); i++ {
+		c := d[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // BindFromMeta returns the bind request in meta. ok is false when the key
 // is absent; a present but malformed or invalid value is an error, never a
